@@ -1,0 +1,160 @@
+"""lgopt's native problem format (``docs/problem-format.md``) and model loading.
+
+A problem file is a :class:`~lgopt.network.Network` written as JSON: small,
+diffable, and free of weight bytes, so bundled problems can live in git and a
+user can write one by hand for a network no ONNX exporter produces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import ops as opsem
+from .dtype import DTYPE_BYTES
+from .errors import LgoptError
+from .network import Network, Op, Tensor, Weight, check_network, to_nchw
+
+FORMAT = "lgopt-problem"
+VERSION = 1
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def network_to_dict(net: Network) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": net.name,
+        "inputs": list(net.inputs),
+        "outputs": list(net.outputs),
+        "tensors": {t.name: {"shape": list(t.orig_shape or t.shape), "dtype": t.dtype} for t in net.tensors.values()},
+        "ops": [
+            {
+                "name": op.name,
+                "type": op.type,
+                "inputs": list(op.inputs),
+                "outputs": list(op.outputs),
+                "weights": [{"name": w.name, "shape": list(w.shape), "dtype": w.dtype, "role": w.role}
+                            for w in op.weights],
+                "attrs": _jsonable(dict(op.attrs)),
+                **({"fused": list(op.fused)} if op.fused else {}),
+                **({"sources": list(op.sources)} if op.sources and op.sources != (op.name,) else {}),
+                **({"global_reason": op.reason} if not op.local else {}),
+            }
+            for op in net.ops
+        ],
+    }
+
+
+def _tuplify(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_tuplify(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _tuplify(x) for k, x in v.items()}
+    return v
+
+
+def _req(d: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in d:
+        raise LgoptError(f"{where}: missing field {key!r}")
+    return d[key]
+
+
+def _shape(v: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise LgoptError(f"{where}: shape must be a list of integers, got {v!r}")
+    if any(x <= 0 for x in v):
+        raise LgoptError(f"{where}: shape {v} has a non-positive dimension")
+    return tuple(v)
+
+
+def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
+    """Parse and classify; local/global and sliceable axes are recomputed, not trusted."""
+    if not isinstance(d, Mapping) or d.get("format") != FORMAT:
+        raise LgoptError(f"{where}: not an lgopt problem file (expected \"format\": \"{FORMAT}\")")
+    if d.get("version") != VERSION:
+        raise LgoptError(f"{where}: problem format version {d.get('version')!r} is not supported (this lgopt reads {VERSION})")
+    tensors: dict[str, Tensor] = {}
+    for name, t in _req(d, "tensors", where).items():
+        shp = _shape(_req(t, "shape", f"{where}: tensor {name}"), f"{where}: tensor {name}")
+        dt = t.get("dtype", "f32")
+        if dt not in DTYPE_BYTES:
+            raise LgoptError(f"{where}: tensor {name} has unknown dtype {dt!r}")
+        tensors[name] = Tensor(name, to_nchw(shp), dt, shp)
+    ops: list[Op] = []
+    for i, o in enumerate(_req(d, "ops", where)):
+        w = f"{where}: op #{i} {o.get('name', '?')}"
+        attrs = _tuplify(o.get("attrs", {}))
+        ins = tuple(_req(o, "inputs", w))
+        outs = tuple(_req(o, "outputs", w))
+        for t in ins + outs:
+            if t not in tensors:
+                raise LgoptError(f"{w}: tensor {t!r} is not declared in \"tensors\"")
+        weights = tuple(Weight(x["name"], _shape(x["shape"], w), x.get("dtype", "f32"), x.get("role", "weight"))
+                        for x in o.get("weights", []))
+        op_type = _req(o, "type", w)
+        local, h_split, n_split, reason = opsem.classify(
+            op_type, attrs, [len(tensors[t].orig_shape) for t in ins], [len(tensors[t].orig_shape) for t in outs])
+        if local:
+            _check_attrs(op_type, attrs, weights, w)
+        ops.append(Op(_req(o, "name", w), op_type, ins, outs, weights, attrs, tuple(o.get("fused", ())), local,
+                      h_split, n_split, tuple(o.get("sources", (o["name"],))), reason))
+    return check_network(Network(str(d.get("name", "network")), tensors, tuple(ops),
+                                 tuple(_req(d, "inputs", where)), tuple(_req(d, "outputs", where))))
+
+
+def _check_attrs(op_type: str, attrs: Mapping[str, Any], weights: tuple[Weight, ...], where: str) -> None:
+    need = {"Conv": ("kernel", "strides", "pads", "group"), "ConvTranspose": ("kernel", "strides", "pads", "group"),
+            "MaxPool": ("kernel", "strides", "pads"), "AveragePool": ("kernel", "strides", "pads"),
+            "Concat": ("axis",), "Resize": ("mode",)}.get(op_type, ())
+    for k in need:
+        if k not in attrs:
+            raise LgoptError(f"{where}: {op_type} needs attribute {k!r}")
+    if op_type in ("Conv", "ConvTranspose") and not any(w.role == "filter" for w in weights):
+        raise LgoptError(f"{where}: {op_type} needs a weight with role \"filter\"")
+
+
+def save_problem(net: Network, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(network_to_dict(net), indent=1) + "\n")
+
+
+def load_problem(path: str | Path) -> Network:
+    try:
+        d = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise LgoptError(f"cannot read problem file {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise LgoptError(f"{path} is not valid JSON ({e})") from None
+    return network_from_dict(d, str(path))
+
+
+def network_digest(net: Network) -> str:
+    """Content hash a plan records, so a plan is never verified against another model."""
+    blob = json.dumps(network_to_dict(net), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def load_model(path: str | Path, **onnx_options: Any) -> Network:
+    """A model file by extension: ``.onnx`` through the importer, ``.json`` as a problem."""
+    p = Path(path)
+    if not p.exists():
+        raise LgoptError(f"model file {path} does not exist")
+    if p.suffix.lower() == ".onnx":
+        from .onnx_import import import_onnx
+
+        return import_onnx(p, **onnx_options)
+    if p.suffix.lower() == ".json":
+        if onnx_options.get("input_shapes") or onnx_options.get("dtype"):
+            raise LgoptError("--input-shape and --dtype apply to ONNX models, not problem files")
+        return load_problem(p)
+    raise LgoptError(f"{path}: unsupported model file type {p.suffix!r} (expected .onnx or .json)")
