@@ -1,0 +1,128 @@
+"""Greedy LMEM offsets for one group's buffers (seed "LMEM Allocation").
+
+Buffers are rectangles of (rows x bytes) that may slide along the address
+axis only.  The greedy order is the seed's: resident weights first when the
+group is sliced, then long lifetimes, then large sizes; each buffer goes to the
+lowest EU-aligned address where it overlaps no live buffer.  Bank awareness
+follows shared/reference s5: among the feasible addresses prefer one whose
+banks no conflicting buffer uses (operands of the same op, or a buffer moved
+by GDMA while the other is used by the NPU in the same row), then one that
+does not cross a bank boundary; ``bank_rule="hard"`` refuses conflicts,
+``"soft"`` accepts and counts them, ``"off"`` ignores banks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .chip import Chip
+from .layout import align_up
+from .network import Network
+from .plan import Buffer, GroupPlan
+
+
+@dataclass(frozen=True)
+class Allocation:
+    offsets: Mapping[int, int]
+    peak: int  # highest byte used, per lane
+    bank_conflicts: int
+
+
+def banks_of(offset: int, size: int, bank_bytes: int) -> range:
+    return range(offset // bank_bytes, (offset + max(size, 1) - 1) // bank_bytes + 1)
+
+
+def row_users(net: Network, g: GroupPlan) -> list[tuple[set[int], set[int]]]:
+    """Per row: (buffer ids an op touches, buffer ids GDMA moves)."""
+    by_name = {(b.kind, b.name): b.id for b in g.buffers}
+    out = []
+    for r in g.rows:
+        npu: set[int] = set()
+        for name in r.ops:
+            op = net.op(name)
+            for t in op.inputs + op.outputs:
+                if ("activation", t) in by_name:
+                    npu.add(by_name[("activation", t)])
+            for kind in ("weight", "scratch"):
+                if (kind, name) in by_name:
+                    npu.add(by_name[(kind, name)])
+        dma = {by_name[(t.kind, t.name)] for t in r.loads + r.stores if (t.kind, t.name) in by_name}
+        out.append((npu, dma))
+    return out
+
+
+def conflict_pairs(net: Network, g: GroupPlan) -> set[frozenset[int]]:
+    """Pairs of buffers that should not share a bank (reference s5, rules a-c)."""
+    pairs: set[frozenset[int]] = set()
+    for npu, dma in row_users(net, g):
+        for a in npu:
+            for b in npu | dma:
+                if a != b:
+                    pairs.add(frozenset((a, b)))
+    return pairs
+
+
+def overlaps_in_time(a: Buffer, b: Buffer, num_rows: int) -> bool:
+    return bool(a.rows(num_rows) & b.rows(num_rows))
+
+
+def greedy_allocate(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft",
+                    order: Sequence[int] | None = None) -> Allocation | None:
+    """Offsets for every buffer, or None when some buffer finds no room."""
+    T = len(g.rows)
+    bufs = {b.id: b for b in g.buffers}
+    if order is None:
+        order = [b.id for b in sorted(g.buffers, key=lambda b: (
+            not b.resident, -len(b.rows(T)), -b.size, b.id))]
+    partners: dict[int, set[int]] = {i: set() for i in bufs}
+    if bank_rule != "off":
+        for p in conflict_pairs(net, g):
+            a, b = tuple(p)
+            partners[a].add(b)
+            partners[b].add(a)
+    live = {i: bufs[i].rows(T) for i in bufs}
+    placed: dict[int, int] = {}
+    bank = chip.bank_bytes
+    for bid in order:
+        b = bufs[bid]
+        size = align_up(b.size, chip.align_bytes)
+        busy = sorted((placed[o], placed[o] + align_up(bufs[o].size, chip.align_bytes))
+                      for o in placed if live[o] & live[bid])
+        cands = sorted({0} | {end for _, end in busy} | set(range(0, chip.lmem_bytes, bank)))
+        best: tuple[int, int] | None = None
+        for off in cands:
+            if off + size > chip.lmem_bytes:
+                break
+            if any(s < off + size and off < e for s, e in busy):
+                continue
+            penalty = 0
+            if bank_rule != "off":
+                mine = set(banks_of(off, b.size, bank))
+                if any(mine & set(banks_of(placed[o], bufs[o].size, bank)) for o in partners[bid] if o in placed):
+                    penalty = 2
+                elif len(mine) > 1 and size <= bank:
+                    penalty = 1
+            if bank_rule == "hard" and penalty == 2:
+                continue
+            if best is None or (penalty, off) < best:
+                best = (penalty, off)
+                if penalty == 0:
+                    break
+        if best is None:
+            return None
+        placed[bid] = best[1]
+    peak = max((placed[i] + bufs[i].size for i in placed), default=0)
+    conflicts = 0 if bank_rule == "off" else count_bank_conflicts(net, chip, g, placed)
+    return Allocation(placed, peak, conflicts)
+
+
+def count_bank_conflicts(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, int]) -> int:
+    """Conflicting buffer pairs that share a bank at these offsets."""
+    size = {b.id: b.size for b in g.buffers}
+    n = 0
+    for p in conflict_pairs(net, g):
+        a, b = tuple(p)
+        if set(banks_of(offsets[a], size[a], chip.bank_bytes)) & set(banks_of(offsets[b], size[b], chip.bank_bytes)):
+            n += 1
+    return n

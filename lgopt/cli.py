@@ -1,0 +1,170 @@
+"""The ``lgopt`` command.
+
+Bad input is one line on stderr and exit status 2; a failed verification is
+exit status 1; an lgopt bug is one line naming it and exit status 3
+(``LGOPT_DEBUG=1`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__
+from .errors import LgoptError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other input error
+        raise LgoptError(f"{self.prog}: {message}")
+
+
+def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for item in items or []:
+        name, _, dims = item.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            shape = ()
+        if not name or not shape or any(d <= 0 for d in shape):
+            raise LgoptError(f"bad --input-shape {item!r}: expected NAME=N,C,H,W with positive integers")
+        out[name] = shape
+    return out
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", help="compute dtype for an ONNX model's float tensors (f32, f16, bf16, int8, ...)")
+    p.add_argument("--no-fuse", action="store_true", help="keep BatchNorm and activations as separate ops")
+    p.add_argument("--input-shape", action="append", metavar="NAME=N,C,H,W", help="fix a dynamic input shape")
+
+
+def _chip_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chip", default="bm1684x", help="chip preset (default bm1684x)")
+    p.add_argument("--chip-file", help="TOML or JSON chip parameters (key 'base' names the preset)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a chip parameter, e.g. lmem_bytes=64K")
+
+
+def _load_model(args: argparse.Namespace, path: str):
+    from .problem import load_model
+
+    opts = {}
+    if getattr(args, "dtype", None):
+        opts["dtype"] = args.dtype
+    if getattr(args, "no_fuse", False):
+        opts["fuse"] = False
+    if getattr(args, "input_shape", None):
+        opts["input_shapes"] = _input_shapes(args.input_shape)
+    return load_model(path, **opts)
+
+
+def _chip(args: argparse.Namespace):
+    from .chip import get_chip, parse_set
+
+    return get_chip(args.chip, parse_set(args.set), args.chip_file)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .problem import save_problem
+
+    net = _load_model(args, args.model)
+    if args.name:
+        from dataclasses import replace
+
+        net = replace(net, name=args.name)
+    out = args.output or str(Path(args.model).with_suffix(".json").name)
+    save_problem(net, out)
+    n_local = len(net.local_ops)
+    print(f"{net.name}: {len(net.ops)} ops ({n_local} local, {len(net.ops) - n_local} global), "
+          f"{len(net.tensors)} tensors, inputs {', '.join(f'{t}{list(net.tensor(t).orig_shape)}' for t in net.inputs)}"
+          f" -> {out}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .plan import load_plan
+    from .verify import verify_plan
+
+    plan = load_plan(args.plan)
+    net = _load_model(args, args.model)
+    vs = verify_plan(net, plan)
+    if vs:
+        print(f"FAIL {args.plan}: {vs[0]}" + (f" (+{len(vs) - 1} more)" if len(vs) > 1 else ""))
+        if args.all:
+            for v in vs[1:]:
+                print(f"  {v}")
+        return 1
+    print(f"OK {args.plan}: {len(plan.groups)} groups, {len(plan.global_layers)} global layers hold every "
+          "constraint")
+    return 0
+
+
+def cmd_chips(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .chip import PRESETS, get_chip, parse_set, source_of
+
+    if args.chip or args.set or args.chip_file:
+        chip = get_chip(args.chip or "bm1684x", parse_set(args.set), args.chip_file)
+        rows = [{"parameter": k, "value": v, "source": source_of(chip.name, k)} for k, v in chip.to_dict().items()]
+        print(pd.DataFrame(rows).to_string(index=False))
+        return 0
+    df = pd.DataFrame([{k: v for k, v in c.to_dict().items() if k != "macs_per_lane"} for c in PRESETS.values()])
+    print(df.to_string(index=False))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lgopt", description="LayerGroup optimiser for Sophgo-style TPUs")
+    p.add_argument("--version", action="version", version=f"lgopt {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("import", help="read an ONNX model into an lgopt problem file")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", help="problem file to write (default: MODEL name with .json)")
+    s.add_argument("--name", help="network name to record")
+    _model_args(s)
+    s.set_defaults(func=cmd_import)
+
+    s = sub.add_parser("verify", help="check a plan against its model without trusting the planner")
+    s.add_argument("plan")
+    s.add_argument("--model", required=True, help="the model (.onnx or problem .json) the plan is for")
+    s.add_argument("--all", action="store_true", help="list every violation, not just the first")
+    _model_args(s)
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("chips", help="list chip presets, or one chip's parameters and their sources")
+    s.add_argument("--chip", default=None)
+    s.add_argument("--chip-file")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE")
+    s.set_defaults(func=cmd_chips)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except LgoptError as e:
+        print(f"lgopt: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lgopt: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as e:  # --help / --version
+        return int(e.code or 0)
+    except Exception as e:  # a bug in lgopt, not in the input
+        if os.environ.get("LGOPT_DEBUG"):
+            traceback.print_exc()
+        msg = " ".join(str(e).split())[:300]
+        print(f"lgopt: internal error: {type(e).__name__}: {msg} (set LGOPT_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
