@@ -78,7 +78,8 @@ def _shape(v: Any, where: str) -> tuple[int, ...]:
 
 
 def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
-    """Parse and classify; local/global and sliceable axes are recomputed, not trusted."""
+    """Parse and classify: sliceable axes are recomputed, not trusted; an op is local unless
+    lgopt cannot group it or the file names a ``global_reason``."""
     if not isinstance(d, Mapping) or d.get("format") != FORMAT:
         raise LgoptError(f"{where}: not an lgopt problem file (expected \"format\": \"{FORMAT}\")")
     if d.get("version") != VERSION:
@@ -104,6 +105,8 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
         op_type = _req(o, "type", w)
         local, h_split, n_split, reason = opsem.classify(
             op_type, attrs, [len(tensors[t].orig_shape) for t in ins], [len(tensors[t].orig_shape) for t in outs])
+        if o.get("global_reason"):  # the file may force a global layer; its reason wins
+            local, h_split, n_split, reason = False, False, False, str(o["global_reason"])
         if local:
             _check_attrs(op_type, attrs, weights, w)
         ops.append(Op(_req(o, "name", w), op_type, ins, outs, weights, attrs, tuple(o.get("fused", ())), local,

@@ -1,0 +1,95 @@
+"""Hypothesis strategy: random conv / pool / deconv / upsample / eltwise / concat DAGs as Networks."""
+
+from __future__ import annotations
+
+from math import ceil
+
+from hypothesis import strategies as st
+
+from lgopt.network import Network, Op, Tensor, Weight, check_network
+from lgopt.ops import classify
+
+
+def _op(name, typ, ins, outs, attrs, weights=()):
+    local, h, n, why = classify(typ, attrs, [4] * len(ins), [4] * len(outs))
+    return Op(name, typ, tuple(ins), tuple(outs), tuple(weights), attrs, (), local, h, n, (name,), why)
+
+
+@st.composite
+def dags(draw, max_ops: int = 6, dtype: str = "f16"):
+    n = draw(st.integers(1, 3))
+    c = draw(st.sampled_from([3, 8, 16]))
+    h = draw(st.integers(6, 48))
+    w = draw(st.integers(1, 12))
+    tensors = {"x": Tensor("x", (n, c, h, w), dtype, (n, c, h, w))}
+    ops: list[Op] = []
+    avail = ["x"]
+    for i in range(draw(st.integers(1, max_ops))):
+        kind = draw(st.sampled_from(["conv", "conv", "pool", "deconv", "up", "add", "concat", "act"]))
+        src = draw(st.sampled_from(avail))
+        sn, sc, sh, sw = tensors[src].shape
+        out = f"t{i}"
+        name = f"op{i}"
+        if kind in ("conv", "pool"):
+            k = draw(st.integers(1, 5))
+            s = draw(st.integers(1, 3))
+            d = draw(st.integers(1, 2)) if kind == "conv" else 1
+            k_ext = (k - 1) * d + 1
+            pt = draw(st.integers(0, k_ext - 1))
+            pb = draw(st.integers(0, k_ext - 1))
+            ceil_mode = kind == "pool" and draw(st.booleans())
+            span = sh + pt + pb - k_ext
+            if span < 0:
+                continue
+            oh = (ceil(span / s) if ceil_mode else span // s) + 1
+            if ceil_mode and (oh - 1) * s >= sh + pt:
+                oh -= 1
+            attrs = {"kernel": (k, 1), "strides": (s, 1), "dilations": (d, 1), "pads": (pt, 0, pb, 0)}
+            if kind == "conv":
+                oc = draw(st.sampled_from([4, 8, 16]))
+                attrs["group"] = 1
+                op = _op(name, "Conv", [src], [out], attrs, [Weight(f"{name}.w", (oc, sc, k, 1), dtype, "filter")])
+                shape = (sn, oc, oh, sw)
+            else:
+                attrs["ceil_mode"] = int(ceil_mode)
+                op = _op(name, "MaxPool", [src], [out], attrs)
+                shape = (sn, sc, oh, sw)
+        elif kind == "deconv":
+            k = draw(st.integers(1, 4))
+            s = draw(st.integers(1, 3))
+            p = draw(st.integers(0, k - 1))
+            oh = (sh - 1) * s - 2 * p + k
+            if oh < 1:
+                continue
+            attrs = {"kernel": (k, 1), "strides": (s, 1), "dilations": (1, 1), "pads": (p, 0, p, 0), "group": 1}
+            op = _op(name, "ConvTranspose", [src], [out], attrs, [Weight(f"{name}.w", (sc, 4, k, 1), dtype, "filter")])
+            shape = (sn, 4, oh, sw)
+        elif kind == "up":
+            scale = draw(st.integers(2, 3))
+            mode = draw(st.sampled_from(["nearest", "linear"]))
+            coord = "asymmetric" if mode == "nearest" else draw(st.sampled_from(["half_pixel", "align_corners"]))
+            attrs = {"mode": mode, "coord": coord, "nearest_mode": "floor"}
+            op = _op(name, "Resize", [src], [out], attrs)
+            shape = (sn, sc, sh * scale, sw)
+        elif kind == "add":
+            same = [t for t in avail if tensors[t].shape == tensors[src].shape]
+            other = draw(st.sampled_from(same))
+            op = _op(name, "Add", [src, other], [out], {})
+            shape = tensors[src].shape
+        elif kind == "concat":
+            same = [t for t in avail if tensors[t].shape[2:] == (sh, sw) and tensors[t].n == sn]
+            other = draw(st.sampled_from(same))
+            op = _op(name, "Concat", [src, other], [out], {"axis": 1})
+            shape = (sn, sc + tensors[other].c, sh, sw)
+        else:
+            op = _op(name, "Relu", [src], [out], {})
+            shape = tensors[src].shape
+        tensors[out] = Tensor(out, shape, dtype, shape)
+        ops.append(op)
+        avail.append(out)
+    if not ops:
+        tensors["t0"] = Tensor("t0", (n, c, h, w), dtype, (n, c, h, w))
+        ops.append(_op("op0", "Relu", ["x"], ["t0"], {}))
+    consumed = {t for op in ops for t in op.inputs}
+    outputs = tuple(t for op in ops for t in op.outputs if t not in consumed)
+    return check_network(Network("random", tensors, tuple(ops), ("x",), outputs))
