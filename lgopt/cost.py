@@ -1,0 +1,207 @@
+"""Analytic cost model: TIU cycles from work and lane parallelism, GDMA cycles from bytes.
+
+Formulas and the source of each constant are in ``docs/cost-model.md``.  In
+short:
+
+* an op's TIU cycles are the work one lane does (its share of output channels,
+  H*W rounded up to whole EU vectors, input channels rounded up to the IC
+  parallelism) divided by what one lane does per cycle (``macs_per_lane`` for
+  the MAC array, ``eu_elems`` for the vector unit), plus a fixed issue cost;
+* a transfer's GDMA cycles are ``latency + bytes / (bandwidth / TIU clock)``
+  with GMEM-side (compact) bytes;
+* a timestep row costs ``max(TIU, GDMA)``; a group runs its table once per
+  slice with the software pipeline's fill and drain, every slice at its own
+  size; resident weights load once before the loop;
+* a global layer costs ``max(compute, load + store of all its operands)``.
+
+The same functions give the network's lower bound: all compute at full size
+with no halo, or every byte that must cross GMEM once, whichever is larger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from . import ops as opsem
+from .chip import Chip
+from .dtype import dtype_bytes
+from .layout import align_up, cdiv, channels_per_lane
+from .network import Network, Op
+from .plan import GroupPlan, Plan
+from .sizing import is_depthwise
+
+ISSUE_CYCLES = 30  # assumption: fixed cost to issue one TIU instruction (docs/cost-model.md)
+ACT_OPS_PER_ELEM = {"Sigmoid": 6, "SiLU": 7, "Tanh": 6, "Erf": 8, "HardSigmoid": 2, "HardSwish": 3, "PRelu": 2,
+                    "LeakyRelu": 2, "Relu": 1, "Clip": 1, "BatchNormalization": 2}
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """The part of an op one slice computes: batches and rows of its output and of input 0."""
+
+    n: int
+    out_h: int
+    in_h: int
+
+
+def tiu_cycles(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """Cycles the TIU spends on ``op`` for one slice (or the whole op)."""
+    out = net.tensor(op.outputs[0])
+    dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
+    eu = chip.eu_elems(dt)
+    cpl_out = channels_per_lane(out.c, chip.npu_num)
+    ohw = align_up(sl.out_h * out.w, eu)
+    t = op.type
+    if t in ("Conv", "ConvTranspose"):
+        f = next(w for w in op.weights if w.role == "filter")
+        kh, kw = f.shape[2], f.shape[3]
+        if is_depthwise(op):
+            work = sl.n * cpl_out * ohw * kh * kw
+            return ISSUE_CYCLES + cdiv(work, eu)
+        g = op.attrs.get("group", 1)
+        icg = f.shape[1] if t == "Conv" else f.shape[0] // g
+        ic_par = max(1, chip.ic_parallel // dtype_bytes(dt))
+        if t == "ConvTranspose":  # work scales with input pixels x full kernel
+            inp = net.tensor(op.inputs[0])
+            ohw = align_up(sl.in_h * inp.w, eu)
+        work = sl.n * cpl_out * ohw * align_up(icg, ic_par) * kh * kw
+        return ISSUE_CYCLES + cdiv(work, chip.macs_per_lane[dt])
+    if t in opsem.POOL_TYPES:
+        kh, kw = op.attrs["kernel"]
+        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
+    if t in opsem.GLOBAL_POOL_TYPES:
+        inp = net.tensor(op.inputs[0])
+        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * align_up(sl.in_h * inp.w, eu), eu)
+    if t == "Resize":
+        per = 4 if op.attrs.get("mode") == "linear" else 1
+        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * per, eu)
+    per = ACT_OPS_PER_ELEM.get(t, 1) + sum(ACT_OPS_PER_ELEM.get(a, 1) for a in op.fused)
+    if t == "Concat":
+        per = 1
+    return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * per, eu)
+
+
+def gdma_cycles(chip: Chip, nbytes: int) -> int:
+    return chip.gdma_latency_cycles + cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+
+
+def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int) -> int:
+    t = net.tensor(tensor)
+    return n_len * t.c * h_len * t.w * dtype_bytes(t.dtype)
+
+
+def weight_gmem_bytes(op: Op) -> int:
+    return sum(w.elems * (4 if w.role == "bias" else dtype_bytes(w.dtype)) for w in op.weights
+               if w.role not in ("mean", "var"))
+
+
+# --- global layers --------------------------------------------------------------------------------
+
+def _global_compute(chip: Chip, net: Network, op: Op) -> int:
+    outs = [net.tensor(t) for t in op.outputs]
+    dt = outs[0].dtype if outs and outs[0].dtype in chip.macs_per_lane else "f32"
+    if op.local:
+        o = outs[0]
+        i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
+        return tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
+    if op.type in ("Gemm", "MatMul") and op.inputs:
+        a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
+        k = a[-1] if a else 1
+        macs = sum(t.elems for t in outs) * k
+        return ISSUE_CYCLES + cdiv(macs, chip.npu_num * chip.macs_per_lane[dt])
+    elems = sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
+    return ISSUE_CYCLES + cdiv(elems, chip.npu_num * chip.eu_elems(dt))
+
+
+def global_layer_cost(chip: Chip, net: Network, op: Op) -> dict[str, int]:
+    moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
+    moved.append(weight_gmem_bytes(op))
+    traffic = sum(moved)
+    dma = sum(gdma_cycles(chip, b) for b in moved if b)
+    compute = _global_compute(chip, net, op)
+    return {"cycles": max(compute, dma), "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
+
+
+# --- groups ---------------------------------------------------------------------------------------
+
+def group_cost(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
+    """Cycles and GMEM traffic of a scheduled group, slice by slice through the pipeline."""
+    S = g.num_slices
+    T = len(g.rows)
+    windows = g.windows
+
+    def win(t: str, s: int) -> tuple[int, int]:
+        n0, n1, h0, h1 = windows[t][s]
+        return n1 - n0, h1 - h0
+
+    def transfer_bytes(name: str, kind: str, s: int) -> int:
+        if kind == "weight":
+            return weight_gmem_bytes(net.op(name))
+        if name in g.stores:
+            n0, n1, h0, h1 = g.stores[name][s]
+            return gmem_bytes(net, name, n1 - n0, h1 - h0)
+        return gmem_bytes(net, name, *win(name, s))
+
+    tiu = [[0] * T for _ in range(S)]
+    for s in range(S):
+        for r, row in enumerate(g.rows):
+            for name in row.ops:
+                op = net.op(name)
+                n, oh = win(op.outputs[0], s)
+                ih = win(op.inputs[0], s)[1] if op.inputs else oh
+                tiu[s][r] += tiu_cycles(chip, net, op, SliceShape(n, oh, ih))
+    total = 0
+    traffic = 0
+    tiu_total = 0
+    dma_total = 0
+    pre = 0
+    for name in g.preloads:
+        b = weight_gmem_bytes(net.op(name))
+        traffic += b
+        pre += gdma_cycles(chip, b)
+    total += pre
+    dma_total += pre
+    offset = {0: 1, 1: 0, 2: -1}  # a stage-k transfer in iteration i serves slice i + offset
+    for i in range(-1, S + 1):
+        for r, row in enumerate(g.rows):
+            t_cyc = tiu[i][r] if 0 <= i < S else 0
+            d_cyc = 0
+            for tr in row.loads + row.stores:
+                s = i + offset[tr.stage]
+                if 0 <= s < S:
+                    b = transfer_bytes(tr.name, tr.kind, s)
+                    traffic += b
+                    d_cyc += gdma_cycles(chip, b)
+            if t_cyc or d_cyc:
+                total += max(t_cyc, d_cyc)
+            tiu_total += t_cyc
+            dma_total += d_cyc
+    return {"cycles": total, "tiu_cycles": tiu_total, "gdma_cycles": dma_total, "traffic_bytes": traffic}
+
+
+def plan_cost(chip: Chip, net: Network, plan: Plan) -> dict[str, int]:
+    cycles = traffic = 0
+    for kind, v in plan.steps:
+        c = group_cost(chip, net, plan.groups[v]) if kind == "group" else global_layer_cost(chip, net, net.op(v))
+        cycles += c["cycles"]
+        traffic += c["traffic_bytes"]
+    return {"cycles": cycles, "traffic_bytes": traffic}
+
+
+def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
+    """No plan beats this: full-size compute with no halo and one GDMA stream of the unavoidable bytes."""
+    compute = sum(_global_compute(chip, net, op) for op in net.ops)
+    must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
+    must += sum(weight_gmem_bytes(op) for op in net.ops)
+    # global layers move all their operands no matter what
+    for op in net.ops:
+        if not op.local:
+            must += sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs
+                        if t not in net.inputs and t not in net.outputs)
+    dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+    return {"cycles": max(compute, dma), "compute_cycles": compute, "traffic_bytes": must}
+
+
+def cost_summary(costs: Mapping[str, int]) -> str:
+    return f"{costs['cycles']:,} cycles, {costs['traffic_bytes'] / 1e6:.2f} MB GMEM traffic"
