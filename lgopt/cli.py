@@ -8,6 +8,7 @@ exit status 1; an lgopt bug is one line naming it and exit status 3
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -103,6 +104,61 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_solve(args: argparse.Namespace) -> int:
+    import time
+
+    from .network import with_batch
+    from .plan import save_plan
+    from .report import collapse_globals, group_table, summary
+    from .search import SearchSettings, greedy, stderr_progress
+    from .verify import verify_plan
+
+    net = _load_model(args, args.model)
+    if args.batch:
+        net = with_batch(net, args.batch)
+    chip = _chip(args)
+    if not 0 <= args.h_ratio:
+        raise LgoptError(f"--h-ratio must not be negative, got {args.h_ratio}")
+    settings = SearchSettings(h_ratio=args.h_ratio, bank_rule=args.bank_rule)
+    t0 = time.perf_counter()
+    progress = None if args.json else stderr_progress
+    if args.strategy == "greedy":
+        plan = greedy(net, chip, settings, progress)
+    else:  # pragma: no cover - argparse restricts the choices
+        raise LgoptError(f"unknown strategy {args.strategy!r}")
+    seconds = round(time.perf_counter() - t0, 3)
+    if progress and sys.stderr.isatty():
+        print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
+    violations = verify_plan(net, plan)
+    if violations:  # a plan that breaks a constraint is an lgopt bug, whoever built it
+        raise RuntimeError(f"the {args.strategy} plan fails verification: {violations[0]}")
+    if args.output:
+        save_plan(plan, args.output)
+    s = summary(net, plan, seconds)
+    s["verified"] = True
+    if args.json:
+        print(json.dumps(s))
+        return 0
+    df = collapse_globals(group_table(net, plan))
+    print(df.to_string(index=False, na_rep="-"))
+    print(f"\n{s['model']} on {s['chip']} ({args.strategy}): {s['cycles']:,} cycles ({s['time_ms']} ms), "
+          f"{s['traffic_bytes'] / 1e6:.2f} MB GMEM traffic, {s['groups']} groups, {s['global_layers']} global layers")
+    print(f"lower bound {s['lower_bound_cycles']:,} cycles, {s['lower_bound_traffic_bytes'] / 1e6:.2f} MB: "
+          f"plan is {s['ratio_to_lower_bound']:.3f}x the bound; verified OK; {seconds:.2f} s"
+          + (f"; plan written to {args.output}" if args.output else ""))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .plan import load_plan
+    from .report import draw_group
+
+    plan = load_plan(args.plan)
+    out = draw_group(plan, args.group, args.output)
+    print(f"group {args.group} of {plan.model}: {out}")
+    return 0
+
+
 def cmd_chips(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -136,6 +192,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="list every violation, not just the first")
     _model_args(s)
     s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("solve", help="group, slice and allocate a model; write a verified plan")
+    s.add_argument("model")
+    _chip_args(s)
+    s.add_argument("--strategy", default="greedy", choices=["greedy"])
+    s.add_argument("-o", "--output", help="plan file to write")
+    s.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    s.add_argument("--batch", type=int, help="solve at this batch size")
+    s.add_argument("--h-ratio", type=float, default=0.5, help="h/2 rule ratio (default 0.5)")
+    s.add_argument("--bank-rule", default="soft", choices=["soft", "hard", "off"])
+    _model_args(s)
+    s.set_defaults(func=cmd_solve)
+
+    s = sub.add_parser("show", help="draw a group's LMEM allocation (timesteps x addresses)")
+    s.add_argument("plan")
+    s.add_argument("--group", type=int, default=0)
+    s.add_argument("-o", "--output", default="group.png")
+    s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("chips", help="list chip presets, or one chip's parameters and their sources")
     s.add_argument("--chip", default=None)

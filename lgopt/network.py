@@ -175,6 +175,23 @@ def to_nchw(shape: Iterable[int]) -> Shape4:
     return (s[0], s[1], mid, s[-1])
 
 
+def with_batch(net: Network, batch: int) -> Network:
+    """The same network at another batch size: every tensor carrying the input batch scales with it."""
+    from dataclasses import replace
+
+    if batch < 1:
+        raise LgoptError(f"batch must be at least 1, got {batch}")
+    old = max((net.tensors[t].n for t in net.inputs), default=1)
+    tensors = {}
+    for name, t in net.tensors.items():
+        if t.n == old and t.orig_shape and t.orig_shape[0] == old:
+            orig = (batch,) + tuple(t.orig_shape[1:])
+            tensors[name] = replace(t, shape=(batch,) + t.shape[1:], orig_shape=orig)
+        else:
+            tensors[name] = t
+    return replace(net, tensors=tensors)
+
+
 def check_network(net: Network) -> Network:
     """Structural sanity: unique names, every consumed tensor produced once, ops topologically ordered."""
     seen_ops: set[str] = set()
