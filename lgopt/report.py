@@ -95,7 +95,7 @@ def draw_group(plan: Plan, k: int, path: str | Path, title: str | None = None) -
     chip = chip_from_dict(plan.chip)
     T = len(g.rows)
     colors = {"activation": "#4c8bd6", "weight": "#e0a030", "scratch": "#9a9a9a"}
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * T + 3), 6))
+    fig, ax = plt.subplots(figsize=(max(7, 0.6 * T + 4), 6))
     top = max([b.offset + b.size for b in g.buffers] + [1])
     for b in g.buffers:
         spans = [(0, T)] if b.resident else (
@@ -116,7 +116,7 @@ def draw_group(plan: Plan, k: int, path: str | Path, title: str | None = None) -
     ax.set_xlabel("timestep (rows of the pipelined table)")
     ax.set_ylabel(f"LMEM offset per lane (bytes; banks of {bank} B)")
     handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in colors.values()]
-    ax.legend(handles, list(colors), loc="upper right", fontsize=8)
+    ax.legend(handles, list(colors), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.set_title(title or f"{plan.model} on {chip.name}: group {k} ({len(g.ops)} ops, N/H slices "
                            f"{g.n_slices}/{g.h_slices}, peak {g.cost.get('lmem_peak', top)} B)", fontsize=9)
     fig.tight_layout()

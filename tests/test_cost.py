@@ -1,0 +1,61 @@
+"""The cost model on small cases computed by hand (docs/cost-model.md)."""
+
+from lgopt.build import try_group
+from lgopt.chip import get_chip
+from lgopt.cost import SliceShape, gdma_cycles, group_cost, lower_bound, tiu_cycles
+from lgopt.network import Network, Tensor, Weight, check_network
+
+from dags import _op
+
+CHIP = get_chip("bm1684x")  # 64 lanes, EU 64 B (32 f16), IC_PAR 32 f16, 128 f16 MACs/lane/cycle, 64 B/cycle
+
+
+def _conv_net():
+    t = {"x": Tensor("x", (1, 16, 8, 8), "f16", (1, 16, 8, 8)), "y": Tensor("y", (1, 32, 8, 8), "f16", (1, 32, 8, 8))}
+    op = _op("conv", "Conv", ["x"], ["y"], {"kernel": (3, 3), "strides": (1, 1), "dilations": (1, 1),
+                                           "pads": (1, 1, 1, 1), "group": 1},
+             [Weight("w", (32, 16, 3, 3), "f16", "filter"), Weight("b", (32,), "f16", "bias")])
+    return check_network(Network("c", t, (op,), ("x",), ("y",)))
+
+
+def test_conv_tiu_by_hand():
+    net = _conv_net()
+    # 30 + 1 batch * cpl(32)=1 * A(64, 32)=64 * A(16, 32)=32 * 9 / 128 = 30 + 144
+    assert tiu_cycles(CHIP, net, net.ops[0], SliceShape(1, 8, 8)) == 174
+    # half the rows: A(32, 32) = 32 -> 30 + 72
+    assert tiu_cycles(CHIP, net, net.ops[0], SliceShape(1, 4, 6)) == 102
+
+
+def test_gdma_by_hand():
+    assert gdma_cycles(CHIP, 2048) == 300 + 32  # 2048 B at 64 B/cycle plus latency
+    assert gdma_cycles(CHIP, 1) == 301
+
+
+def test_unsliced_group_by_hand():
+    """fill: load x (332) + weights (9216 + 128 bias bytes: 300 + 146); T0: conv 174; T1: store y (364)."""
+    net = _conv_net()
+    g, why = try_group(net, CHIP, ["conv"], 1, 1)
+    assert g is not None, why
+    c = group_cost(CHIP, net, g)
+    assert c["traffic_bytes"] == 2048 + 9344 + 4096
+    assert c["cycles"] == 332 + 446 + 174 + 364
+    assert c["tiu_cycles"] == 174
+
+
+def test_sliced_group_counts_halo_and_weights_once():
+    net = _conv_net()
+    g, why = try_group(net, CHIP, ["conv"], 1, 2)
+    assert g is not None, why
+    c = group_cost(CHIP, net, g)
+    # x slices hold rows 0:5 and 3:8 (one halo row each side): 2 * 5 rows * 16 ch * 8 * 2 B
+    assert c["traffic_bytes"] == 2 * (5 * 16 * 8 * 2) + 9344 + 4096
+    assert c["tiu_cycles"] == 2 * 102
+
+
+def test_lower_bound_below_plans():
+    net = _conv_net()
+    lb = lower_bound(CHIP, net)
+    assert lb["traffic_bytes"] == 2048 + 4096 + 9344
+    for h in (1, 2):
+        g, _ = try_group(net, CHIP, ["conv"], 1, h)
+        assert group_cost(CHIP, net, g)["cycles"] >= lb["cycles"]

@@ -1,0 +1,92 @@
+"""Seed "Dividing the Mem Cycle" examples and the pipelined table's invariants."""
+
+from lgopt.build import schedule, try_group
+from lgopt.chip import get_chip
+from lgopt.network import Network, Tensor, Weight, check_network
+from lgopt.plan import Buffer
+
+from dags import _op
+
+CHIP = get_chip("bm1684x")
+
+
+def _chain(kinds, h=32):
+    """x -> op0 -> t0 -> op1 -> ...; 'c' is a weighted 3x3 conv, 'r' a Relu."""
+    tensors = {"x": Tensor("x", (1, 16, h, 16), "f16", (1, 16, h, 16))}
+    ops, src = [], "x"
+    for i, k in enumerate(kinds):
+        out = f"t{i}"
+        tensors[out] = Tensor(out, (1, 16, h, 16), "f16", (1, 16, h, 16))
+        if k == "c":
+            ops.append(_op(f"op{i}", "Conv", [src], [out], {"kernel": (3, 3), "strides": (1, 1), "dilations": (1, 1),
+                                                            "pads": (1, 1, 1, 1), "group": 1},
+                           [Weight(f"w{i}", (16, 16, 3, 3), "f16", "filter")]))
+        else:
+            ops.append(_op(f"op{i}", "Relu", [src], [out], {}))
+        src = out
+    return check_network(Network("chain", tensors, tuple(ops), ("x",), (src,)))
+
+
+def test_lifetime_t2_t7_means_rows_2_to_7():
+    """[T2,T7]: requested at the beginning of T2, released at the end of T7."""
+    assert Buffer(0, "activation", "a", 64, 2, 7).rows(10) == {2, 3, 4, 5, 6, 7}
+    assert Buffer(0, "activation", "a", 64, 8, 1).rows(10) == {8, 9, 0, 1}  # wraps past the last row
+    assert Buffer(0, "weight", "w", 64, 0, 0, resident=True).rows(10) == set(range(10))
+
+
+def test_w4_loaded_while_the_previous_conv_computes():
+    """Unsliced: w4 (used at T5) is not loaded at T4 but alongside the conv at T2: lifetime [T2, T5]."""
+    net = _chain("rrcrrc")
+    g = schedule(net, CHIP, [op.name for op in net.ops], 1, 1)
+    w = {b.name: b for b in g.buffers if b.kind == "weight"}
+    assert (w["op5"].start, w["op5"].end) == (2, 5)
+    assert (w["op2"].start, w["op2"].end) == (1, 2)  # the first weight: one row before its use
+    assert not g.preloads
+    loads = {t.name: r for r, row in enumerate(g.rows) for t in row.loads}
+    assert loads["op5"] == 2 and loads["op2"] == 1
+
+
+def test_weights_resident_when_sliced():
+    """Sliced: weights do not reload per slice; their end is corrected to +infinity (all rows)."""
+    net = _chain("rrcrrc")
+    g = schedule(net, CHIP, [op.name for op in net.ops], 1, 2)
+    ws = [b for b in g.buffers if b.kind == "weight"]
+    assert ws and all(b.resident and b.rows(len(g.rows)) == set(range(len(g.rows))) for b in ws)
+    assert set(g.preloads) == {"op2", "op5"}
+    assert not any(t.kind == "weight" for row in g.rows for t in row.loads)
+
+
+def test_three_stage_pipeline_shape():
+    """Next slice's first loads ride with the last op; the last op's result is stored during the first op."""
+    net = _chain("crrc")
+    g = schedule(net, CHIP, [op.name for op in net.ops], 1, 2)
+    assert [r.ops for r in g.rows] == [("op0",), ("op1",), ("op2",), ("op3",)]
+    assert [(t.name, t.stage) for t in g.rows[-1].loads] == [("x", 0)]
+    assert [(t.name, t.stage) for t in g.rows[0].stores] == [("t3", 2)]
+    buf = {b.name: b for b in g.buffers}
+    assert (buf["x"].start, buf["x"].end) == (3, 0)  # wraps: loaded in T3 of the previous iteration
+    assert (buf["t3"].start, buf["t3"].end) == (3, 0)  # produced in T3, stored in T0 of the next
+    assert (buf["t1"].start, buf["t1"].end) == (1, 2)
+
+
+def test_single_op_group_gets_a_tail_row():
+    net = _chain("c")
+    g = schedule(net, CHIP, ["op0"], 1, 2)
+    assert len(g.rows) == 2 and g.rows[1].ops == ()
+    assert [t.name for t in g.rows[1].loads] == ["x"] and [t.name for t in g.rows[1].stores] == ["t0"]
+
+
+def test_buffer_ids_breadth_first():
+    net = _chain("crrc")
+    g = schedule(net, CHIP, [op.name for op in net.ops], 1, 1)
+    assert [b.id for b in g.buffers] == list(range(len(g.buffers)))
+    order = [b.name for b in g.buffers]
+    assert order.index("x") < order.index("t0") < order.index("t1") < order.index("t2") < order.index("t3")
+
+
+def test_group_places_and_records_peak():
+    net = _chain("crrc")
+    g, why = try_group(net, CHIP, [op.name for op in net.ops], 1, 1)
+    assert g is not None, why
+    assert g.cost["lmem_peak"] == max(b.offset + b.size for b in g.buffers)
+    assert all(b.offset % CHIP.eu_bytes == 0 for b in g.buffers)
