@@ -62,10 +62,28 @@ def _clamp(lo: int, hi: int, size: int) -> Window:
 
 
 def _sliding_window_rows(out: Window, kernel: int, stride: int, dilation: int, pad: int, in_h: int) -> Window:
-    """Rows a conv/pool reads for output rows ``out``: [a*s - p, (b-1)*s - p + k_ext)."""
+    """Rows a conv/pool reads for output rows ``out``: taps ``o*s - p + i*d``, i < kernel.
+
+    The ends are exact: with dilation a tap that falls in the padding does not
+    pull in the rows between it and the last real tap, so the extreme rows are
+    searched among the first and last ``k_ext`` output rows (a bounded loop).
+    """
     a, b = out
     k_ext = (kernel - 1) * dilation + 1
-    return _clamp(a * stride - pad, (b - 1) * stride - pad + k_ext, in_h)
+    lo, hi = in_h, -1
+    for o in range(a, min(b, a + k_ext + 1)):
+        first = o * stride - pad
+        i = 0 if first >= 0 else -(first // dilation)  # first tap at or below row 0
+        if i < kernel and 0 <= first + i * dilation < in_h:
+            lo = min(lo, first + i * dilation)
+    for o in range(b - 1, max(a, b - k_ext - 1) - 1, -1):
+        first = o * stride - pad
+        i = min(kernel - 1, (in_h - 1 - first) // dilation) if first <= in_h - 1 else -1
+        if i >= 0 and first + i * dilation >= 0:
+            hi = max(hi, first + i * dilation)
+    if hi < lo:
+        return (0, 0)
+    return lo, hi + 1
 
 
 def _deconv_rows(out: Window, kernel: int, stride: int, dilation: int, pad: int, in_h: int) -> Window:

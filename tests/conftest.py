@@ -17,3 +17,13 @@ def fixtures_dir() -> Path:
     if not (FIXTURES / "onnx").is_dir():
         pytest.skip("shared/fixtures not beside the checkout")
     return FIXTURES
+
+
+# CI replays a fixed set of examples so a red run is reproducible; locally hypothesis explores.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("deep", max_examples=2000, deadline=None)
+import os  # noqa: E402
+
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))
