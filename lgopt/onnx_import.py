@@ -417,8 +417,8 @@ class _Builder:
         inputs = tuple(i.name for i in self.g.input if i.name not in self.inits)
         outputs = tuple(dict.fromkeys(self.res(o.name) for o in self.g.output))
         tensors: dict[str, Tensor] = {}
-        needed = set(inputs) | set(outputs) | {t for op in ops for t in op.inputs + op.outputs}
-        for t in needed:
+        needed = dict.fromkeys(list(inputs) + [t for op in ops for t in op.inputs + op.outputs] + list(outputs))
+        for t in needed:  # ordered: problem files must not depend on the hash seed
             shp = self.shape(t)
             dt = self._dt(self.info.get(t, (None, "f32"))[1])
             tensors[t] = Tensor(t, to_nchw(shp), dt, tuple(shp))
