@@ -90,3 +90,17 @@ def test_group_places_and_records_peak():
     assert g is not None, why
     assert g.cost["lmem_peak"] == max(b.offset + b.size for b in g.buffers)
     assert all(b.offset % CHIP.eu_bytes == 0 for b in g.buffers)
+
+
+def test_scratch_buffers_live_in_their_row():
+    """A table activation (SiLU) needs scratch (reference s6): two EU-aligned input copies plus a table."""
+    from lgopt.sizing import scratch_bytes
+
+    tensors = {n: Tensor(n, (1, 64, 8, 8), "f16", (1, 64, 8, 8)) for n in ("x", "y")}
+    net = check_network(Network("s", tensors, (_op("act", "SiLU", ["x"], ["y"], {}),), ("x",), ("y",)))
+    # one channel per lane, 64 f16 values = 128 B per copy, two copies + align(32 * 2, 64)
+    assert scratch_bytes(CHIP, net, net.ops[0], (1, 8), (1, 8)) == 2 * 128 + 64
+    g = schedule(net, CHIP, ["act"], 1, 2)
+    sc = [b for b in g.buffers if b.kind == "scratch"]
+    assert len(sc) == 1 and (sc[0].start, sc[0].end) == (0, 0)
+    assert sc[0].size == 2 * 64 + 64  # the largest of two 4-row slices: 4*8*2 = 64 B per copy
