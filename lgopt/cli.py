@@ -120,12 +120,18 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if not 0 <= args.h_ratio:
         raise LgoptError(f"--h-ratio must not be negative, got {args.h_ratio}")
     settings = SearchSettings(h_ratio=args.h_ratio, bank_rule=args.bank_rule)
+    if args.time_limit <= 0 or args.workers < 1:
+        raise LgoptError("--time-limit must be positive and --workers at least 1")
     t0 = time.perf_counter()
     progress = None if args.json else stderr_progress
     if args.strategy == "greedy":
         plan = greedy(net, chip, settings, progress)
-    else:  # pragma: no cover - argparse restricts the choices
-        raise LgoptError(f"unknown strategy {args.strategy!r}")
+    else:
+        from .cpsat import CpsatSettings, optimise
+
+        plan = optimise(net, chip, settings, CpsatSettings(objective=args.objective, time_limit=args.time_limit,
+                                                           workers=args.workers, seed=args.seed,
+                                                           formulation=args.formulation), progress)
     seconds = round(time.perf_counter() - t0, 3)
     if progress and sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
@@ -143,9 +149,35 @@ def cmd_solve(args: argparse.Namespace) -> int:
     print(df.to_string(index=False, na_rep="-"))
     print(f"\n{s['model']} on {s['chip']} ({args.strategy}): {s['cycles']:,} cycles ({s['time_ms']} ms), "
           f"{s['traffic_bytes'] / 1e6:.2f} MB GMEM traffic, {s['groups']} groups, {s['global_layers']} global layers")
+    if plan.strategy == "cpsat":
+        sv = plan.solver
+        print(f"cpsat: {plan.status} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, best bound "
+              f"{sv['bound']:,}, gap {100 * sv['gap']:.2f}% over {sv.get('space', 'the candidate space')}")
     print(f"lower bound {s['lower_bound_cycles']:,} cycles, {s['lower_bound_traffic_bytes'] / 1e6:.2f} MB: "
           f"plan is {s['ratio_to_lower_bound']:.3f}x the bound; verified OK; {seconds:.2f} s"
           + (f"; plan written to {args.output}" if args.output else ""))
+    return 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from .chip import parse_size
+    from .pack import check_packing, pack, peak_live_bytes, read_csv, write_csv
+
+    items = read_csv(args.csv)
+    capacity = parse_size(args.capacity)
+    res = pack(items, capacity, align=args.align, minimize="peak" if args.min_peak else "none",
+               time_limit=args.time_limit, workers=args.workers, seed=args.seed)
+    if not res.found:
+        print(f"{args.csv}: {len(items)} buffers, capacity {capacity}: {res.status} after {res.seconds:.2f} s "
+              f"(peak live bytes {peak_live_bytes(items, args.align)})")
+        return 1
+    problem = check_packing(items, res.offsets, capacity, args.align)
+    if problem:  # the packer's answer is checked independently before it is written
+        raise RuntimeError(f"packer produced an invalid packing: {problem}")
+    out = args.output or str(args.csv).rsplit(".", 1)[0] + ".out.csv"
+    write_csv(out, items, res.offsets)
+    print(f"{args.csv}: {len(items)} buffers packed into {res.peak} of {capacity} bytes ({res.status}) in "
+          f"{res.seconds:.2f} s -> {out}")
     return 0
 
 
@@ -196,7 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("solve", help="group, slice and allocate a model; write a verified plan")
     s.add_argument("model")
     _chip_args(s)
-    s.add_argument("--strategy", default="greedy", choices=["greedy"])
+    s.add_argument("--strategy", default="greedy", choices=["greedy", "cpsat"])
+    s.add_argument("--objective", default="cycles", choices=["cycles", "traffic"], help="what cpsat minimises")
+    s.add_argument("--time-limit", type=float, default=60.0, help="cpsat wall-clock seconds (default 60)")
+    s.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
+    s.add_argument("--formulation", default="auto", choices=["auto", "monolithic", "decomposed"])
     s.add_argument("-o", "--output", help="plan file to write")
     s.add_argument("--json", action="store_true", help="print a machine-readable summary")
     s.add_argument("--batch", type=int, help="solve at this batch size")
@@ -204,6 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bank-rule", default="soft", choices=["soft", "hard", "off"])
     _model_args(s)
     s.set_defaults(func=cmd_solve)
+
+    s = sub.add_parser("pack", help="exact static allocation of a CSV of buffers (id,lower,upper,size)")
+    s.add_argument("csv")
+    s.add_argument("--capacity", required=True, help="bytes available, e.g. 256K")
+    s.add_argument("--align", type=int, default=1)
+    s.add_argument("--min-peak", action="store_true", help="also minimise the highest address used")
+    s.add_argument("--time-limit", type=float, default=60.0, help="CP-SAT deterministic time (about seconds)")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("-o", "--output", help="CSV to write (default: CSV name with .out.csv)")
+    s.set_defaults(func=cmd_pack)
 
     s = sub.add_parser("show", help="draw a group's LMEM allocation (timesteps x addresses)")
     s.add_argument("plan")

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
-
 from .chip import Chip
 from .network import Network
 from .plan import Buffer, GroupPlan, Row, Transfer
@@ -55,9 +53,15 @@ def interval(events: list[Event], num_rows: int, name: str) -> tuple[int, int]:
 
 
 def _breadth_first_ops(net: Network, ops: tuple[str, ...]) -> list[str]:
-    sub = net.graph.subgraph(ops)
-    order = net.op_index
-    return [n for gen in nx.topological_generations(sub) for n in sorted(gen, key=order.__getitem__)]
+    """Ops by depth from the group's inputs (a breadth-first layering), ties in network order."""
+    depth: dict[str, int] = {}
+    producer_in_group: dict[str, str] = {}
+    for name in ops:
+        op = net.op(name)
+        depth[name] = 1 + max((depth[producer_in_group[t]] for t in op.inputs if t in producer_in_group), default=-1)
+        for t in op.outputs:
+            producer_in_group[t] = name
+    return sorted(ops, key=lambda n: (depth[n], net.op_index[n]))
 
 
 def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], num_rows: int

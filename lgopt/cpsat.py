@@ -1,0 +1,366 @@
+"""The CP-SAT LayerGroup optimiser.
+
+Two formulations of one problem (choose groups, their N/H slice counts and the
+LMEM offset of every buffer; minimise cycles or GMEM traffic):
+
+* **monolithic** (small networks): one CP-SAT model.  A Boolean per candidate
+  (interval x slicing), every op covered exactly once, and for every candidate
+  the offsets of its buffers as variables in a ``NoOverlap2D`` whose
+  rectangles are present only when the candidate is chosen.
+* **decomposed** (any size): a master CP-SAT model over intervals (group
+  boundaries) whose slicing and packing are settled per interval by
+  :class:`~lgopt.candidates.CandidateSpace`.  Intervals start with a valid
+  lower bound as their cost and are evaluated lazily, only when the master
+  picks them; an interval none of whose slicings packs is cut from the master
+  (a logic-based Benders cut).  When every interval of the master's optimum is
+  evaluated, the master's objective equals a real plan's cost: optimal over
+  the candidate space (see :mod:`lgopt.candidates` for its extent).
+
+Both start from the greedy plan (solution hints) and never return anything
+worse; both report status, objective, best bound and gap.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ortools.sat.python import cp_model
+
+from .build import assemble
+from .candidates import INF, CandidateSpace
+from .chip import Chip
+from .network import Network
+from .plan import GroupPlan, Plan
+from .search import SearchSettings, finish, greedy
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CpsatSettings:
+    objective: str = "cycles"  # cycles | traffic
+    time_limit: float = 60.0  # wall seconds for the whole optimisation
+    workers: int = 2
+    seed: int = 0
+    formulation: str = "auto"  # auto | monolithic | decomposed
+    monolithic_max_ops: int = 10
+    pack_time: float = 2.0  # CP-SAT deterministic time per exact packing
+
+
+def _solver(st: CpsatSettings, seconds: float) -> cp_model.CpSolver:
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = st.workers
+    s.parameters.random_seed = st.seed
+    s.parameters.interleave_search = st.workers > 1  # deterministic for a given seed and worker count
+    s.parameters.max_time_in_seconds = max(0.05, seconds)
+    return s
+
+
+def _plan_value(plan: Plan, objective: str) -> int:
+    return int(plan.cost["cycles"] if objective == "cycles" else plan.cost["traffic_bytes"])
+
+
+def _greedy_intervals(net: Network, plan: Plan) -> list[tuple[int, int]]:
+    idx = net.op_index
+    return [(idx[g.ops[0]], idx[g.ops[-1]]) for g in plan.groups]
+
+
+def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings(),
+             st: CpsatSettings = CpsatSettings(), progress: Progress | None = None) -> Plan:
+    t0 = time.perf_counter()
+    base = greedy(net, chip, search)
+    n_local = sum(op.local for op in net.ops)
+    form = st.formulation
+    if form == "auto":
+        form = "monolithic" if n_local <= st.monolithic_max_ops else "decomposed"
+    if form == "monolithic":
+        plan = _monolithic(net, chip, search, st, base, t0, progress)
+    else:
+        plan = _decomposed(net, chip, search, st, base, t0, progress)
+    return plan
+
+
+def _result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, groups: list[GroupPlan],
+            base: Plan, bound: int, status: str, t0: float, extra: dict) -> Plan:
+    plan = assemble(net, chip, groups, "cpsat", h_ratio=search.h_ratio, bank_rule=search.bank_rule)
+    plan = finish(chip, net, plan)
+    value = _plan_value(plan, st.objective)
+    if value > _plan_value(base, st.objective):  # never worse than greedy
+        plan, value = base, _plan_value(base, st.objective)
+        status = "feasible" if status == "optimal" else status
+    gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
+    if status == "optimal" and gap > 1e-9:
+        status = "feasible"
+    solver = {"seconds": round(time.perf_counter() - t0, 3), "objective": st.objective, "value": value,
+              "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "workers": st.workers,
+              "seed": st.seed, **extra}
+    return replace(plan, strategy="cpsat", status=status, solver=solver)
+
+
+# --- decomposed: master over intervals, lazy interval evaluation, Benders cuts --------------------
+
+def _paths(n_ops: int, starts: dict[int, list[tuple[int, int]]], cost: dict[tuple[int, int], int],
+           single: list[int]) -> tuple[list[float], list[float]]:
+    """Cheapest cost to reach each op boundary from the start, and from it to the end.
+
+    The segmentation is a path over op boundaries 0..n; an interval [i, j] is an
+    edge i -> j+1, a global layer an edge k -> k+1.  These distances price each
+    interval (reduced-cost fixing): an interval whose best completion exceeds a
+    known plan cannot be in an optimal solution, so it need not be evaluated.
+    """
+    inf = float("inf")
+    fwd = [inf] * (n_ops + 1)
+    fwd[0] = 0
+    for p in range(n_ops):
+        if fwd[p] == inf:
+            continue
+        fwd[p + 1] = min(fwd[p + 1], fwd[p] + single[p])
+        for iv in starts.get(p, ()):
+            c = cost.get(iv)
+            if c is not None:
+                fwd[iv[1] + 1] = min(fwd[iv[1] + 1], fwd[p] + c)
+    bwd = [inf] * (n_ops + 1)
+    bwd[n_ops] = 0
+    for p in range(n_ops - 1, -1, -1):
+        best = single[p] + bwd[p + 1]
+        for iv in starts.get(p, ()):
+            c = cost.get(iv)
+            if c is not None:
+                best = min(best, c + bwd[iv[1] + 1])
+        bwd[p] = best
+    return fwd, bwd
+
+
+def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
+                progress: Progress | None) -> Plan:
+    space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed)
+    intervals = space.intervals()
+    lb = {iv: space.lower_bound(*iv) for iv in intervals}
+    n_ops = len(net.ops)
+    local = [k for k, op in enumerate(net.ops) if op.local]
+    single = [space.global_value(k) for k in range(n_ops)]
+    gval = {k: single[k] for k in local}
+    fixed = sum(single[k] for k, op in enumerate(net.ops) if not op.local)
+    starts: dict[int, list[tuple[int, int]]] = {}
+    covering: dict[int, list[tuple[int, int]]] = {k: [] for k in local}
+    for iv in intervals:
+        starts.setdefault(iv[0], []).append(iv)
+        for k in range(iv[0], iv[1] + 1):
+            covering[k].append(iv)
+    for iv in _greedy_intervals(net, base):
+        space.evaluate(*iv)
+    deadline = t0 + st.time_limit
+    rounds = 0
+
+    def costs(with_bounds: bool) -> dict[tuple[int, int], int]:
+        out = {}
+        for iv in intervals:
+            ev = space.evaluated.get(iv)
+            if ev is None:
+                if with_bounds:
+                    out[iv] = lb[iv]
+            else:
+                v = ev.bound if with_bounds else ev.cost
+                if v < INF:
+                    out[iv] = v
+        return out
+
+    # 1. price intervals and evaluate those that could still beat the best known plan
+    while time.perf_counter() < deadline:
+        rounds += 1
+        fwd, bwd = _paths(n_ops, starts, costs(True), single)
+        upper = _paths(n_ops, starts, costs(False), single)[0][n_ops]
+        todo = sorted((fwd[iv[0]] + lb[iv] + bwd[iv[1] + 1], iv) for iv in intervals
+                      if iv not in space.evaluated and fwd[iv[0]] + lb[iv] + bwd[iv[1] + 1] < upper)
+        if progress:
+            progress(f"cpsat: round {rounds}: bound {fwd[n_ops]:,.0f}, best {upper:,.0f}, "
+                     f"{len(space.evaluated)} intervals evaluated, {len(todo)} to price")
+        if not todo:
+            break
+        for _, iv in todo:
+            if time.perf_counter() > deadline:
+                break
+            space.evaluate(*iv)
+
+    # 2. the master: CP-SAT over every interval (evaluated cost, or its lower bound if never priced in)
+    status, bound, best_groups, iterations = "time_limit", 0, None, 0
+    while True:
+        iterations += 1
+        remaining = max(1.0, deadline - time.perf_counter())
+        m = cp_model.CpModel()
+        x = {}
+        terms = []
+        primal = costs(False)
+        for iv in intervals:
+            ev = space.evaluated.get(iv)
+            c = lb[iv] if ev is None else (ev.cost if ev.cost < INF else None)
+            if c is None:
+                continue  # Benders cut: no slicing of this interval packs
+            x[iv] = m.new_bool_var(f"g{iv[0]}_{iv[1]}")
+            terms.append(c * x[iv])
+        gl = {k: m.new_bool_var(f"gl{k}") for k in local}
+        for k in local:
+            m.add_exactly_one([x[iv] for iv in covering[k] if iv in x] + [gl[k]])
+            terms.append(gval[k] * gl[k])
+        m.minimize(sum(terms) + fixed)
+        hint = set(_greedy_intervals(net, base))
+        for iv, v in x.items():
+            m.add_hint(v, iv in hint)
+        for k in local:
+            m.add_hint(gl[k], not any(iv[0] <= k <= iv[1] for iv in hint))
+        solver = _solver(st, remaining)
+        res = solver.solve(m)
+        if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        bound = max(bound, int(solver.best_objective_bound))
+        chosen = sorted(iv for iv in x if solver.value(x[iv]))
+        fresh = [iv for iv in chosen if iv not in space.evaluated]
+        if not fresh:
+            best_groups = [space.materialize(*iv) for iv in chosen]
+            status = "optimal" if res == cp_model.OPTIMAL else "time_limit"
+            break
+        if time.perf_counter() > deadline:
+            break
+        for iv in fresh:
+            space.evaluate(*iv)
+        del primal
+    if best_groups is None:  # time ran out: the best plan over evaluated intervals only
+        best_groups = _best_evaluated(space, intervals, local, gval, fixed, st, base)
+    unknown = sum(1 for ev in space.evaluated.values() if ev.bound < ev.cost)
+    if unknown:
+        bound = min(bound, _bound_with_unknowns(space, intervals, lb, local, gval, fixed, st, covering))
+    extra = {"formulation": "decomposed", "pricing_rounds": rounds, "master_iterations": iterations,
+             "intervals": len(intervals), "intervals_evaluated": len(space.evaluated),
+             "distinct_evaluations": space.evaluations, "unknown_packings": unknown,
+             "space": "contiguous runs of the topological order up to "
+             f"{search.max_group_ops} ops; N slices 1..batch/unit; H slices up to the first that breaks a slicing "
+             f"rule (<= {search.max_h_slices}); lgopt's pipelined timestep table; exact packing"}
+    return _result(net, chip, search, st, best_groups, base, bound, status, t0, extra)
+
+
+def _best_evaluated(space: CandidateSpace, intervals, local, gval, fixed, st: CpsatSettings, base: Plan):
+    """Best segmentation using evaluated intervals only (a real plan, used when time runs out)."""
+    m = cp_model.CpModel()
+    x = {iv: m.new_bool_var(str(iv)) for iv in intervals
+         if iv in space.evaluated and space.evaluated[iv].cost < INF}
+    gl = {k: m.new_bool_var(f"gl{k}") for k in local}
+    for k in local:
+        m.add_exactly_one([v for iv, v in x.items() if iv[0] <= k <= iv[1]] + [gl[k]])
+    m.minimize(sum(space.evaluated[iv].cost * v for iv, v in x.items()) + sum(gval[k] * gl[k] for k in local))
+    solver = _solver(st, 10.0)
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return list(base.groups)
+    return [space.materialize(*iv) for iv in sorted(iv for iv, v in x.items() if solver.value(v))]
+
+
+def _bound_with_unknowns(space: CandidateSpace, intervals, lb, local, gval, fixed, st: CpsatSettings,
+                         covering) -> int:
+    """Master optimum when slicings whose packing timed out count as feasible: a bound over the whole space."""
+    m = cp_model.CpModel()
+    x = {}
+    terms = []
+    for iv in intervals:
+        ev = space.evaluated.get(iv)
+        c = lb[iv] if ev is None else ev.bound
+        if c >= INF:
+            continue
+        x[iv] = m.new_bool_var(str(iv))
+        terms.append(c * x[iv])
+    gl = {k: m.new_bool_var(f"gl{k}") for k in local}
+    for k in local:
+        m.add_exactly_one([x[iv] for iv in covering[k] if iv in x] + [gl[k]])
+        terms.append(gval[k] * gl[k])
+    m.minimize(sum(terms) + fixed)
+    solver = _solver(st, 10.0)
+    solver.solve(m)
+    return int(solver.best_objective_bound)
+
+
+# --- monolithic: one model with boundaries, slicings and offsets --------------------------------------
+
+def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
+                progress: Progress | None) -> Plan:
+    from .alloc import conflict_pairs
+
+    space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed)
+    local = [k for k, op in enumerate(net.ops) if op.local]
+    gval = {k: space.global_value(k) for k in local}
+    fixed = sum(space.global_value(k) for k, op in enumerate(net.ops) if not op.local)
+    m = cp_model.CpModel()
+    align = chip.align_bytes
+    cap_u = chip.lmem_bytes // align
+    bank_u = max(1, chip.bank_bytes // align)
+    cands = []  # (interval, n, h, group, value, var, offset vars)
+    terms = []
+    hint = {(g.ops[0], g.ops[-1], g.n_slices, g.h_slices) for g in base.groups}
+    buffers = 0
+    for iv in space.intervals():
+        ops = space.names[iv[0]:iv[1] + 1]
+        for n, h, g, value in space.slicings(ops):
+            x = m.new_bool_var(f"c{len(cands)}")
+            T = len(g.rows)
+            offs = {}
+            xs, ys = [], []
+            for b in g.buffers:
+                su = -(-b.size // align)
+                if su > cap_u:
+                    m.add(x == 0)
+                    break
+                o = m.new_int_var(0, cap_u - su, f"o{len(cands)}_{b.id}")
+                offs[b.id] = (o, su)
+                spans = [(0, T)] if b.resident else (
+                    [(b.start, b.end + 1)] if b.start <= b.end else [(b.start, T), (0, b.end + 1)])
+                for s, e in spans:
+                    xs.append(m.new_optional_fixed_size_interval_var(s, e - s, x, ""))
+                    ys.append(m.new_optional_interval_var(o, su, o + su, x, ""))
+            buffers += len(g.buffers)
+            if xs:
+                m.add_no_overlap_2d(xs, ys)
+            if search.bank_rule == "hard":
+                for p in conflict_pairs(net, g):
+                    a, b = sorted(p)
+                    if a in offs and b in offs:
+                        (oa, sa), (ob, sb) = offs[a], offs[b]
+                        fa, la, fb, lb_ = (m.new_int_var(0, cap_u, "") for _ in range(4))
+                        m.add_division_equality(fa, oa, bank_u)
+                        m.add_division_equality(la, oa + sa - 1, bank_u)
+                        m.add_division_equality(fb, ob, bank_u)
+                        m.add_division_equality(lb_, ob + sb - 1, bank_u)
+                        below, above = m.new_bool_var(""), m.new_bool_var("")
+                        m.add(la < fb).only_enforce_if(below)
+                        m.add(lb_ < fa).only_enforce_if(above)
+                        m.add_bool_or([below, above, x.Not()])
+            terms.append(value * x)
+            m.add_hint(x, (ops[0], ops[-1], n, h) in hint)
+            cands.append((iv, n, h, g, value, x, offs))
+    gl = {k: m.new_bool_var(f"gl{k}") for k in local}
+    for k in local:
+        m.add_exactly_one([c[5] for c in cands if c[0][0] <= k <= c[0][1]] + [gl[k]])
+        terms.append(gval[k] * gl[k])
+    m.minimize(sum(terms) + fixed)
+    if progress:
+        progress(f"cpsat (monolithic): {len(cands)} candidates, {buffers} buffers")
+    solver = _solver(st, st.time_limit - (time.perf_counter() - t0))
+    res = solver.solve(m)
+    if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bound = int(solver.best_objective_bound) if res != cp_model.INFEASIBLE else 0
+        return _result(net, chip, search, st, list(base.groups), base, bound, "time_limit", t0,
+                       {"formulation": "monolithic", "candidates": len(cands)})
+    from .alloc import Allocation, count_bank_conflicts
+    from .build import place
+    from .cost import group_cost
+
+    groups = []
+    for iv, n, h, g, value, x, offs in cands:
+        if solver.value(x):
+            o = {bid: int(solver.value(v)) * align for bid, (v, _) in offs.items()}
+            peak = max(o[b.id] + b.size for b in g.buffers)
+            conf = count_bank_conflicts(net, chip, g, o) if search.bank_rule != "off" else 0
+            pg = place(net, chip, g, Allocation(o, peak, conf))
+            groups.append(replace(pg, cost={**pg.cost, **group_cost(chip, net, pg)}))
+    groups.sort(key=lambda g: net.op_index[g.ops[0]])
+    status = "optimal" if res == cp_model.OPTIMAL else "time_limit"
+    return _result(net, chip, search, st, groups, base, int(solver.best_objective_bound), status, t0,
+                   {"formulation": "monolithic", "candidates": len(cands), "buffers": buffers})

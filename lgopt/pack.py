@@ -1,0 +1,194 @@
+"""Exact LMEM packing with CP-SAT: offsets for buffers with fixed lifetimes.
+
+A buffer is a rectangle that may slide along the address axis only: its time
+spans are fixed (a wrap-around lifetime is two spans sharing one offset), its
+size is fixed, its offset is a variable.  ``AddNoOverlap2D`` forbids two live
+buffers from sharing bytes.  Offsets and sizes are counted in alignment units,
+so every offset is aligned by construction.  Bank rules are optional: pairs
+that should not share a bank either must not (``hard``) or pay one unit of a
+secondary objective each time they do (``soft``).
+
+The same packer reads the static-allocation benchmark format that MiniMalloc
+and the TelaMalloc/IREE suites use (CSV ``id,lower,upper,size``; a buffer lives
+on ``[lower, upper)``), so it can be compared with the published allocators.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from ortools.sat.python import cp_model
+
+from .errors import LgoptError
+from .layout import cdiv
+
+Span = tuple[int, int]  # half-open time range
+
+
+@dataclass(frozen=True)
+class PackItem:
+    id: str
+    size: int
+    spans: tuple[Span, ...]
+
+
+@dataclass(frozen=True)
+class PackResult:
+    status: str  # optimal | feasible | infeasible | unknown
+    offsets: Mapping[str, int] = field(default_factory=dict)
+    peak: int = 0
+    conflicts: int = 0
+    seconds: float = 0.0
+    bound: int = 0  # lower bound on the peak (when minimising it)
+
+    @property
+    def found(self) -> bool:
+        return self.status in ("optimal", "feasible")
+
+
+def overlaps(a: PackItem, b: PackItem) -> bool:
+    return any(s0 < t1 and t0 < s1 for s0, s1 in a.spans for t0, t1 in b.spans)
+
+
+def peak_live_bytes(items: Sequence[PackItem], align: int = 1) -> int:
+    """Largest total (aligned) size live at one time: no packing can use less address space."""
+    events: dict[int, int] = {}
+    for it in items:
+        sz = cdiv(it.size, align) * align
+        for s, e in it.spans:
+            events[s] = events.get(s, 0) + sz
+            events[e] = events.get(e, 0) - sz
+    cur = best = 0
+    for t in sorted(events):
+        cur += events[t]
+        best = max(best, cur)
+    return best
+
+
+def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
+         conflicts: Iterable[tuple[str, str]] = (), bank_bytes: int | None = None, bank_rule: str = "off",
+         minimize: str = "none", time_limit: float = 10.0, workers: int = 2, seed: int = 0,
+         hint: Mapping[str, int] | None = None) -> PackResult:
+    """Offsets in ``[0, capacity)`` for every item; ``minimize`` is ``none``, ``peak`` or ``conflicts``.
+
+    ``time_limit`` is in CP-SAT deterministic time units (about a second each) so
+    that the same input gives the same answer however loaded the machine is.
+    """
+    t0 = time.perf_counter()
+    if not items:
+        return PackResult("optimal", {}, 0, 0, 0.0)
+    cap_u = capacity // align
+    size_u = {it.id: cdiv(it.size, align) for it in items}
+    if any(size_u[it.id] > cap_u for it in items):
+        return PackResult("infeasible", seconds=time.perf_counter() - t0)
+    if peak_live_bytes(items, align) > cap_u * align:
+        return PackResult("infeasible", seconds=time.perf_counter() - t0)
+    m = cp_model.CpModel()
+    off = {it.id: m.new_int_var(0, cap_u - size_u[it.id], f"off_{it.id}") for it in items}
+    xs, ys = [], []
+    for it in items:
+        for k, (s, e) in enumerate(it.spans):
+            xs.append(m.new_fixed_size_interval_var(s, e - s, f"t_{it.id}_{k}"))
+            ys.append(m.new_interval_var(off[it.id], size_u[it.id], off[it.id] + size_u[it.id], f"a_{it.id}_{k}"))
+    m.add_no_overlap_2d(xs, ys)
+    conflict_lits: list[cp_model.IntVar] = []
+    pairs = [(a, b) for a, b in conflicts if a in off and b in off]
+    if bank_rule != "off" and bank_bytes and pairs:
+        bank_u = max(1, bank_bytes // align)
+        first, last = {}, {}
+        for it in items:
+            n_banks = cdiv(cap_u, bank_u)
+            first[it.id] = m.new_int_var(0, n_banks, f"fb_{it.id}")
+            last[it.id] = m.new_int_var(0, n_banks, f"lb_{it.id}")
+            m.add_division_equality(first[it.id], off[it.id], bank_u)
+            m.add_division_equality(last[it.id], off[it.id] + size_u[it.id] - 1, bank_u)
+        for a, b in pairs:
+            below = m.new_bool_var(f"bel_{a}_{b}")  # a's banks all below b's
+            above = m.new_bool_var(f"abv_{a}_{b}")
+            m.add(last[a] < first[b]).only_enforce_if(below)
+            m.add(last[b] < first[a]).only_enforce_if(above)
+            if bank_rule == "hard":
+                m.add_bool_or([below, above])
+            else:
+                c = m.new_bool_var(f"cf_{a}_{b}")
+                m.add_bool_or([below, above, c])
+                conflict_lits.append(c)
+    peak = None
+    if minimize == "peak":
+        peak = m.new_int_var(0, cap_u, "peak")
+        for it in items:
+            m.add(peak >= off[it.id] + size_u[it.id])
+        m.minimize(peak * (len(conflict_lits) + 1) + sum(conflict_lits))
+    elif conflict_lits:
+        m.minimize(sum(conflict_lits))
+    if hint:
+        for k, v in hint.items():
+            if k in off and v % align == 0:
+                m.add_hint(off[k], v // align)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_deterministic_time = time_limit
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    solver.parameters.interleave_search = workers > 1
+    st = solver.solve(m)
+    secs = time.perf_counter() - t0
+    if st == cp_model.INFEASIBLE:
+        return PackResult("infeasible", seconds=secs)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return PackResult("unknown", seconds=secs)
+    offsets = {k: int(solver.value(v)) * align for k, v in off.items()}
+    pk = max(offsets[it.id] + size_u[it.id] * align for it in items)
+    bound = int(solver.best_objective_bound) // (len(conflict_lits) + 1) * align if peak is not None else 0
+    return PackResult("optimal" if st == cp_model.OPTIMAL else "feasible", offsets, pk,
+                      sum(int(solver.value(c)) for c in conflict_lits), secs, bound)
+
+
+# --- the benchmark CSV format --------------------------------------------------------------------
+
+def read_csv(path: str | Path) -> list[PackItem]:
+    """``id,lower,upper,size`` rows (any extra columns, e.g. ``offset``, are ignored)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise LgoptError(f"cannot read {path}: {e.strerror}") from None
+    items: list[PackItem] = []
+    for i, r in enumerate(rows):
+        try:
+            lo, hi, size = int(r["lower"]), int(r["upper"]), int(r["size"])
+            bid = str(r["id"])
+        except (KeyError, TypeError, ValueError):
+            raise LgoptError(f"{path}: row {i + 2} is not id,lower,upper,size with integers") from None
+        if hi <= lo or size <= 0:
+            raise LgoptError(f"{path}: buffer {bid} has an empty lifetime or size")
+        items.append(PackItem(bid, size, ((lo, hi),)))
+    if not items:
+        raise LgoptError(f"{path}: no buffers (expected a header id,lower,upper,size and rows)")
+    return items
+
+
+def write_csv(path: str | Path, items: Sequence[PackItem], offsets: Mapping[str, int]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "lower", "upper", "size", "offset"])
+        for it in items:
+            w.writerow([it.id, it.spans[0][0], it.spans[0][1], it.size, offsets[it.id]])
+
+
+def check_packing(items: Sequence[PackItem], offsets: Mapping[str, int], capacity: int, align: int = 1) -> str | None:
+    """An independent check of a packing: None when it holds, else the first problem."""
+    for it in items:
+        o = offsets.get(it.id)
+        if o is None:
+            return f"buffer {it.id} has no offset"
+        if o < 0 or o % align or o + it.size > capacity:
+            return f"buffer {it.id} at {o} is misaligned or outside [0, {capacity})"
+    for i, a in enumerate(items):
+        for b in items[i + 1:]:
+            if overlaps(a, b) and offsets[a.id] < offsets[b.id] + b.size and offsets[b.id] < offsets[a.id] + a.size:
+                return f"buffers {a.id} and {b.id} overlap"
+    return None
