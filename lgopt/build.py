@@ -28,10 +28,10 @@ def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
 
 
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
-             h_ratio: float = DEFAULT_H_RATIO) -> GroupPlan:
+             h_ratio: float = DEFAULT_H_RATIO, prefetch: int = 1) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
     sl = slice_group(net, list(ops), n_slices, h_slices, n_unit=n_unit(net, chip, ops), h_ratio=h_ratio)
-    return schedule_group(net, chip, sl)
+    return schedule_group(net, chip, sl, prefetch)
 
 
 def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:

@@ -32,9 +32,10 @@ from .chip import Chip
 from .cost import gdma_cycles, global_layer_cost, gmem_bytes, group_cost, tiu_cycles, weight_gmem_bytes, SliceShape
 from .layout import cdiv
 from .network import Network
-from .pack import PackItem, pack
+from .pack import PackItem, pack, peak_live_bytes
 from .plan import GroupPlan
 from .search import SearchSettings
+from .sizing import weight_bytes
 from .slicing import SliceError, group_io
 
 INF = 1 << 62
@@ -52,6 +53,21 @@ class Evaluation:
     tried: int = 0
     packed_exactly: int = 0
     unknown: int = 0
+
+
+def pack_items(g: GroupPlan) -> list[PackItem]:
+    """A group's buffers as packing rectangles: wrap-around lifetimes become two spans."""
+    T = len(g.rows)
+    items = []
+    for b in g.buffers:
+        if b.resident:
+            spans: tuple[tuple[int, int], ...] = ((0, T),)
+        elif b.start <= b.end:
+            spans = ((b.start, b.end + 1),)
+        else:
+            spans = ((b.start, T), (0, b.end + 1))
+        items.append(PackItem(str(b.id), b.size, spans))
+    return items
 
 
 @dataclass
@@ -91,6 +107,10 @@ class CandidateSpace:
             else:
                 self._tiu.append(0)
         self._wbytes = [weight_gmem_bytes(op) for op in net.ops]
+        self._wdma = [gdma_cycles(self.chip, b) if b and op.local and weight_bytes(self.chip, op) else 0
+                      for b, op in zip(self._wbytes, net.ops)]
+        self._wlane = [-(-weight_bytes(self.chip, op) // self.chip.align_bytes) * self.chip.align_bytes
+                       if op.local else 0 for op in net.ops]
 
     # --- what the master needs -------------------------------------------------------------------
     def intervals(self) -> list[tuple[int, int]]:
@@ -108,24 +128,43 @@ class CandidateSpace:
         return self.value(global_layer_cost(self.chip, self.net, self.net.ops[k]))
 
     def lower_bound(self, i: int, j: int) -> int:
-        """Valid for every slicing: all TIU work at full size, or outputs and weights crossing GMEM once."""
-        net = self.net
+        """A cost no slicing of ``[i, j]`` can beat, in O(j - i) from per-op figures.
+
+        cycles: the smaller of
+          * unsliced: every row costs at least max(its op's TIU, the weight DMA the
+            table puts in that row), plus the first weight when it must load before
+            the loop starts (activation transfers only add);
+          * sliced: all TIU work (slicing never reduces it) plus every weight, loaded
+            once before the loop and resident (impossible when the weights alone
+            overflow a lane);
+        and never less than the outputs and weights crossing GMEM once.
+        traffic: outputs and weights crossing GMEM once.
+        """
+        net, chip = self.net, self.chip
         out_bytes = 0
-        transfers = 0
         for k in range(i, j + 1):
-            op = net.ops[k]
-            if self._wbytes[k]:
-                transfers += 1
-            for t in op.outputs:
+            for t in net.ops[k].outputs:
                 if self.last_use[t] > j or t in self.net_outputs:
                     out_bytes += gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h)
-                    transfers += 1
         w = sum(self._wbytes[i:j + 1])
         if self.objective == "traffic":
             return out_bytes + w
-        dma = (out_bytes + w) * self.chip.tiu_mhz * 1e6 / (self.chip.gdma_gbps * 1e9)
-        dma = int(dma) + transfers * self.chip.gdma_latency_cycles
-        return max(sum(self._tiu[i:j + 1]), dma)
+        tiu = self._tiu[i:j + 1]
+        wdma = [self._wdma[k] for k in range(i, j + 1)]
+        weighted = [r for r, c in enumerate(wdma) if c]
+        row_dma = [0] * len(tiu)
+        prologue = 0
+        for x, r in enumerate(weighted):
+            src = weighted[x - 1] if x else r - 1
+            if src < 0:
+                prologue += wdma[r]
+            else:
+                row_dma[src] += wdma[r]
+        unsliced = prologue + sum(max(a, b) for a, b in zip(tiu, row_dma))
+        resident = sum(self._wlane[i:j + 1])
+        sliced = sum(tiu) + sum(wdma) if resident <= chip.lmem_bytes else INF
+        stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
+        return max(min(unsliced, sliced), stream)
 
     # --- evaluation ------------------------------------------------------------------------------
     def signature(self, i: int, j: int) -> str:
@@ -160,17 +199,69 @@ class CandidateSpace:
         batch = max(net.tensor(t).n for t in io.outputs)
         unit = n_unit(net, chip, ops)
         max_h = min(st.max_h_slices, min(net.tensor(t).h for t in io.outputs))
+        # sliced groups keep every weight resident: if those alone overflow a lane, only (1, 1) can pack
+        resident = sum(-(-weight_bytes(chip, net.op(o)) // chip.align_bytes) * chip.align_bytes for o in ops)
+        slicing_possible = resident <= chip.lmem_bytes
         out = []
         for n in range(1, cdiv(batch, unit) + 1):
             for h in range(1, max_h + 1):
+                if (n, h) != (1, 1) and not slicing_possible:
+                    break
                 try:
                     g = schedule(net, chip, ops, n, h, st.h_ratio)
                 except SliceError:
                     if h == 1:
                         return out
                     break
+                if peak_live_bytes(pack_items(g), chip.align_bytes) > chip.lmem_bytes:
+                    continue  # more bytes live in one row than a lane holds: no packing exists
                 out.append((n, h, g, self.value(group_cost(chip, net, g))))
+            if not slicing_possible:
+                break
         return out
+
+    def evaluate_many(self, ivs: Sequence[tuple[int, int]], processes: int = 1,
+                      deadline: float | None = None) -> None:
+        """Evaluate intervals, in worker processes when asked; results are identical to serial ones."""
+        import time
+
+        todo: dict[str, list[tuple[int, int]]] = {}
+        for iv in ivs:
+            if iv in self.evaluated:
+                continue
+            sig = self.signature(*iv)
+            if sig in self.cache:
+                self.evaluated[iv] = self.cache[sig]
+            else:
+                todo.setdefault(sig, []).append(iv)
+        if not todo:
+            return
+        reps = [(sig, group[0]) for sig, group in todo.items()]
+        results: list[tuple[str, Evaluation]] = []
+        if processes > 1 and len(reps) >= 8:
+            import multiprocessing as mp
+
+            global _WORKER_SPACE, _WORKER_DEADLINE
+            _WORKER_SPACE, _WORKER_DEADLINE = self, deadline
+            chunk = max(1, min(8, len(reps) // (processes * 8)))
+            batches = [reps[k:k + chunk] for k in range(0, len(reps), chunk)]
+            with mp.get_context("fork").Pool(processes) as pool:
+                for out in pool.imap(_evaluate_batch, batches):
+                    results.extend(out)
+                    if deadline is not None and time.perf_counter() > deadline:
+                        pool.terminate()
+                        break
+            _WORKER_SPACE = None
+        else:
+            for sig, iv in reps:
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
+                results.append((sig, self._evaluate(self.names[iv[0]:iv[1] + 1])))
+        self.evaluations += len(results)
+        for sig, ev in results:
+            self.cache[sig] = ev
+            for iv in todo[sig]:
+                self.evaluated[iv] = ev
 
     def evaluate(self, i: int, j: int) -> Evaluation:
         if (i, j) in self.evaluated:
@@ -179,12 +270,12 @@ class CandidateSpace:
         ev = self.cache.get(sig)
         if ev is None:
             ev = self._evaluate(self.names[i:j + 1])
+            self.evaluations += 1
             self.cache[sig] = ev
         self.evaluated[(i, j)] = ev
         return ev
 
     def _evaluate(self, ops: Sequence[str]) -> Evaluation:
-        self.evaluations += 1
         cands = sorted(self.slicings(ops), key=lambda c: (c[3], c[0] * c[1], c[0], c[1]))
         bound = INF
         exact = unknown = 0
@@ -205,21 +296,12 @@ class CandidateSpace:
 
     def exact_pack(self, g: GroupPlan) -> dict[int, int] | str | None:
         """Offsets by buffer id, None when no packing exists, "unknown" when the packer ran out of time."""
-        T = len(g.rows)
-        items = []
-        for b in g.buffers:
-            if b.resident:
-                spans: tuple[tuple[int, int], ...] = ((0, T),)
-            elif b.start <= b.end:
-                spans = ((b.start, b.end + 1),)
-            else:
-                spans = ((b.start, T), (0, b.end + 1))
-            items.append(PackItem(str(b.id), b.size, spans))
+        items = pack_items(g)
         pairs = [tuple(str(x) for x in sorted(p)) for p in conflict_pairs(self.net, g)] \
             if self.settings.bank_rule != "off" else []
         res = pack(items, self.chip.lmem_bytes, align=self.chip.align_bytes, conflicts=pairs,
                    bank_bytes=self.chip.bank_bytes, bank_rule=self.settings.bank_rule, time_limit=self.pack_time,
-                   workers=self.workers, seed=self.seed)
+                   workers=1 if len(items) <= 400 else self.workers, seed=self.seed)  # one worker: far faster here
         if res.status == "infeasible":
             return None
         if not res.found:
@@ -246,3 +328,20 @@ class CandidateSpace:
 
     def dma_cycles(self, nbytes: int) -> int:
         return gdma_cycles(self.chip, nbytes)
+
+
+_WORKER_SPACE: CandidateSpace | None = None  # set in the parent just before forking workers
+_WORKER_DEADLINE: float | None = None
+
+
+def _evaluate_batch(batch: list[tuple[str, tuple[int, int]]]) -> list[tuple[str, Evaluation]]:
+    import time
+
+    space = _WORKER_SPACE
+    assert space is not None
+    out = []
+    for sig, iv in batch:
+        if _WORKER_DEADLINE is not None and time.perf_counter() > _WORKER_DEADLINE:
+            break  # unevaluated intervals keep their lower bound: the result stays valid, only weaker
+        out.append((sig, space._evaluate(space.names[iv[0]:iv[1] + 1])))
+    return out

@@ -49,6 +49,11 @@ class Chip:
     gdma_latency_cycles: int  # fixed cost of one DMA transfer, in TIU cycles
     macs_per_lane: Mapping[str, int]  # conv/matmul MACs per lane per TIU cycle, by dtype
 
+    def __hash__(self) -> int:  # the MAC table is a mapping; hash its items so chips can key caches
+        return hash((self.name, self.npu_num, self.eu_bytes, self.lmem_bytes, self.lmem_banks, self.ic_parallel,
+                     self.align_4n, self.tiu_mhz, self.gdma_gbps, self.gdma_latency_cycles,
+                     tuple(sorted(self.macs_per_lane.items()))))
+
     @property
     def bank_bytes(self) -> int:
         return self.lmem_bytes // self.lmem_banks

@@ -21,6 +21,7 @@ with no halo, or every byte that must cross GMEM once, whichever is larger.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping
 
 from . import ops as opsem
@@ -47,6 +48,11 @@ class SliceShape:
 
 def tiu_cycles(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     """Cycles the TIU spends on ``op`` for one slice (or the whole op)."""
+    return _tiu_cached(chip, net, op, sl)
+
+
+@lru_cache(maxsize=1 << 16)
+def _tiu_cached(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     out = net.tensor(op.outputs[0])
     dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
     eu = chip.eu_elems(dt)

@@ -49,11 +49,13 @@ class CpsatSettings:
     pack_time: float = 2.0  # CP-SAT deterministic time per exact packing
 
 
-def _solver(st: CpsatSettings, seconds: float) -> cp_model.CpSolver:
+def _solver(st: CpsatSettings, seconds: float, workers: int | None = None) -> cp_model.CpSolver:
+    """A seeded solver; several workers interleave deterministically (same seed and count, same answer)."""
     s = cp_model.CpSolver()
-    s.parameters.num_workers = st.workers
+    w = st.workers if workers is None else workers
+    s.parameters.num_workers = w
     s.parameters.random_seed = st.seed
-    s.parameters.interleave_search = st.workers > 1  # deterministic for a given seed and worker count
+    s.parameters.interleave_search = w > 1
     s.parameters.max_time_in_seconds = max(0.05, seconds)
     return s
 
@@ -168,9 +170,14 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
         return out
 
     # 1. price intervals and evaluate those that could still beat the best known plan
-    while time.perf_counter() < deadline:
+    priced_bound = 0.0
+    todo: list = []
+    while True:  # the first round always runs: its bound costs nothing and is valid whenever we stop
         rounds += 1
         fwd, bwd = _paths(n_ops, starts, costs(True), single)
+        priced_bound = max(priced_bound, fwd[n_ops])  # valid: every interval at or above its true cost
+        if time.perf_counter() > deadline:
+            break
         upper = _paths(n_ops, starts, costs(False), single)[0][n_ops]
         todo = sorted((fwd[iv[0]] + lb[iv] + bwd[iv[1] + 1], iv) for iv in intervals
                       if iv not in space.evaluated and fwd[iv[0]] + lb[iv] + bwd[iv[1] + 1] < upper)
@@ -179,14 +186,11 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
                      f"{len(space.evaluated)} intervals evaluated, {len(todo)} to price")
         if not todo:
             break
-        for _, iv in todo:
-            if time.perf_counter() > deadline:
-                break
-            space.evaluate(*iv)
+        space.evaluate_many([iv for _, iv in todo], processes=st.workers, deadline=deadline)
 
     # 2. the master: CP-SAT over every interval (evaluated cost, or its lower bound if never priced in)
-    status, bound, best_groups, iterations = "time_limit", 0, None, 0
-    while True:
+    status, bound, best_groups, iterations = "time_limit", int(priced_bound), None, 0
+    while time.perf_counter() < deadline or iterations == 0 and not todo:
         iterations += 1
         remaining = max(1.0, deadline - time.perf_counter())
         m = cp_model.CpModel()
@@ -210,7 +214,9 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             m.add_hint(v, iv in hint)
         for k in local:
             m.add_hint(gl[k], not any(iv[0] <= k <= iv[1] for iv in hint))
-        solver = _solver(st, remaining)
+        # the master is a set-partitioning model whose LP is tight: one worker solves it fastest, and the
+        # machine's other core is better spent evaluating intervals
+        solver = _solver(st, remaining, workers=1)
         res = solver.solve(m)
         if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
@@ -249,7 +255,7 @@ def _best_evaluated(space: CandidateSpace, intervals, local, gval, fixed, st: Cp
     for k in local:
         m.add_exactly_one([v for iv, v in x.items() if iv[0] <= k <= iv[1]] + [gl[k]])
     m.minimize(sum(space.evaluated[iv].cost * v for iv, v in x.items()) + sum(gval[k] * gl[k] for k in local))
-    solver = _solver(st, 10.0)
+    solver = _solver(st, 10.0, workers=1)
     if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return list(base.groups)
     return [space.materialize(*iv) for iv in sorted(iv for iv, v in x.items() if solver.value(v))]
@@ -273,7 +279,7 @@ def _bound_with_unknowns(space: CandidateSpace, intervals, lb, local, gval, fixe
         m.add_exactly_one([x[iv] for iv in covering[k] if iv in x] + [gl[k]])
         terms.append(gval[k] * gl[k])
     m.minimize(sum(terms) + fixed)
-    solver = _solver(st, 10.0)
+    solver = _solver(st, 10.0, workers=1)
     solver.solve(m)
     return int(solver.best_objective_bound)
 

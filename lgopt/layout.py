@@ -12,6 +12,7 @@ the seeds are the unit tests of this module (``tests/test_layout.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from .dtype import dtype_bytes
@@ -157,6 +158,7 @@ def two_ic_shape(ic: int, oc: int, kh: int, kw: int) -> tuple[tuple[int, int, in
 
 # --- bytes per lane for what lgopt allocates ---------------------------------------------------
 
+@lru_cache(maxsize=1 << 16)
 def activation_lane_bytes(shape: tuple[int, int, int, int], dtype: str, npu_num: int, eu_bytes: int,
                           align_4n: bool = False, eu_align: bool = True) -> int:
     """Per-lane bytes of an activation slice in the aligned (or compact) layout, from lane 0.

@@ -10,6 +10,8 @@ it slice-dependent.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .chip import Chip
 from .dtype import dtype_bytes, is_integer
 from .layout import (activation_lane_bytes, align_up, bias_lane_bytes, channels_per_lane, conv_filter_lane_bytes,
@@ -23,6 +25,7 @@ def activation_bytes(chip: Chip, t: Tensor, n_len: int, h_len: int) -> int:
     return activation_lane_bytes((n_len, t.c, h_len, t.w), t.dtype, chip.npu_num, chip.eu_bytes, chip.align_4n)
 
 
+@lru_cache(maxsize=1 << 14)
 def is_depthwise(op: Op) -> bool:
     if op.type != "Conv":
         return False
@@ -30,6 +33,7 @@ def is_depthwise(op: Op) -> bool:
     return op.attrs.get("group", 1) > 1 and f.shape[1] == 1 and op.attrs["group"] == f.shape[0]
 
 
+@lru_cache(maxsize=1 << 14)
 def weight_bytes(chip: Chip, op: Op) -> int:
     """One merged coefficient buffer per op (0 when it has no weights)."""
     if not op.weights:

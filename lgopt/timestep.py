@@ -85,8 +85,13 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
     return placed
 
 
-def schedule_group(net: Network, chip: Chip, sl: GroupSlicing) -> GroupPlan:
-    """Timestep table and sized, unplaced buffers for one sliced group."""
+def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1) -> GroupPlan:
+    """Timestep table and sized, unplaced buffers for one sliced group.
+
+    ``prefetch`` (unsliced groups): a weight is loaded in the row of the
+    ``prefetch``-th previous weighted op, so larger values hide weight DMA under
+    more compute at the price of LMEM; 1 is the seed's rule.
+    """
     ops = sl.ops
     k = len(ops)
     sliced = sl.num_slices > 1
@@ -124,19 +129,18 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing) -> GroupPlan:
         events[("activation", t)].append(Event(row, stage, "store"))
 
     preloads: list[str] = []
-    prev_weighted: int | None = None
-    for i in weighted:
+    for w, i in enumerate(weighted):
         name = ops[i]
         if sliced:
             preloads.append(name)
-        else:
-            row = prev_weighted if prev_weighted is not None else i - 1
-            stage = 1
-            if row < 0:
-                row, stage = num_rows - 1, 0
-            loads[row].append(Transfer(name, "weight", stage))
-            events[("weight", name)] = [Event(row, stage, "load"), Event(i, 1, "use")]
-        prev_weighted = i
+            continue
+        # unsliced: load while the prefetch-th previous weighted op computes (the seed's w4 at T2)
+        row = weighted[w - prefetch] if w >= prefetch else weighted[0] - 1
+        stage = 1
+        if row < 0:
+            row, stage = (num_rows - 1, 0) if i <= num_rows - 2 else (0, 1)
+        loads[row].append(Transfer(name, "weight", stage))
+        events[("weight", name)] = [Event(row, stage, "load"), Event(i, 1, "use")]
 
     # sizes: every buffer is sized for the largest slice it holds
     def act_size(t: str) -> int:
