@@ -126,3 +126,16 @@ def count_bank_conflicts(net: Network, chip: Chip, g: GroupPlan, offsets: Mappin
         if set(banks_of(offsets[a], size[a], chip.bank_bytes)) & set(banks_of(offsets[b], size[b], chip.bank_bytes)):
             n += 1
     return n
+
+
+def multi_start_allocate(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft") -> Allocation | None:
+    """The seed's order first, then largest-first and largest-area-first: cheap retries before an exact packer."""
+    alloc = greedy_allocate(net, chip, g, bank_rule)
+    if alloc is not None:
+        return alloc
+    T = len(g.rows)
+    for key in (lambda b: (not b.resident, -b.size, b.id), lambda b: (not b.resident, -b.size * len(b.rows(T)), b.id)):
+        alloc = greedy_allocate(net, chip, g, bank_rule, order=[b.id for b in sorted(g.buffers, key=key)])
+        if alloc is not None:
+            return alloc
+    return None

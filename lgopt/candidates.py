@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from .alloc import Allocation, conflict_pairs, count_bank_conflicts, greedy_allocate
+from .alloc import Allocation, conflict_pairs, count_bank_conflicts, multi_start_allocate
 from .build import n_unit, place, schedule
 from .chip import Chip
 from .cost import gdma_cycles, global_layer_cost, gmem_bytes, group_cost, tiu_cycles, weight_gmem_bytes, SliceShape
@@ -39,6 +39,7 @@ from .sizing import weight_bytes
 from .slicing import SliceError, group_io
 
 INF = 1 << 62
+PREFETCH = (1, 2, 3, 4)  # load a weight while the d-th previous weighted op computes (unsliced groups)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Evaluation:
     bound: int  # min objective over slicings not proven infeasible (<= cost)
     n: int = 0
     h: int = 0
+    prefetch: int = 1
     offsets: tuple[tuple[int, int], ...] | None = None  # by buffer id, when the exact packer placed it
     tried: int = 0
     packed_exactly: int = 0
@@ -152,19 +154,26 @@ class CandidateSpace:
         tiu = self._tiu[i:j + 1]
         wdma = [self._wdma[k] for k in range(i, j + 1)]
         weighted = [r for r, c in enumerate(wdma) if c]
-        row_dma = [0] * len(tiu)
-        prologue = 0
-        for x, r in enumerate(weighted):
-            src = weighted[x - 1] if x else r - 1
-            if src < 0:
-                prologue += wdma[r]
-            else:
-                row_dma[src] += wdma[r]
-        unsliced = prologue + sum(max(a, b) for a, b in zip(tiu, row_dma))
+        unsliced = INF
+        for d in self.prefetch_options(len(weighted)):
+            row_dma = [0] * len(tiu)
+            prologue = 0
+            for x, r in enumerate(weighted):
+                src = weighted[x - d] if x >= d else weighted[0] - 1
+                if src < 0:
+                    prologue += wdma[r]
+                else:
+                    row_dma[src] += wdma[r]
+            unsliced = min(unsliced, prologue + sum(max(a, b) for a, b in zip(tiu, row_dma)))
         resident = sum(self._wlane[i:j + 1])
         sliced = sum(tiu) + sum(wdma) if resident <= chip.lmem_bytes else INF
         stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
         return max(min(unsliced, sliced), stream)
+
+    @staticmethod
+    def prefetch_options(weighted: int) -> list[int]:
+        """Weight prefetch distances tried for unsliced groups (1 is the seed's rule)."""
+        return [d for d in PREFETCH if d == 1 or d <= weighted]
 
     # --- evaluation ------------------------------------------------------------------------------
     def signature(self, i: int, j: int) -> str:
@@ -192,8 +201,8 @@ class CandidateSpace:
                          [(w.shape, w.dtype, w.role) for w in op.weights], ins, outs))
         return json.dumps(rows, default=str)
 
-    def slicings(self, ops: Sequence[str]) -> list[tuple[int, int, GroupPlan, int]]:
-        """Every legal (n, h) with its scheduled (unplaced) group and objective value."""
+    def slicings(self, ops: Sequence[str]) -> list[tuple[int, int, int, GroupPlan, int]]:
+        """Every legal (n, h, prefetch) with its scheduled (unplaced) group and objective value."""
         net, chip, st = self.net, self.chip, self.settings
         io = group_io(net, ops)
         batch = max(net.tensor(t).n for t in io.outputs)
@@ -213,9 +222,15 @@ class CandidateSpace:
                     if h == 1:
                         return out
                     break
-                if peak_live_bytes(pack_items(g), chip.align_bytes) > chip.lmem_bytes:
-                    continue  # more bytes live in one row than a lane holds: no packing exists
-                out.append((n, h, g, self.value(group_cost(chip, net, g))))
+                variants = [(1, g)]
+                if (n, h) == (1, 1):
+                    n_weighted = sum(1 for o in ops if weight_bytes(chip, net.op(o)))
+                    variants += [(d, schedule(net, chip, ops, 1, 1, st.h_ratio, d))
+                                 for d in self.prefetch_options(n_weighted) if d > 1]
+                for d, gd in variants:
+                    if peak_live_bytes(pack_items(gd), chip.align_bytes) > chip.lmem_bytes:
+                        continue  # more bytes live in one row than a lane holds: no packing exists
+                    out.append((n, h, d, gd, self.value(group_cost(chip, net, gd))))
             if not slicing_possible:
                 break
         return out
@@ -276,13 +291,13 @@ class CandidateSpace:
         return ev
 
     def _evaluate(self, ops: Sequence[str]) -> Evaluation:
-        cands = sorted(self.slicings(ops), key=lambda c: (c[3], c[0] * c[1], c[0], c[1]))
+        cands = sorted(self.slicings(ops), key=lambda c: (c[4], c[0] * c[1], c[0], c[1], c[2]))
         bound = INF
         exact = unknown = 0
-        for n, h, g, value in cands:
-            alloc = greedy_allocate(self.net, self.chip, g, self.settings.bank_rule)
+        for n, h, d, g, value in cands:
+            alloc = multi_start_allocate(self.net, self.chip, g, self.settings.bank_rule)
             if alloc is not None:
-                return Evaluation(value, min(bound, value), n, h, None, len(cands), exact, unknown)
+                return Evaluation(value, min(bound, value), n, h, d, None, len(cands), exact, unknown)
             exact += 1
             res = self.exact_pack(g)
             if res is None:
@@ -291,8 +306,9 @@ class CandidateSpace:
                 unknown += 1
                 bound = min(bound, value)
                 continue
-            return Evaluation(value, min(bound, value), n, h, tuple(sorted(res.items())), len(cands), exact, unknown)
-        return Evaluation(INF, bound, 0, 0, None, len(cands), exact, unknown)
+            return Evaluation(value, min(bound, value), n, h, d, tuple(sorted(res.items())), len(cands), exact,
+                              unknown)
+        return Evaluation(INF, bound, 0, 0, 1, None, len(cands), exact, unknown)
 
     def exact_pack(self, g: GroupPlan) -> dict[int, int] | str | None:
         """Offsets by buffer id, None when no packing exists, "unknown" when the packer ran out of time."""
@@ -314,9 +330,9 @@ class CandidateSpace:
         if ev.cost >= INF:
             raise ValueError(f"interval {i}..{j} has no feasible slicing")
         ops = self.names[i:j + 1]
-        g = schedule(self.net, self.chip, ops, ev.n, ev.h, self.settings.h_ratio)
+        g = schedule(self.net, self.chip, ops, ev.n, ev.h, self.settings.h_ratio, ev.prefetch)
         if ev.offsets is None:
-            alloc = greedy_allocate(self.net, self.chip, g, self.settings.bank_rule)
+            alloc = multi_start_allocate(self.net, self.chip, g, self.settings.bank_rule)
             assert alloc is not None
         else:
             offs = dict(ev.offsets)

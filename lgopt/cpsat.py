@@ -304,7 +304,7 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
     buffers = 0
     for iv in space.intervals():
         ops = space.names[iv[0]:iv[1] + 1]
-        for n, h, g, value in space.slicings(ops):
+        for n, h, d, g, value in space.slicings(ops):
             x = m.new_bool_var(f"c{len(cands)}")
             T = len(g.rows)
             offs = {}
@@ -339,7 +339,7 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
                         m.add(lb_ < fa).only_enforce_if(above)
                         m.add_bool_or([below, above, x.Not()])
             terms.append(value * x)
-            m.add_hint(x, (ops[0], ops[-1], n, h) in hint)
+            m.add_hint(x, (ops[0], ops[-1], n, h) in hint and d == 1)
             cands.append((iv, n, h, g, value, x, offs))
     gl = {k: m.new_bool_var(f"gl{k}") for k in local}
     for k in local:

@@ -61,21 +61,25 @@ def _brute_force(net, chip, objective="cycles"):
         io = group_io(net, ops)
         batch = max(net.tensor(x).n for x in io.outputs)
         best = None
+        weighted = sum(1 for o in ops if net.op(o).weights)
         for n in range(1, cdiv(batch, n_unit(net, chip, ops)) + 1):
             for h in range(1, 65):
                 try:
-                    g = schedule(net, chip, ops, n, h)
+                    tables = [schedule(net, chip, ops, n, h)]
                 except SliceError:
                     break
-                v = value(group_cost(chip, net, g))
-                if best is not None and v >= best:
-                    continue
-                T = len(g.rows)
-                items = [PackItem(str(b.id), b.size, ((0, T),) if b.resident else (
-                    ((b.start, b.end + 1),) if b.start <= b.end else ((b.start, T), (0, b.end + 1))))
-                    for b in g.buffers]
-                if pack(items, chip.lmem_bytes, align=chip.align_bytes, time_limit=20).found:
-                    best = v
+                if (n, h) == (1, 1):  # unsliced: weights may also load 2, 3 or 4 weighted ops ahead
+                    tables += [schedule(net, chip, ops, 1, 1, prefetch=d) for d in (2, 3, 4) if d <= weighted]
+                for g in tables:
+                    v = value(group_cost(chip, net, g))
+                    if best is not None and v >= best:
+                        continue
+                    T = len(g.rows)
+                    items = [PackItem(str(b.id), b.size, ((0, T),) if b.resident else (
+                        ((b.start, b.end + 1),) if b.start <= b.end else ((b.start, T), (0, b.end + 1))))
+                        for b in g.buffers]
+                    if pack(items, chip.lmem_bytes, align=chip.align_bytes, time_limit=20).found:
+                        best = v
         return best
 
     single = [value(global_layer_cost(chip, net, op)) for op in net.ops]
