@@ -135,6 +135,39 @@ def _paths(n_ops: int, starts: dict[int, list[tuple[int, int]]], cost: dict[tupl
     return fwd, bwd
 
 
+@dataclass(frozen=True)
+class _Master:
+    """The set-partitioning master: an interval Boolean per group candidate, a global-layer Boolean per op."""
+
+    intervals: list[tuple[int, int]]
+    covering: dict[int, list[tuple[int, int]]]
+    gval: dict[int, int]  # local op -> its cost as a global layer
+    fixed: int  # ops that can only be global layers
+
+    def solve(self, st: CpsatSettings, cost: dict[tuple[int, int], int], seconds: float,
+              hint: set[tuple[int, int]] | None = None) -> tuple[int, int, list[tuple[int, int]]] | None:
+        """(status, best bound, chosen intervals); intervals missing from ``cost`` are cut."""
+        m = cp_model.CpModel()
+        x = {iv: m.new_bool_var(f"g{iv[0]}_{iv[1]}") for iv in self.intervals if iv in cost}
+        gl = {k: m.new_bool_var(f"gl{k}") for k in self.gval}
+        for k in self.gval:
+            m.add_exactly_one([x[iv] for iv in self.covering[k] if iv in x] + [gl[k]])
+        m.minimize(sum(cost[iv] * v for iv, v in x.items()) + sum(c * gl[k] for k, c in self.gval.items())
+                   + self.fixed)
+        if hint is not None:
+            for iv, v in x.items():
+                m.add_hint(v, iv in hint)
+            for k in self.gval:
+                m.add_hint(gl[k], not any(iv[0] <= k <= iv[1] for iv in hint))
+        # a set-partitioning model whose LP is tight: one worker solves it fastest, and the machine's
+        # other core is better spent evaluating intervals
+        solver = _solver(st, seconds, workers=1)
+        res = solver.solve(m)
+        if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        return res, int(solver.best_objective_bound), sorted(iv for iv, v in x.items() if solver.value(v))
+
+
 def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
                 progress: Progress | None) -> Plan:
     space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed)
@@ -190,38 +223,22 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
 
     # 2. the master: CP-SAT over every interval (evaluated cost, or its lower bound if never priced in)
     status, bound, best_groups, iterations = "time_limit", int(priced_bound), None, 0
+    master = _Master(intervals, covering, gval, fixed)
+    greedy_hint = set(_greedy_intervals(net, base))
     while time.perf_counter() < deadline or iterations == 0 and not todo:
         iterations += 1
-        remaining = max(1.0, deadline - time.perf_counter())
-        m = cp_model.CpModel()
-        x = {}
-        terms = []
-        primal = costs(False)
+        cost = {}
         for iv in intervals:
             ev = space.evaluated.get(iv)
-            c = lb[iv] if ev is None else (ev.cost if ev.cost < INF else None)
-            if c is None:
-                continue  # Benders cut: no slicing of this interval packs
-            x[iv] = m.new_bool_var(f"g{iv[0]}_{iv[1]}")
-            terms.append(c * x[iv])
-        gl = {k: m.new_bool_var(f"gl{k}") for k in local}
-        for k in local:
-            m.add_exactly_one([x[iv] for iv in covering[k] if iv in x] + [gl[k]])
-            terms.append(gval[k] * gl[k])
-        m.minimize(sum(terms) + fixed)
-        hint = set(_greedy_intervals(net, base))
-        for iv, v in x.items():
-            m.add_hint(v, iv in hint)
-        for k in local:
-            m.add_hint(gl[k], not any(iv[0] <= k <= iv[1] for iv in hint))
-        # the master is a set-partitioning model whose LP is tight: one worker solves it fastest, and the
-        # machine's other core is better spent evaluating intervals
-        solver = _solver(st, remaining, workers=1)
-        res = solver.solve(m)
-        if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if ev is None:
+                cost[iv] = lb[iv]
+            elif ev.cost < INF:
+                cost[iv] = ev.cost  # an interval none of whose slicings packs stays out: a Benders cut
+        out = master.solve(st, cost, max(1.0, deadline - time.perf_counter()), greedy_hint)
+        if out is None:
             break
-        bound = max(bound, int(solver.best_objective_bound))
-        chosen = sorted(iv for iv in x if solver.value(x[iv]))
+        res, master_bound, chosen = out
+        bound = max(bound, master_bound)
         fresh = [iv for iv in chosen if iv not in space.evaluated]
         if not fresh:
             best_groups = [space.materialize(*iv) for iv in chosen]
@@ -229,14 +246,14 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             break
         if time.perf_counter() > deadline:
             break
-        for iv in fresh:
-            space.evaluate(*iv)
-        del primal
+        space.evaluate_many(fresh, processes=1)
     if best_groups is None:  # time ran out: the best plan over evaluated intervals only
-        best_groups = _best_evaluated(space, intervals, local, gval, fixed, st, base)
+        out = master.solve(st, costs(False), 10.0)
+        best_groups = [space.materialize(*iv) for iv in out[2]] if out else list(base.groups)
     unknown = sum(1 for ev in space.evaluated.values() if ev.bound < ev.cost)
-    if unknown:
-        bound = min(bound, _bound_with_unknowns(space, intervals, lb, local, gval, fixed, st, covering))
+    if unknown:  # count slicings whose packing timed out as feasible: a bound over the whole space
+        out = master.solve(st, costs(True), 10.0)
+        bound = min(bound, out[1]) if out else 0
     extra = {"formulation": "decomposed", "pricing_rounds": rounds, "master_iterations": iterations,
              "intervals": len(intervals), "intervals_evaluated": len(space.evaluated),
              "distinct_evaluations": space.evaluations, "unknown_packings": unknown,
@@ -244,44 +261,6 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
              f"{search.max_group_ops} ops; N slices 1..batch/unit; H slices up to the first that breaks a slicing "
              f"rule (<= {search.max_h_slices}); lgopt's pipelined timestep table; exact packing"}
     return _result(net, chip, search, st, best_groups, base, bound, status, t0, extra)
-
-
-def _best_evaluated(space: CandidateSpace, intervals, local, gval, fixed, st: CpsatSettings, base: Plan):
-    """Best segmentation using evaluated intervals only (a real plan, used when time runs out)."""
-    m = cp_model.CpModel()
-    x = {iv: m.new_bool_var(str(iv)) for iv in intervals
-         if iv in space.evaluated and space.evaluated[iv].cost < INF}
-    gl = {k: m.new_bool_var(f"gl{k}") for k in local}
-    for k in local:
-        m.add_exactly_one([v for iv, v in x.items() if iv[0] <= k <= iv[1]] + [gl[k]])
-    m.minimize(sum(space.evaluated[iv].cost * v for iv, v in x.items()) + sum(gval[k] * gl[k] for k in local))
-    solver = _solver(st, 10.0, workers=1)
-    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return list(base.groups)
-    return [space.materialize(*iv) for iv in sorted(iv for iv, v in x.items() if solver.value(v))]
-
-
-def _bound_with_unknowns(space: CandidateSpace, intervals, lb, local, gval, fixed, st: CpsatSettings,
-                         covering) -> int:
-    """Master optimum when slicings whose packing timed out count as feasible: a bound over the whole space."""
-    m = cp_model.CpModel()
-    x = {}
-    terms = []
-    for iv in intervals:
-        ev = space.evaluated.get(iv)
-        c = lb[iv] if ev is None else ev.bound
-        if c >= INF:
-            continue
-        x[iv] = m.new_bool_var(str(iv))
-        terms.append(c * x[iv])
-    gl = {k: m.new_bool_var(f"gl{k}") for k in local}
-    for k in local:
-        m.add_exactly_one([x[iv] for iv in covering[k] if iv in x] + [gl[k]])
-        terms.append(gval[k] * gl[k])
-    m.minimize(sum(terms) + fixed)
-    solver = _solver(st, 10.0, workers=1)
-    solver.solve(m)
-    return int(solver.best_objective_bound)
 
 
 # --- monolithic: one model with boundaries, slicings and offsets --------------------------------------

@@ -8,12 +8,12 @@ re-check it without trusting whoever wrote it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import LgoptError
+from .jsonio import read_json, write_json
 
 FORMAT = "lgopt-plan"
 VERSION = 1
@@ -205,15 +205,8 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(plan_to_dict(plan), indent=1) + "\n")
+    write_json(path, plan_to_dict(plan))
 
 
 def load_plan(path: str | Path) -> Plan:
-    try:
-        d = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise LgoptError(f"cannot read plan file {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise LgoptError(f"{path} is not valid JSON ({e})") from None
-    return plan_from_dict(d, str(path))
+    return plan_from_dict(read_json(path, "plan"), str(path))

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from . import ops as opsem
 from .dtype import DTYPE_BYTES
 from .errors import LgoptError
+from .jsonio import read_json, write_json
 from .network import Network, Op, Tensor, Weight, check_network, to_nchw
 
 FORMAT = "lgopt-problem"
@@ -127,18 +128,11 @@ def _check_attrs(op_type: str, attrs: Mapping[str, Any], weights: tuple[Weight, 
 
 
 def save_problem(net: Network, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(network_to_dict(net), indent=1) + "\n")
+    write_json(path, network_to_dict(net))
 
 
 def load_problem(path: str | Path) -> Network:
-    try:
-        d = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise LgoptError(f"cannot read problem file {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise LgoptError(f"{path} is not valid JSON ({e})") from None
-    return network_from_dict(d, str(path))
+    return network_from_dict(read_json(path, "problem"), str(path))
 
 
 def network_digest(net: Network) -> str:

@@ -10,7 +10,6 @@ arithmetic feeding Reshape.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 

@@ -4,8 +4,7 @@ import itertools
 
 import pytest
 
-from lgopt.build import n_unit, place, schedule
-from lgopt.alloc import Allocation
+from lgopt.build import n_unit, schedule
 from lgopt.chip import get_chip
 from lgopt.cost import global_layer_cost, group_cost
 from lgopt.cpsat import CpsatSettings, optimise
