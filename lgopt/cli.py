@@ -181,6 +181,26 @@ def cmd_pack(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import time
+
+    from .plan import load_plan
+    from .simulate import simulate
+
+    plan = load_plan(args.plan)
+    net = _load_model(args, args.model)
+    from .problem import network_digest
+
+    if plan.model_digest and plan.model_digest != network_digest(net):
+        raise LgoptError(f"{args.plan} was made for another model than {args.model}")
+    t0 = time.perf_counter()
+    res = simulate(net, plan, args.seed)
+    print(f"{res.summary()} ({time.perf_counter() - t0:.1f} s, seed {args.seed})")
+    if res.opaque and args.verbose:
+        print("opaque: " + ", ".join(res.opaque))
+    return 0 if res.ok else 1
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from .plan import load_plan
     from .report import draw_group
@@ -252,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("-o", "--output", help="CSV to write (default: CSV name with .out.csv)")
     s.set_defaults(func=cmd_pack)
+
+    s = sub.add_parser("simulate", help="execute a plan on a simulated LMEM and compare with the unsliced network")
+    s.add_argument("plan")
+    s.add_argument("--model", required=True)
+    s.add_argument("--seed", type=int, default=0, help="seed of the generated inputs and weights")
+    s.add_argument("-v", "--verbose", action="store_true", help="list the ops simulated as opaque")
+    _model_args(s)
+    s.set_defaults(func=cmd_simulate)
 
     s = sub.add_parser("show", help="draw a group's LMEM allocation (timesteps x addresses)")
     s.add_argument("plan")

@@ -94,20 +94,24 @@ def _deconv_rows(out: Window, kernel: int, stride: int, dilation: int, pad: int,
     return _clamp(lo, hi + 1, in_h)
 
 
-def resize_source(o: int, in_size: int, out_size: int, attrs: Mapping[str, Any]) -> tuple[int, int]:
-    """Inclusive range of input rows output row ``o`` reads (ONNX Resize semantics)."""
+def resize_coord(o: int, in_size: int, out_size: int, attrs: Mapping[str, Any]) -> Fraction:
+    """The input coordinate output index ``o`` samples (ONNX coordinate_transformation_mode)."""
     scale = Fraction(out_size, in_size)
     mode = attrs.get("coord", "half_pixel")
     if mode == "asymmetric":
-        x = o / scale
-    elif mode == "align_corners":
-        x = Fraction(o * (in_size - 1), out_size - 1) if out_size > 1 else Fraction(0)
-    elif mode == "tf_half_pixel_for_nn":
-        x = (o + Fraction(1, 2)) / scale
-    elif mode == "pytorch_half_pixel" and out_size == 1:
-        x = Fraction(0)
-    else:  # half_pixel, pytorch_half_pixel
-        x = (o + Fraction(1, 2)) / scale - Fraction(1, 2)
+        return o / scale
+    if mode == "align_corners":
+        return Fraction(o * (in_size - 1), out_size - 1) if out_size > 1 else Fraction(0)
+    if mode == "tf_half_pixel_for_nn":
+        return (o + Fraction(1, 2)) / scale
+    if mode == "pytorch_half_pixel" and out_size == 1:
+        return Fraction(0)
+    return (o + Fraction(1, 2)) / scale - Fraction(1, 2)  # half_pixel, pytorch_half_pixel
+
+
+def resize_source(o: int, in_size: int, out_size: int, attrs: Mapping[str, Any]) -> tuple[int, int]:
+    """Inclusive range of input indices output index ``o`` reads (ONNX Resize semantics)."""
+    x = resize_coord(o, in_size, out_size, attrs)
     if attrs.get("mode") == "nearest":
         nm = attrs.get("nearest_mode", "round_prefer_floor")
         if nm == "floor":
