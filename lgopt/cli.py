@@ -196,6 +196,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     res = simulate(net, plan, args.seed)
     print(f"{res.summary()} ({time.perf_counter() - t0:.1f} s, seed {args.seed})")
+    if str(args.model).lower().endswith(".onnx"):
+        from .simulate import check_with_onnxruntime
+
+        verdict = check_with_onnxruntime(net, args.model, args.seed, _input_shapes(args.input_shape))
+        print(verdict)
+        if verdict.startswith("MISMATCH"):
+            return 1
     if res.opaque and args.verbose:
         print("opaque: " + ", ".join(res.opaque))
     return 0 if res.ok else 1

@@ -393,3 +393,71 @@ def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
                         break
             return SimResult(False, Mismatch(t, sl, idx, float(want[idx]), float(got[idx])), compared, opaque)
     return SimResult(True, None, compared, opaque)
+
+
+def check_with_onnxruntime(net: Network, model_path: str, seed: int = 0,
+                           input_shapes: dict[str, tuple[int, ...]] | None = None) -> str:
+    """Run the ONNX model with the simulator's inputs and weights in onnxruntime and compare every tensor a
+    local op produces (upstream of opaque ops only) with the numpy reference.  Returns a one-line verdict."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "onnxruntime not installed: reference not cross-checked"
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load(model_path, load_external_data=False)
+    weights = make_weights(net, seed)
+    ours = {w.name for op in net.ops for w in op.weights}
+    bn_roles = {}
+    for node in model.graph.node:
+        if node.op_type == "BatchNormalization":
+            for name, role in zip(node.input[1:5], ("scale", "bias", "mean", "var")):
+                bn_roles[name] = role
+    rng = _rng(seed, "onnxruntime")
+    inits = []
+    for init in model.graph.initializer:
+        dims = tuple(init.dims)
+        if init.name in ours:
+            arr = weights[init.name].reshape(dims)
+        elif init.name in bn_roles:  # a BatchNorm folded into its conv: make it the identity
+            arr = {"scale": np.ones(dims), "bias": np.zeros(dims), "mean": np.zeros(dims),
+                   "var": np.full(dims, 1.0 - 1e-5)}[bn_roles[init.name]]
+        elif init.data_location == TensorProto.EXTERNAL:
+            arr = rng.integers(-2, 3, size=dims) / 4.0  # weights of opaque ops: any values
+        else:
+            inits.append(init)
+            continue
+        inits.append(numpy_helper.from_array(arr.astype(np.float32), init.name))
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(inits)
+    for vi in model.graph.input:
+        if input_shapes and vi.name in input_shapes:
+            for d, v in zip(vi.type.tensor_type.shape.dim, input_shapes[vi.name]):
+                d.Clear()
+                d.dim_value = v
+    opaque_down: set[str] = set()
+    for op in net.ops:
+        if not op.local or any(t in opaque_down for t in op.inputs):
+            opaque_down.update(op.outputs)
+    check = [op.outputs[0] for op in net.ops if op.local and op.outputs[0] not in opaque_down]
+    existing = {o.name for o in model.graph.output}
+    model.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in check
+                              if t not in existing)
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        feeds = {t: v.reshape(net.tensor(t).orig_shape).astype(np.float32) for t, v in make_inputs(net, seed).items()}
+        outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    except Exception as e:  # a model onnxruntime cannot run is not the plan's fault
+        return f"onnxruntime could not run the model ({type(e).__name__}): reference not cross-checked"
+    ref, _ = reference(net, seed)
+    for t in check:
+        want = ref[t]
+        got = outs[t].reshape(want.shape).astype(float)
+        scale = max(1.0, float(np.abs(want).max()))
+        bad = ~np.isclose(got, want, rtol=1e-3, atol=1e-3 * scale)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"MISMATCH: onnxruntime and the numpy reference differ on {t} at {list(idx)}: "
+                    f"{float(got[idx]):g} vs {float(want[idx]):g}")
+    return f"the numpy reference agrees with onnxruntime on {len(check)} tensors"

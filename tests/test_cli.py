@@ -79,3 +79,20 @@ def test_broken_model_files(capsys, tmp_path, fixtures_dir):
         p.write_bytes(blob)
         code, _, err = run(capsys, "solve", str(p))
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (name, err)
+
+
+def test_simulate_command_with_onnxruntime_cross_check(capsys, tmp_path):
+    pytest.importorskip("onnxruntime")
+    model = str(PROBLEMS / "onnx" / "resnet18.onnx")
+    plan = tmp_path / "p.json"
+    shape = ["--dtype", "f16", "--input-shape", "input=1,3,64,64"]
+    assert run(capsys, "solve", model, "--chip", "cv181x", "-o", str(plan), *shape)[0] == 0
+    code, out, _ = run(capsys, "simulate", str(plan), "--model", model, *shape)
+    assert code == 0 and out.startswith("OK") and "agrees with onnxruntime" in out
+    d = json.loads(plan.read_text())
+    g = next(g for g in d["groups"] if g["h_slices"] > 1)
+    t = next(iter(g["windows"]))
+    g["windows"][t][1][2] += 1  # drop one halo row of the second slice
+    plan.write_text(json.dumps(d))
+    code, out, _ = run(capsys, "simulate", str(plan), "--model", model, *shape)
+    assert code == 1 and out.startswith("FAIL") and "differs at" in out
