@@ -208,6 +208,50 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if res.ok else 1
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare, parse_strategies
+    from .search import SearchSettings, stderr_progress
+
+    strategies = parse_strategies(args.strategies)
+    models = [(m, _load_model(args, m)) for m in args.models]
+    chip = _chip(args)
+    df = compare(models, chip, strategies, args.output, SearchSettings(bank_rule=args.bank_rule), args.time_limit,
+                 args.workers, stderr_progress, args.save_plans)
+    if sys.stderr.isatty():
+        print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
+    cols = ["model", "strategy", "groups", "global layers", "slices", "cycles", "traffic MB", "peak LMEM %",
+            "status", "gap %", "seconds", "x greedy", "x LB"]
+    print(df[[c for c in cols if c in df]].to_string(index=False, na_rep="-"))
+    if args.output:
+        print(f"\nwrote {args.output}/report.md, results.csv, report.html" + (" and plans/" if args.save_plans else ""))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .compare import parse_sweep, sweep
+    from .search import stderr_progress
+
+    net = _load_model(args, args.model)
+    from .chip import get_chip
+
+    chip = get_chip(args.chip, {}, args.chip_file)
+    axes = parse_sweep(args.set or [])
+    if not axes:
+        raise LgoptError("sweep needs at least one --set key=v1,v2,...")
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    for s in strategies:
+        if s not in ("greedy", "cpsat"):
+            raise LgoptError(f"sweep strategies are greedy and cpsat, not {s!r}")
+    out = args.output or f"reports/sweep-{net.name}-{chip.name}"
+    df = sweep(args.model, net, chip, axes, strategies, out, args.time_limit, 1, args.jobs, stderr_progress)
+    if sys.stderr.isatty():
+        print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
+    print(df.drop(columns=[c for c in df if c.endswith("(value)")]).to_string(index=False))
+    print(f"\n{int(df['cached'].sum())} of {len(df)} configurations served from cache; wrote {out}/sweep.md, "
+          "sweep.csv, sweep.html")
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from .plan import load_plan
     from .report import draw_group
@@ -287,6 +331,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-v", "--verbose", action="store_true", help="list the ops simulated as opaque")
     _model_args(s)
     s.set_defaults(func=cmd_simulate)
+
+    s = sub.add_parser("compare", help="strategies side by side: report.md, results.csv, report.html")
+    s.add_argument("models", nargs="+")
+    s.add_argument("--strategies", default="greedy,cpsat", help="greedy,cpsat[,tpu-mlir=CACHE.json]")
+    _chip_args(s)
+    s.add_argument("-o", "--output", help="report folder, e.g. reports/NAME")
+    s.add_argument("--time-limit", type=float, default=60.0)
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--bank-rule", default="soft", choices=["soft", "hard", "off"])
+    s.add_argument("--save-plans", action="store_true", help="also write every plan under OUTPUT/plans/")
+    _model_args(s)
+    s.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("sweep", help="cross product of chip parameters: table, plots, Pareto front, knee")
+    s.add_argument("model")
+    s.add_argument("--chip", default="bm1684x")
+    s.add_argument("--chip-file")
+    s.add_argument("--set", action="append", metavar="KEY=V1,V2,...", help="a swept chip parameter")
+    s.add_argument("--strategies", default="greedy")
+    s.add_argument("-o", "--output", help="report folder (default reports/sweep-MODEL-CHIP)")
+    s.add_argument("--time-limit", type=float, default=10.0, help="cpsat seconds per configuration")
+    s.add_argument("--jobs", type=int, default=2, help="worker processes")
+    _model_args(s)
+    s.set_defaults(func=cmd_sweep)
 
     s = sub.add_parser("show", help="draw a group's LMEM allocation (timesteps x addresses)")
     s.add_argument("plan")

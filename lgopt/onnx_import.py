@@ -91,6 +91,10 @@ def _set_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
     for name, shape in shapes.items():
         if name not in names:
             raise LgoptError(f"--input-shape names {name!r}, which is not a model input ({', '.join(sorted(names))})")
+    # shapes recorded for intermediate tensors were inferred from the old input shapes: drop them
+    del model.graph.value_info[:]
+    for vi in model.graph.output:
+        vi.type.tensor_type.ClearField("shape")
     for vi in model.graph.input:
         if vi.name in shapes:
             shape = shapes[vi.name]

@@ -79,7 +79,7 @@ def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str,
     }
 
 
-def draw_group(plan: Plan, k: int, path: str | Path, title: str | None = None) -> Path:
+def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
     """The seed's picture of squares: timesteps across, per-lane LMEM addresses up, bank lines dashed."""
     import matplotlib
 
@@ -120,8 +120,9 @@ def draw_group(plan: Plan, k: int, path: str | Path, title: str | None = None) -
     ax.set_title(title or f"{plan.model} on {chip.name}: group {k} ({len(g.ops)} ops, N/H slices "
                            f"{g.n_slices}/{g.h_slices}, peak {g.cost.get('lmem_peak', top)} B)", fontsize=9)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    if isinstance(path, (str, Path)):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
-    return out
+    return path

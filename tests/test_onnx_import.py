@@ -193,3 +193,10 @@ def test_problem_file_errors(tmp_path):
     bad["tensors"]["x"]["shape"] = [1, 0, 8, 8]
     with pytest.raises(LgoptError, match="non-positive"):
         network_from_dict(bad)
+
+
+def test_input_shape_override_reinfers_recorded_shapes(fixtures_dir):
+    """The fixture records 224x224 shapes for every tensor; a new input shape must replace them all."""
+    net = import_onnx(fixtures_dir / "onnx" / "resnet18.weightless.onnx", input_shapes={"input": (2, 3, 64, 64)})
+    assert net.ops[0].outputs and net.tensor(net.ops[0].outputs[0]).shape == (2, 64, 32, 32)
+    assert net.tensor(net.outputs[0]).orig_shape == (2, 1000)

@@ -1,0 +1,359 @@
+"""Strategies side by side: one pandas table per run, written as Markdown, CSV and a self-contained HTML
+page with its plots embedded (``lgopt compare``), plus chip-parameter sweeps (``lgopt sweep``)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import itertools
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from .chip import Chip, get_chip
+from .errors import LgoptError
+from .network import Network
+from .plan import Plan
+from .problem import network_digest
+from .search import SearchSettings, greedy
+from .verify import verify_plan
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str  # greedy | cpsat | tpu-mlir
+    cache: str | None = None  # TPU-MLIR layer_group_cache.json
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+def parse_strategies(text: str) -> list[Strategy]:
+    out = []
+    for item in [x.strip() for x in text.split(",") if x.strip()]:
+        name, _, arg = item.partition("=")
+        if name not in ("greedy", "cpsat", "tpu-mlir"):
+            raise LgoptError(f"unknown strategy {name!r} (greedy, cpsat, tpu-mlir=CACHE.json)")
+        if name == "tpu-mlir" and not arg:
+            raise LgoptError("tpu-mlir needs its cache: tpu-mlir=MODEL_CHIP.layer_group_cache.json")
+        out.append(Strategy(name, arg or None))
+    if not out:
+        raise LgoptError("no strategies given")
+    return out
+
+
+def run_strategy(net: Network, chip: Chip, s: Strategy, search: SearchSettings, time_limit: float,
+                 workers: int) -> tuple[Plan, float, dict[str, Any]]:
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if s.name == "greedy":
+        plan = greedy(net, chip, search)
+    elif s.name == "cpsat":
+        from .cpsat import CpsatSettings, optimise
+
+        plan = optimise(net, chip, search, CpsatSettings(time_limit=time_limit, workers=workers))
+    else:
+        from .tpumlir import score
+
+        plan, extra = score(net, chip, str(s.cache), search)
+    seconds = time.perf_counter() - t0
+    bad = verify_plan(net, plan)
+    if bad:
+        raise RuntimeError(f"{s.name} plan for {net.name} fails verification: {bad[0]}")
+    return plan, seconds, extra
+
+
+def _slices(plan: Plan) -> str:
+    if not plan.groups:
+        return "-"
+    ns = sorted({g.n_slices for g in plan.groups})
+    hs = sorted({g.h_slices for g in plan.groups})
+    return f"N {ns[0]}-{ns[-1]}, H {hs[0]}-{hs[-1]}"
+
+
+def plan_row(net: Network, chip: Chip, s: Strategy, plan: Plan, seconds: float) -> dict[str, Any]:
+    c = plan.cost
+    return {
+        "model": net.name, "chip": chip.name, "strategy": s.label,
+        "groups": len(plan.groups), "ops in groups": sum(len(g.ops) for g in plan.groups),
+        "global layers": len(plan.global_layers), "slices": _slices(plan),
+        "cycles": int(c["cycles"]), "traffic MB": round(c["traffic_bytes"] / 1e6, 3),
+        "peak LMEM %": round(100 * c.get("lmem_peak", 0) / chip.lmem_bytes, 1),
+        "bank conflicts": int(c.get("bank_conflicts", 0)), "seconds": round(seconds, 2),
+        "status": plan.status, "gap %": round(100 * plan.solver["gap"], 2) if "gap" in plan.solver else None,
+        "lower bound": int(c["lower_bound_cycles"]),
+        "x LB": round(c["cycles"] / max(1, c["lower_bound_cycles"]), 3),
+    }
+
+
+def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """cycles relative to the greedy plan of the same model and chip."""
+    base = df[df["strategy"] == "greedy"].set_index(["model", "chip"])["cycles"]
+    key = list(zip(df["model"], df["chip"]))
+    df["x greedy"] = [round(c / base[k], 4) if k in base.index else None for c, k in zip(df["cycles"], key)]
+    return df
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _plots_compare(df: pd.DataFrame, plans: dict[tuple[str, str, str], Plan], nets: dict[str, Network]
+                   ) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for metric, unit in (("cycles", "cycles"), ("traffic MB", "MB")):
+        piv = df.pivot_table(index=["model", "chip"], columns="strategy", values=metric)
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(piv) + 3), 4))
+        piv.plot.bar(ax=ax)
+        ax.set_ylabel(unit)
+        ax.set_title(f"{metric} per strategy")
+        ax.tick_params(axis="x", rotation=30)
+        out.append((f"{metric} per strategy", _png(fig)))
+    # each plan's groups along the network
+    for (model, chip), sub in df.groupby(["model", "chip"]):
+        net = nets[model]
+        n = len(net.ops)
+        fig, ax = plt.subplots(figsize=(10, 0.5 * len(sub) + 1.2))
+        for y, strat in enumerate(sub["strategy"]):
+            plan = plans[(model, chip, strat)]
+            ax.broken_barh([(net.op_index[o], 1) for o in plan.global_layers], (y - 0.4, 0.8), color="#bbbbbb")
+            for k, g in enumerate(plan.groups):
+                idx = sorted(net.op_index[o] for o in g.ops)
+                ax.broken_barh([(i, 1) for i in idx], (y - 0.4, 0.8), color=plt.cm.tab20(k % 20))
+        ax.set_yticks(range(len(sub)))
+        ax.set_yticklabels(list(sub["strategy"]))
+        ax.set_xlim(0, n)
+        ax.set_xlabel("op index in the network's order (grey: global layers; a colour per group)")
+        ax.set_title(f"groups along {model} on {chip}")
+        out.append((f"groups along {model} on {chip}", _png(fig)))
+    return out
+
+
+def _allocation_pictures(plans: dict[tuple[str, str, str], Plan], limit: int = 4) -> list[tuple[str, str]]:
+    from .report import draw_group
+
+    cands = []
+    for key, plan in plans.items():
+        for k, g in enumerate(plan.groups):
+            cands.append((len(g.ops) * g.num_slices, key, k))
+    out = []
+    for _, (model, chip, strat), k in sorted(cands, key=lambda x: (-x[0], x[1], x[2]))[:limit]:
+        buf = io.BytesIO()
+        draw_group(plans[(model, chip, strat)], k, buf)
+        out.append((f"LMEM allocation: {model} on {chip}, {strat}, group {k}", base64.b64encode(buf.getvalue()).decode()))
+    return out
+
+
+def write_html(path: Path, title: str, tables: list[tuple[str, pd.DataFrame]], images: list[tuple[str, str]],
+               notes: list[str]) -> None:
+    css = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
+           "font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f0f0f0}"
+           "td:nth-child(-n+3){text-align:left}img{max-width:100%;margin:8px 0}h2{margin-top:28px}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{css}</style></head>"
+             f"<body><h1>{title}</h1>"]
+    for h, df in tables:
+        parts.append(f"<h2>{h}</h2>" + df.to_html(index=False, na_rep="-", border=0))
+    if notes:
+        parts.append("<h2>notes</h2><ul>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>")
+    for caption, b64 in images:
+        parts.append(f"<h2>{caption}</h2><img alt='{caption}' src='data:image/png;base64,{b64}'>")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))
+
+
+def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Sequence[Strategy], out: str | None,
+            search: SearchSettings = SearchSettings(), time_limit: float = 60.0, workers: int = 2,
+            progress: Progress | None = None, save_plans: bool = False) -> pd.DataFrame:
+    rows, plans, nets, notes = [], {}, {}, []
+    for path, net in models:
+        nets[net.name] = net
+        for s in strategies:
+            if s.name == "tpu-mlir" and len(models) > 1 and not _cache_matches(s.cache, path, net):
+                continue
+            if progress:
+                progress(f"compare: {net.name} on {chip.name} with {s.label}")
+            plan, secs, extra = run_strategy(net, chip, s, search, time_limit, workers)
+            rows.append(plan_row(net, chip, s, plan, secs))
+            plans[(net.name, chip.name, s.label)] = plan
+            if extra:
+                un = extra["unmapped"]
+                notes.append(f"{net.name}: TPU-MLIR cache {Path(str(s.cache)).name}: {extra['groups_scored']} of "
+                             f"{extra['groups_in_cache']} groups scored, {extra['ops_mapped']} ops mapped, "
+                             f"{len(un)} names not found{(': ' + ', '.join(un[:8])) if un else ''}, "
+                             f"{extra['casts_skipped']} inserted casts skipped")
+                notes += [f"{net.name}: {x}" for x in extra["adjusted"] + extra["dropped"]]
+    df = add_ratios(pd.DataFrame(rows))
+    if out:
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        df.to_csv(d / "results.csv", index=False)
+        md = [f"# lgopt compare on {chip.name}\n", df.fillna("-").to_markdown(index=False), ""]
+        md += [f"- {n}" for n in notes]
+        (d / "report.md").write_text("\n".join(md) + "\n")
+        images = _plots_compare(df, plans, nets) + _allocation_pictures(plans)
+        write_html(d / "report.html", f"lgopt: strategies on {chip.name}", [("results", df)], images, notes)
+        if save_plans:
+            from .plan import save_plan
+
+            for (model, chipname, strat), plan in plans.items():
+                save_plan(plan, d / "plans" / f"{model}.{chipname}.{strat}.json")
+    return df
+
+
+def _cache_matches(cache: str | None, path: str, net: Network) -> bool:
+    stem = Path(path).name.split(".")[0]
+    name = Path(str(cache)).name
+    return any(name.startswith(x + "_") for x in {stem, net.name, net.name.removeprefix("fixture_")})
+
+
+# --- sweeps -------------------------------------------------------------------------------------------
+
+def parse_sweep(sets: Sequence[str]) -> dict[str, list[str]]:
+    axes: dict[str, list[str]] = {}
+    for item in sets:
+        if "=" not in item:
+            raise LgoptError(f"bad --set {item!r}: expected key=v1,v2,...")
+        k, v = item.split("=", 1)
+        vals = [x.strip() for x in v.split(",") if x.strip()]
+        if not vals:
+            raise LgoptError(f"--set {k} has no values")
+        axes[k.strip()] = vals
+    return axes
+
+
+def _sweep_one(args: tuple[str, dict[str, Any], dict[str, str], str, float, int, str]) -> dict[str, Any]:
+    model_json, chip_base, point, strategy, time_limit, workers, cache_dir = args
+    from .problem import network_from_dict
+
+    net = network_from_dict(json.loads(model_json))
+    chip = get_chip(chip_base["name"], point)
+    key = hashlib.sha256(json.dumps([network_digest(net), chip.to_dict(), strategy, time_limit],
+                                    sort_keys=True).encode()).hexdigest()[:20]
+    cfile = Path(cache_dir) / f"{key}.json"
+    if cfile.exists():
+        return {**json.loads(cfile.read_text()), "cached": True}
+    plan, secs, _ = run_strategy(net, chip, Strategy(strategy), SearchSettings(), time_limit, workers)
+    row = {**point, "strategy": strategy, "cycles": int(plan.cost["cycles"]),
+           "traffic MB": round(plan.cost["traffic_bytes"] / 1e6, 3), "groups": len(plan.groups),
+           "global layers": len(plan.global_layers), "status": plan.status, "seconds": round(secs, 2)}
+    cfile.write_text(json.dumps(row))
+    return {**row, "cached": False}
+
+
+def pareto(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Points no other point beats on both x and y (smaller is better on both)."""
+    pts = df.sort_values([x, y])
+    keep, best = [], float("inf")
+    for _, r in pts.iterrows():
+        if r[y] < best:
+            keep.append(r)
+            best = r[y]
+    return pd.DataFrame(keep)
+
+
+def sweep(path: str, net: Network, chip: Chip, axes: dict[str, list[str]], strategies: Sequence[str], out: str,
+          time_limit: float = 10.0, workers: int = 1, jobs: int = 2, progress: Progress | None = None
+          ) -> pd.DataFrame:
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing as mp
+
+    from .chip import with_overrides
+    from .problem import network_to_dict
+
+    keys = list(axes)
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
+    for p in points:  # validate every configuration up front: one bad value is a one-line error
+        with_overrides(chip, p)
+    d = Path(out)
+    cache = d / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    model_json = json.dumps(network_to_dict(net))
+    tasks = [(model_json, {"name": chip.name}, p, s, time_limit, workers, str(cache)) for p in points
+             for s in strategies]
+    rows = []
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=mp.get_context("fork")) as ex:
+        for k, row in enumerate(ex.map(_sweep_one, tasks)):
+            rows.append(row)
+            if progress:
+                progress(f"sweep: {k + 1}/{len(tasks)} configurations")
+    df = pd.DataFrame(rows)
+    for k in keys:
+        num = pd.to_numeric(df[k].map(_num), errors="coerce")
+        if num.notna().all():
+            df[k + " (value)"] = num
+    df.drop(columns=["cached"]).to_csv(d / "sweep.csv", index=False)
+    tables = [("sweep", df.drop(columns=["cached"]))]
+    notes = [f"{int(df['cached'].sum())} of {len(df)} configurations served from the cache in {cache}"]
+    images = _plots_sweep(df, keys)
+    lmem = "lmem_bytes (value)" if "lmem_bytes (value)" in df else None
+    if lmem:
+        for s in strategies:
+            sub = df[df["strategy"] == s]
+            front = pareto(sub, lmem, "cycles")
+            tables.append((f"Pareto front, LMEM bytes vs cycles ({s})", front.drop(columns=["cached"])))
+            best = sub["cycles"].min()
+            knee = sub[sub["cycles"] <= 1.05 * best].sort_values(lmem).iloc[0]
+            notes.append(f"{s}: knee = smallest LMEM within 5 % of the best cycles ({best:,}): "
+                         f"lmem_bytes={knee['lmem_bytes']} at {int(knee['cycles']):,} cycles"
+                         + "".join(f", {k}={knee[k]}" for k in keys if k != "lmem_bytes"))
+    md = [f"# lgopt sweep: {net.name} on {chip.name}\n"] + [f"## {h}\n\n{t.fillna('-').to_markdown(index=False)}\n"
+                                                            for h, t in tables] + [f"- {n}" for n in notes]
+    (d / "sweep.md").write_text("\n".join(md) + "\n")
+    write_html(d / "sweep.html", f"lgopt sweep: {net.name} on {chip.name}", tables, images, notes)
+    return df
+
+
+def _num(v: str) -> float | None:
+    from .chip import parse_size
+
+    try:
+        return float(parse_size(v))
+    except LgoptError:
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+
+def _plots_sweep(df: pd.DataFrame, keys: list[str]) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for k in keys:
+        col = k + " (value)" if k + " (value)" in df else k
+        for metric in ("cycles", "traffic MB"):
+            fig, ax = plt.subplots(figsize=(6, 3.6))
+            others = [x for x in keys if x != k]
+            for (strat, *rest), sub in df.groupby(["strategy"] + others):
+                agg = sub.groupby(col)[metric].min().sort_index()
+                label = strat + "".join(f", {o}={v}" for o, v in zip(others, rest))
+                ax.plot(agg.index, agg.values, marker="o", label=label)
+            ax.set_xlabel(k)
+            ax.set_ylabel(metric)
+            if col.endswith("(value)"):
+                ax.set_xscale("log", base=2)
+            ax.legend(fontsize=7)
+            ax.set_title(f"{metric} against {k}")
+            out.append((f"{metric} against {k}", _png(fig)))
+    return out
