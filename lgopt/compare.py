@@ -186,7 +186,9 @@ def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Seque
     for path, net in models:
         nets[net.name] = net
         for s in strategies:
-            if s.name == "tpu-mlir" and len(models) > 1 and not _cache_matches(s.cache, path, net):
+            if s.name == "tpu-mlir" and not _cache_fits(s.cache, net):
+                if len(models) == 1:
+                    notes.append(f"{net.name}: no op of TPU-MLIR cache {Path(str(s.cache)).name} is in this model")
                 continue
             if progress:
                 progress(f"compare: {net.name} on {chip.name} with {s.label}")
@@ -218,10 +220,12 @@ def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Seque
     return df
 
 
-def _cache_matches(cache: str | None, path: str, net: Network) -> bool:
-    stem = Path(path).name.split(".")[0]
-    name = Path(str(cache)).name
-    return any(name.startswith(x + "_") for x in {stem, net.name, net.name.removeprefix("fixture_")})
+def _cache_fits(cache: str | None, net: Network) -> bool:
+    """A cache belongs to a model when most of its (non-cast) op names are the model's tensors."""
+    from .tpumlir import map_groups, read_cache
+
+    m = map_groups(net, read_cache(str(cache)))
+    return sum(len(ops) for ops, _ in m.groups) > len(m.unmapped)
 
 
 # --- sweeps -------------------------------------------------------------------------------------------
