@@ -207,7 +207,7 @@ def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Seque
         d = Path(out)
         d.mkdir(parents=True, exist_ok=True)
         df.to_csv(d / "results.csv", index=False)
-        md = [f"# lgopt compare on {chip.name}\n", df.fillna("-").to_markdown(index=False), ""]
+        md = [f"# lgopt compare on {chip.name}\n", df.astype(object).fillna("-").to_markdown(index=False), ""]
         md += [f"- {n}" for n in notes]
         (d / "report.md").write_text("\n".join(md) + "\n")
         images = _plots_compare(df, plans, nets) + _allocation_pictures(plans)
@@ -318,7 +318,7 @@ def sweep(path: str, net: Network, chip: Chip, axes: dict[str, list[str]], strat
             notes.append(f"{s}: knee = smallest LMEM within 5 % of the best cycles ({best:,}): "
                          f"lmem_bytes={knee['lmem_bytes']} at {int(knee['cycles']):,} cycles"
                          + "".join(f", {k}={knee[k]}" for k in keys if k != "lmem_bytes"))
-    md = [f"# lgopt sweep: {net.name} on {chip.name}\n"] + [f"## {h}\n\n{t.fillna('-').to_markdown(index=False)}\n"
+    md = [f"# lgopt sweep: {net.name} on {chip.name}\n"] + [f"## {h}\n\n{t.astype(object).fillna('-').to_markdown(index=False)}\n"
                                                             for h, t in tables] + [f"- {n}" for n in notes]
     (d / "sweep.md").write_text("\n".join(md) + "\n")
     write_html(d / "sweep.html", f"lgopt sweep: {net.name} on {chip.name}", tables, images, notes)

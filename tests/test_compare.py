@@ -65,7 +65,6 @@ def test_compare_writes_report(tmp_path, capsys, fixtures_dir):
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4 and "<table" in html
     assert "TPU-MLIR cache" in (out / "report.md").read_text()
-    return out
 
 
 def test_sweep_twenty_configurations_and_cache(tmp_path, capsys):
@@ -103,5 +102,5 @@ def test_html_report_renders_in_a_browser(tmp_path, capsys, fixtures_dir):
     from PIL import Image  # matplotlib depends on Pillow
 
     img = Image.open(shot).convert("L")
-    colours = len(set(img.getdata()))
+    colours = sum(1 for count in img.histogram() if count)  # grey levels present
     assert img.size == (1200, 1600) and colours > 50  # tables and plots, not a blank page
