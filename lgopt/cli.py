@@ -131,7 +131,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
         plan = optimise(net, chip, settings, CpsatSettings(objective=args.objective, time_limit=args.time_limit,
                                                            workers=args.workers, seed=args.seed,
-                                                           formulation=args.formulation), progress)
+                                                           formulation=args.formulation, orders=args.orders),
+                        progress)
     seconds = round(time.perf_counter() - t0, 3)
     if progress and sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
@@ -305,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     s.add_argument("--formulation", default="auto", choices=["auto", "monolithic", "decomposed"])
+    s.add_argument("--orders", type=int, default=1, choices=[1, 2, 3],
+                   help="topological orders cpsat searches: 1 the given one, 3 adds depth- and breadth-first")
     s.add_argument("-o", "--output", help="plan file to write")
     s.add_argument("--json", action="store_true", help="print a machine-readable summary")
     s.add_argument("--batch", type=int, help="solve at this batch size")

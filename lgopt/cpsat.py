@@ -31,7 +31,8 @@ from ortools.sat.python import cp_model
 from .build import assemble
 from .candidates import INF, CandidateSpace
 from .chip import Chip
-from .network import Network
+from .network import Network, reorder, topological_orders
+from .problem import network_digest
 from .plan import GroupPlan, Plan
 from .search import SearchSettings, finish, greedy
 
@@ -47,6 +48,7 @@ class CpsatSettings:
     formulation: str = "auto"  # auto | monolithic | decomposed
     monolithic_max_ops: int = 10
     pack_time: float = 2.0  # CP-SAT deterministic time per exact packing
+    orders: int = 1  # topological orders searched: 1 = the given one; up to 3 adds depth- and breadth-first
 
 
 def _solver(st: CpsatSettings, seconds: float, workers: int | None = None) -> cp_model.CpSolver:
@@ -71,6 +73,64 @@ def _greedy_intervals(net: Network, plan: Plan) -> list[tuple[int, int]]:
 
 def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings(),
              st: CpsatSettings = CpsatSettings(), progress: Progress | None = None) -> Plan:
+    """Best plan over groups that are contiguous in any of ``st.orders`` topological orders.
+
+    Each order is its own candidate space, searched in turn with a share of the remaining time; the
+    union's bound is the smallest of the per-order bounds, and the result is optimal only when every
+    order's search is.  Plans are expressed on the given network whatever order produced them.
+    """
+    t0 = time.perf_counter()
+    orders = list(topological_orders(net).items())[:max(1, st.orders)]
+    seen: set[tuple[str, ...]] = set()
+    results: list[tuple[str, Plan]] = []
+    for k, (kind, names) in enumerate(orders):
+        if tuple(names) in seen:
+            continue
+        seen.add(tuple(names))
+        left = st.time_limit - (time.perf_counter() - t0)
+        share = max(1.0, left / (len(orders) - k)) if k < len(orders) - 1 else max(1.0, left)
+        onet = net if kind == "given" else reorder(net, names)
+        plan = _optimise_order(onet, chip, search, replace(st, time_limit=share), progress)
+        results.append((kind, plan))
+    kind, best = min(results, key=lambda kp: (kp[1].solver["value"], kp[0] != "given"))
+    bound = min(p.solver["bound"] for _, p in results)
+    value = best.solver["value"]
+    gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
+    status = "optimal" if all(p.status == "optimal" for _, p in results) and gap <= 1e-9 else (
+        "time_limit" if any(p.status == "time_limit" for _, p in results) else "feasible")
+    space = f"{best.solver.get('space', '')}; searched in {len(results)} topological order(s): " + \
+        ", ".join(k for k, _ in results)
+    solver = {**best.solver, "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "order": kind,
+              "orders": {k: {"value": p.solver["value"], "bound": p.solver["bound"], "status": p.status}
+                         for k, p in results},
+              "seconds": round(time.perf_counter() - t0, 3), "space": space}
+    return replace(best, model_digest=network_digest(net), steps=_topo_steps(net, best), status=status,
+                   solver=solver)
+
+
+def _topo_steps(net: Network, plan: Plan) -> tuple[tuple[str, object], ...]:
+    """Steps in an order that respects the given network's dependencies (groups stay whole)."""
+    import networkx as nx
+
+    owner = {}
+    for k, g in enumerate(plan.groups):
+        for o in g.ops:
+            owner[o] = ("group", k)
+    for kind, v in plan.steps:
+        if kind == "global":
+            owner[v] = ("global", v)
+    dag = nx.DiGraph()
+    dag.add_nodes_from(set(owner.values()))
+    for a, b in net.graph.edges:
+        if owner[a] != owner[b]:
+            dag.add_edge(owner[a], owner[b])
+    first = {s: min(net.op_index[o] for o in (plan.groups[s[1]].ops if s[0] == "group" else (s[1],)))
+             for s in dag.nodes}
+    return tuple(nx.lexicographical_topological_sort(dag, key=lambda s: first[s]))
+
+
+def _optimise_order(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings,
+                    progress: Progress | None) -> Plan:
     t0 = time.perf_counter()
     base = greedy(net, chip, search)
     n_local = sum(op.local for op in net.ops)
@@ -78,10 +138,8 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
     if form == "auto":
         form = "monolithic" if n_local <= st.monolithic_max_ops else "decomposed"
     if form == "monolithic":
-        plan = _monolithic(net, chip, search, st, base, t0, progress)
-    else:
-        plan = _decomposed(net, chip, search, st, base, t0, progress)
-    return plan
+        return _monolithic(net, chip, search, st, base, t0, progress)
+    return _decomposed(net, chip, search, st, base, t0, progress)
 
 
 def _result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, groups: list[GroupPlan],

@@ -192,6 +192,59 @@ def with_batch(net: Network, batch: int) -> Network:
     return replace(net, tensors=tensors)
 
 
+def reorder(net: Network, names: list[str]) -> Network:
+    """The same network with its ops in another topological order."""
+    from dataclasses import replace
+
+    if sorted(names) != sorted(op.name for op in net.ops):
+        raise ValueError("an order must list every op once")
+    return check_network(replace(net, ops=tuple(net.op_by_name[n] for n in names)))
+
+
+def topological_orders(net: Network) -> dict[str, list[str]]:
+    """The given order and two others that group branches differently.
+
+    * ``depth-first``: among ready ops, the one whose inputs were produced most recently
+      (finish a branch before starting the next);
+    * ``breadth-first``: the one whose latest input is oldest (start every branch, e.g. a
+      residual block's shortcut conv, before going deeper).
+    Ties go to the given order.  Any convex set of ops is a contiguous run of *some* topological
+    order, so searching several orders reaches groups one fixed order cannot.
+    """
+    import heapq
+
+    index = net.op_index
+    preds = {op.name: {net.producer[t].name for t in op.inputs if t in net.producer} for op in net.ops}
+    succs: dict[str, list[str]] = {op.name: [] for op in net.ops}
+    for n, ps in preds.items():
+        for p in ps:
+            succs[p].append(n)
+    out = {"given": [op.name for op in net.ops]}
+    for kind in ("depth-first", "breadth-first"):
+        pos: dict[str, int] = {}
+        missing = {n: len(ps) for n, ps in preds.items()}
+        heap: list[tuple[int, int, str]] = []
+
+        def push(n: str) -> None:
+            latest = max((pos[p] for p in preds[n]), default=-1)
+            heapq.heappush(heap, (-latest if kind == "depth-first" else latest, index[n], n))
+
+        for n, k in missing.items():
+            if k == 0:
+                push(n)
+        order: list[str] = []
+        while heap:
+            _, _, n = heapq.heappop(heap)
+            pos[n] = len(order)
+            order.append(n)
+            for m in succs[n]:
+                missing[m] -= 1
+                if missing[m] == 0:
+                    push(m)
+        out[kind] = order
+    return out
+
+
 def check_network(net: Network) -> Network:
     """Structural sanity: unique names, every consumed tensor produced once, ops topologically ordered."""
     seen_ops: set[str] = set()

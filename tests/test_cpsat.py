@@ -135,3 +135,18 @@ def test_time_limit_is_reported_not_optimal():
     assert 0 < p.solver["gap"] <= 1 and p.solver["bound"] < p.solver["value"]
     assert p.cost["cycles"] <= greedy(net, c).cost["cycles"]
     assert verify_plan(net, p) == []
+
+
+def test_more_orders_reach_groups_one_order_cannot(fixtures_dir):
+    """On the BM1688 ResNet-18 fixture TPU-MLIR groups ops that are contiguous only in its own order; with
+    three orders lgopt's proven optimum is at least as good as TPU-MLIR's grouping."""
+    from lgopt.tpumlir import score
+
+    net = load_problem(PROBLEMS / "fixture_resnet18.json")
+    chip = get_chip("bm1688")
+    one = optimise(net, chip, st=CpsatSettings(time_limit=60, orders=1))
+    three = optimise(net, chip, st=CpsatSettings(time_limit=60, orders=3))
+    tpu, _ = score(net, chip, str(fixtures_dir / "tpu-mlir" / "resnet18_bm1688_f16.layer_group_cache.json"))
+    assert three.status == "optimal" and three.solver["gap"] == 0
+    assert three.cost["cycles"] <= min(one.cost["cycles"], tpu.cost["cycles"])
+    assert verify_plan(net, three) == [] and three.model_digest == one.model_digest
