@@ -52,12 +52,14 @@ def _batch(x: Win, n0: int, n1: int) -> np.ndarray:
     return x.data[n0 - x.n0:n1 - x.n0]
 
 
+def _geometry(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, ...], int]:
+    """(kernel, strides, dilations, pads (t, l, b, r), group) of a conv or pool."""
+    a = op.attrs
+    return a["kernel"], a["strides"], a.get("dilations", (1, 1)), a["pads"], a.get("group", 1)
+
+
 def conv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: int, ow: int) -> np.ndarray:
-    kh, kw = op.attrs["kernel"]
-    sh, sw = op.attrs["strides"]
-    dh, dw = op.attrs.get("dilations", (1, 1))
-    pt, pl, _, pr = op.attrs["pads"]
-    g = op.attrs.get("group", 1)
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, pr), g = _geometry(op)
     lo = a * sh - pt
     hi = (b - 1) * sh - pt + (kh - 1) * dh + 1
     xin = _pad_w(rows(x, lo, hi, 0.0), pl, pr, 0.0)
@@ -78,11 +80,7 @@ def conv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: int,
 
 def deconv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: int, ow: int) -> np.ndarray:
     """ONNX ConvTranspose: out[o] += in[i] * w[k] where o = i*s - pad + k*d (filter [ic, oc/g, kh, kw])."""
-    kh, kw = op.attrs["kernel"]
-    sh, sw = op.attrs["strides"]
-    dh, dw = op.attrs.get("dilations", (1, 1))
-    pt, pl, _, _ = op.attrs["pads"]
-    g = op.attrs.get("group", 1)
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _), g = _geometry(op)
     n, c, _, iw = x.data.shape
     ocg = w.shape[1]
     out = np.zeros((n, ocg * g, b - a, ow))
@@ -110,10 +108,7 @@ def deconv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: in
 
 
 def pool(op: Op, x: Win, a: int, b: int, ow: int) -> np.ndarray:
-    kh, kw = op.attrs["kernel"]
-    sh, sw = op.attrs["strides"]
-    dh, dw = op.attrs.get("dilations", (1, 1))
-    pt, pl, _, pr = op.attrs["pads"]
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, pr), _ = _geometry(op)
     is_max = op.type == "MaxPool"
     lo = a * sh - pt
     hi = (b - 1) * sh - pt + (kh - 1) * dh + 1
