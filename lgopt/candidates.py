@@ -22,7 +22,6 @@ pipelined timestep table of :mod:`lgopt.timestep`; any packing of the buffers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -94,7 +93,7 @@ class CandidateSpace:
                     k += 1
                 self.runs.append((s, k))
             k += 1
-        self.cache: dict[str, Evaluation] = {}
+        self.cache: dict[tuple, Evaluation] = {}
         self.evaluated: dict[tuple[int, int], Evaluation] = {}
         self.evaluations = 0
         index = net.op_index
@@ -176,7 +175,7 @@ class CandidateSpace:
         return [d for d in PREFETCH if d == 1 or d <= weighted]
 
     # --- evaluation ------------------------------------------------------------------------------
-    def signature(self, i: int, j: int) -> str:
+    def signature(self, i: int, j: int) -> tuple:
         """Structure of the interval with names replaced by positions (the cost and packing depend only on it)."""
         net = self.net
         pos: dict[str, str] = {}
@@ -197,9 +196,9 @@ class CandidateSpace:
                 pos[t] = f"t{k - i}"
                 ten = net.tensor(t)
                 outs.append((ten.shape, ten.dtype, self.last_use[t] > j or t in self.net_outputs))
-            rows.append((op.type, sorted(op.attrs.items()), op.fused,
-                         [(w.shape, w.dtype, w.role) for w in op.weights], ins, outs))
-        return json.dumps(rows, default=str)
+            rows.append((op.type, tuple(sorted(op.attrs.items())), op.fused,
+                         tuple((w.shape, w.dtype, w.role) for w in op.weights), tuple(ins), tuple(outs)))
+        return tuple(rows)
 
     def slicings(self, ops: Sequence[str]) -> list[tuple[int, int, int, GroupPlan, int]]:
         """Every legal (n, h, prefetch) with its scheduled (unplaced) group and objective value."""
@@ -240,7 +239,7 @@ class CandidateSpace:
         """Evaluate intervals, in worker processes when asked; results are identical to serial ones."""
         import time
 
-        todo: dict[str, list[tuple[int, int]]] = {}
+        todo: dict[tuple, list[tuple[int, int]]] = {}
         for iv in ivs:
             if iv in self.evaluated:
                 continue
@@ -252,7 +251,7 @@ class CandidateSpace:
         if not todo:
             return
         reps = [(sig, group[0]) for sig, group in todo.items()]
-        results: list[tuple[str, Evaluation]] = []
+        results: list[tuple[tuple, Evaluation]] = []
         if processes > 1 and len(reps) >= 8:
             import multiprocessing as mp
 
@@ -350,7 +349,7 @@ _WORKER_SPACE: CandidateSpace | None = None  # set in the parent just before for
 _WORKER_DEADLINE: float | None = None
 
 
-def _evaluate_batch(batch: list[tuple[str, tuple[int, int]]]) -> list[tuple[str, Evaluation]]:
+def _evaluate_batch(batch: list[tuple[tuple, tuple[int, int]]]) -> list[tuple[tuple, Evaluation]]:
     import time
 
     space = _WORKER_SPACE
