@@ -69,6 +69,33 @@ def peak_live_bytes(items: Sequence[PackItem], align: int = 1) -> int:
     return best
 
 
+def first_fit(items: Sequence[PackItem], capacity: int, align: int = 1) -> dict[str, int] | None:
+    """Lowest-fit placement in a few classic orders (largest, longest-lived, largest area first)."""
+    def life(it: PackItem) -> int:
+        return sum(e - s for s, e in it.spans)
+
+    orders = (lambda it: (-it.size, it.id), lambda it: (-life(it), -it.size, it.id),
+              lambda it: (-it.size * life(it), it.id))
+    for key in orders:
+        placed: dict[str, int] = {}
+        by_id = {it.id: it for it in items}
+        for it in sorted(items, key=key):
+            size = cdiv(it.size, align) * align
+            busy = sorted((placed[o], placed[o] + cdiv(by_id[o].size, align) * align) for o in placed
+                          if overlaps(by_id[o], it))
+            off = 0
+            for s, e in busy:
+                if off + size <= s:
+                    break
+                off = max(off, e)
+            if off + size > capacity:
+                break
+            placed[it.id] = off
+        else:
+            return placed
+    return None
+
+
 def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
          conflicts: Iterable[tuple[str, str]] = (), bank_bytes: int | None = None, bank_rule: str = "off",
          minimize: str = "none", time_limit: float = 10.0, workers: int = 2, seed: int = 0,
@@ -76,7 +103,8 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
     """Offsets in ``[0, capacity)`` for every item; ``minimize`` is ``none``, ``peak`` or ``conflicts``.
 
     ``time_limit`` is in CP-SAT deterministic time units (about a second each) so
-    that the same input gives the same answer however loaded the machine is.
+    that the same input gives the same answer however loaded the machine is; a wall-clock cap of twice
+    that guards instances where deterministic time runs slow (an answer cut by it is "unknown").
     """
     t0 = time.perf_counter()
     if not items:
@@ -87,6 +115,12 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
         return PackResult("infeasible", seconds=time.perf_counter() - t0)
     if peak_live_bytes(items, align) > cap_u * align:
         return PackResult("infeasible", seconds=time.perf_counter() - t0)
+    quick = first_fit(items, capacity, align) if not conflicts or bank_rule == "off" else None
+    if quick is not None and minimize == "none":  # feasible by construction: nothing left to decide
+        return PackResult("feasible", quick, max(quick[it.id] + size_u[it.id] * align for it in items), 0,
+                          time.perf_counter() - t0)
+    if quick is not None and not hint:
+        hint = quick
     m = cp_model.CpModel()
     off = {it.id: m.new_int_var(0, cap_u - size_u[it.id], f"off_{it.id}") for it in items}
     xs, ys = [], []
@@ -131,6 +165,8 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
                 m.add_hint(off[k], v // align)
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = time_limit
+    # deterministic time can run far slower than the wall clock on tight, wide instances: cap both
+    solver.parameters.max_time_in_seconds = max(1.0, 2.0 * time_limit)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
     solver.parameters.interleave_search = workers > 1
@@ -150,17 +186,26 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
 # --- the benchmark CSV format --------------------------------------------------------------------
 
 def read_csv(path: str | Path) -> list[PackItem]:
-    """``id,lower,upper,size`` rows (any extra columns, e.g. ``offset``, are ignored)."""
+    """``id,lower,upper,size`` rows (also the older ``buffer,start,end,size`` header; extra columns such as
+    ``offset`` are ignored)."""
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise LgoptError(f"cannot read {path}: {e.strerror}") from None
     items: list[PackItem] = []
+    alias = {"id": ("id", "buffer"), "lower": ("lower", "start"), "upper": ("upper", "end"), "size": ("size",)}
+
+    def col(r: dict, key: str) -> str:
+        for k in alias[key]:
+            if k in r:
+                return r[k]
+        raise KeyError(key)
+
     for i, r in enumerate(rows):
         try:
-            lo, hi, size = int(r["lower"]), int(r["upper"]), int(r["size"])
-            bid = str(r["id"])
+            lo, hi, size = int(col(r, "lower")), int(col(r, "upper")), int(col(r, "size"))
+            bid = str(col(r, "id"))
         except (KeyError, TypeError, ValueError):
             raise LgoptError(f"{path}: row {i + 2} is not id,lower,upper,size with integers") from None
         if hi <= lo or size <= 0:
