@@ -43,7 +43,7 @@ def instances(draw):
 def test_pack_matches_exhaustive_search(inst):
     items, cap = inst
     res = pack(items, cap, time_limit=10, workers=1)
-    assert res.status in ("optimal", "infeasible")
+    assert res.status in ("optimal", "feasible", "infeasible")  # never "unknown" on these sizes
     assert res.found == _first_fit_exact(items, cap)
     if res.found:
         assert check_packing(items, res.offsets, cap) is None
