@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from .chip import Chip
 from .layout import align_up
 from .network import Network
-from .plan import Buffer, GroupPlan
+from .plan import GroupPlan
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,6 @@ def conflict_pairs(net: Network, g: GroupPlan) -> set[frozenset[int]]:
                 if a != b:
                     pairs.add(frozenset((a, b)))
     return pairs
-
-
-def overlaps_in_time(a: Buffer, b: Buffer, num_rows: int) -> bool:
-    return bool(a.rows(num_rows) & b.rows(num_rows))
 
 
 def greedy_allocate(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft",

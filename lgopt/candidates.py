@@ -341,9 +341,6 @@ class CandidateSpace:
         g = place(self.net, self.chip, g, alloc)
         return replace(g, cost={**g.cost, **group_cost(self.chip, self.net, g)})
 
-    def dma_cycles(self, nbytes: int) -> int:
-        return gdma_cycles(self.chip, nbytes)
-
 
 _WORKER_SPACE: CandidateSpace | None = None  # set in the parent just before forking workers
 _WORKER_DEADLINE: float | None = None

@@ -67,9 +67,6 @@ class Chip:
         """Elements of ``dtype`` one lane processes per cycle (EU_NUM)."""
         return max(1, self.eu_bytes // DTYPE_BYTES[dtype])
 
-    def gdma_bytes_per_cycle(self) -> float:
-        return self.gdma_gbps * 1e9 / (self.tiu_mhz * 1e6)
-
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["macs_per_lane"] = dict(self.macs_per_lane)

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
-
 from . import ops as opsem
 from .chip import Chip
 from .dtype import dtype_bytes
@@ -209,5 +207,3 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     return {"cycles": max(compute, dma), "compute_cycles": compute, "traffic_bytes": must}
 
 
-def cost_summary(costs: Mapping[str, int]) -> str:
-    return f"{costs['cycles']:,} cycles, {costs['traffic_bytes'] / 1e6:.2f} MB GMEM traffic"

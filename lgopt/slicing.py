@@ -192,7 +192,3 @@ def h_overlap(height: int, windows: Sequence[Window]) -> int:
     return sum(b - a for a, b in windows) - height
 
 
-def group_tensors(net: Network, names: Iterable[str]) -> list[str]:
-    """Every activation a group touches, inputs first then in production order."""
-    io = group_io(net, names)
-    return list(io.inputs) + [t for n in names for t in net.op(n).outputs]

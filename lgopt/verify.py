@@ -487,6 +487,3 @@ def verify_plan(net: Network, plan: Plan, stop_at_first: bool = False) -> list[V
     return v.run(stop_at_first)
 
 
-def first_violation(net: Network, plan: Plan) -> Violation | None:
-    vs = verify_plan(net, plan, stop_at_first=True)
-    return vs[0] if vs else None
