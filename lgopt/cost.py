@@ -205,5 +205,3 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
                         if t not in net.inputs and t not in net.outputs)
     dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
     return {"cycles": max(compute, dma), "compute_cycles": compute, "traffic_bytes": must}
-
-

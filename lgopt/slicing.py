@@ -190,5 +190,3 @@ def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices:
 def h_overlap(height: int, windows: Sequence[Window]) -> int:
     """Rows loaded or computed more than once: sum of slice heights minus H."""
     return sum(b - a for a, b in windows) - height
-
-

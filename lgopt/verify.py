@@ -485,5 +485,3 @@ def verify_plan(net: Network, plan: Plan, stop_at_first: bool = False) -> list[V
         return [Violation("plan", f"was made for another model (digest {plan.model_digest}, "
                                   f"this model is {network_digest(net)})")]
     return v.run(stop_at_first)
-
-
