@@ -35,7 +35,8 @@ from .pack import PackItem, pack, peak_live_bytes
 from .plan import GroupPlan
 from .search import SearchSettings
 from .sizing import weight_bytes
-from .slicing import SliceError, group_io
+from .slicing import SliceError, group_io, slice_group
+from .timestep import schedule_group
 
 INF = 1 << 62
 PREFETCH = (1, 2, 3, 4)  # load a weight while the d-th previous weighted op computes (unsliced groups)
@@ -224,8 +225,10 @@ class CandidateSpace:
                 variants = [(1, g)]
                 if (n, h) == (1, 1):
                     n_weighted = sum(1 for o in ops if weight_bytes(chip, net.op(o)))
-                    variants += [(d, schedule(net, chip, ops, 1, 1, st.h_ratio, d))
-                                 for d in self.prefetch_options(n_weighted) if d > 1]
+                    d_opts = [d for d in self.prefetch_options(n_weighted) if d > 1]
+                    if d_opts:  # one slicing, several weight-load tables: slice once
+                        sl = slice_group(net, list(ops), 1, 1, n_unit=unit, h_ratio=st.h_ratio)
+                        variants += [(d, schedule_group(net, chip, sl, d)) for d in d_opts]
                 for d, gd in variants:
                     if peak_live_bytes(pack_items(gd), chip.align_bytes) > chip.lmem_bytes:
                         continue  # more bytes live in one row than a lane holds: no packing exists
