@@ -23,7 +23,7 @@ from .errors import LgoptError
 from .layout import activation_lane_bytes
 from .network import Network, Op
 from .ops import resize_source
-from .plan import Buffer, GroupPlan, Plan
+from .plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupPlan, Plan
 from .sizing import weight_bytes
 
 
@@ -89,7 +89,7 @@ class Verifier:
         except LgoptError as e:
             self.fail("chip", str(e))
             return self.violations
-        if self.plan.bank_rule not in ("off", "soft", "hard"):
+        if self.plan.bank_rule not in BANK_RULES:
             self.fail("settings", f"unknown bank rule {self.plan.bank_rule!r}")
         if not 0 <= self.plan.h_ratio:
             self.fail("settings", f"h_ratio {self.plan.h_ratio} is negative")
@@ -370,7 +370,7 @@ class Verifier:
             if b.id in ids:
                 self.fail(where, f"buffer id {b.id} is used twice")
             ids.add(b.id)
-            if b.kind not in ("activation", "weight", "scratch"):
+            if b.kind not in BUFFER_KINDS:
                 self.fail(where, f"buffer {b.id} has unknown kind {b.kind!r}")
             if (b.kind, b.name) in bufs:
                 self.fail(where, f"two buffers hold {b.kind} {b.name}")
