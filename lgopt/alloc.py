@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 from .chip import Chip
 from .layout import align_up
 from .network import Network
+from .pack import PackItem, pack
 from .plan import GroupPlan
 
 
@@ -135,3 +136,38 @@ def multi_start_allocate(net: Network, chip: Chip, g: GroupPlan, bank_rule: str 
         if alloc is not None:
             return alloc
     return None
+
+
+# --- exact placement ---------------------------------------------------------------------------------
+
+def pack_items(g: GroupPlan) -> list[PackItem]:
+    """A group's buffers as packing rectangles: wrap-around lifetimes become two spans."""
+    T = len(g.rows)
+    items = []
+    for b in g.buffers:
+        if b.resident:
+            spans: tuple[tuple[int, int], ...] = ((0, T),)
+        elif b.start <= b.end:
+            spans = ((b.start, b.end + 1),)
+        else:
+            spans = ((b.start, T), (0, b.end + 1))
+        items.append(PackItem(str(b.id), b.size, spans))
+    return items
+
+
+def exact_pack(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft", time_limit: float = 2.0,
+               seed: int = 0, workers: int = 1) -> dict[int, int] | str | None:
+    """Offsets by buffer id, None when no packing exists, "unknown" when the packer ran out of time.
+
+    ``time_limit`` is CP-SAT deterministic time; one worker is far faster than
+    several on a group's few hundred buffers, so more are used only above that.
+    """
+    items = pack_items(g)
+    pairs = [tuple(str(x) for x in sorted(p)) for p in conflict_pairs(net, g)] if bank_rule != "off" else []
+    res = pack(items, chip.lmem_bytes, align=chip.align_bytes, conflicts=pairs, bank_bytes=chip.bank_bytes,
+               bank_rule=bank_rule, time_limit=time_limit, workers=1 if len(items) <= 400 else workers, seed=seed)
+    if res.status == "infeasible":
+        return None
+    if not res.found:
+        return "unknown"
+    return {int(k): v for k, v in res.offsets.items()}

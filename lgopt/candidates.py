@@ -17,7 +17,8 @@ Search space covered (what a proven bound is a bound over): contiguous runs of
 the given topological order up to ``max_group_ops`` ops; ``n`` from 1 to the
 batch in N units; ``h`` from 1 up to the first count that breaks a slicing
 rule (h/2, empty or non-advancing slices), at most ``max_h_slices``; the
-pipelined timestep table of :mod:`lgopt.timestep`; any packing of the buffers.
+pipelined timestep table of :mod:`lgopt.timestep` with, in unsliced groups,
+any legal load row per weight (:mod:`lgopt.loadrows`); any packing of the buffers.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from .alloc import Allocation, conflict_pairs, count_bank_conflicts, multi_start_allocate
+from .alloc import Allocation, count_bank_conflicts, exact_pack, multi_start_allocate, pack_items
 from .build import n_unit, place, schedule
 from .chip import Chip
 from .cost import gdma_cycles, global_layer_cost, gmem_bytes, group_cost, tiu_cycles, weight_gmem_bytes, SliceShape
 from .layout import cdiv
+from .loadrows import chosen_weights, fluid_bound, solve_loads, table_bound, with_loads
 from .network import Network
-from .pack import PackItem, pack, peak_live_bytes
+from .pack import peak_live_bytes
 from .plan import GroupPlan
 from .search import SearchSettings
 from .sizing import weight_bytes
@@ -39,7 +41,7 @@ from .slicing import SliceError, group_io, slice_group
 from .timestep import schedule_group
 
 INF = 1 << 62
-PREFETCH = (1, 2, 3, 4)  # load a weight while the d-th previous weighted op computes (unsliced groups)
+LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
 
 
 @dataclass(frozen=True)
@@ -50,26 +52,22 @@ class Evaluation:
     bound: int  # min objective over slicings not proven infeasible (<= cost)
     n: int = 0
     h: int = 0
-    prefetch: int = 1
-    offsets: tuple[tuple[int, int], ...] | None = None  # by buffer id, when the exact packer placed it
+    loads: tuple[tuple[int, int, int], ...] | None = None  # (op position, row, stage) per weight, unsliced
+    offsets: tuple[tuple[int, int], ...] | None = None  # by buffer id, when not the greedy allocator's
     tried: int = 0
     packed_exactly: int = 0
     unknown: int = 0
 
 
-def pack_items(g: GroupPlan) -> list[PackItem]:
-    """A group's buffers as packing rectangles: wrap-around lifetimes become two spans."""
-    T = len(g.rows)
-    items = []
-    for b in g.buffers:
-        if b.resident:
-            spans: tuple[tuple[int, int], ...] = ((0, T),)
-        elif b.start <= b.end:
-            spans = ((b.start, b.end + 1),)
-        else:
-            spans = ((b.start, T), (0, b.end + 1))
-        items.append(PackItem(str(b.id), b.size, spans))
-    return items
+@dataclass(frozen=True)
+class Slicing:
+    """One slicing of an interval: its table, and the key it is tried in (its value, or a bound on it)."""
+
+    n: int
+    h: int
+    table: GroupPlan
+    key: int
+    free_loads: bool  # unsliced with weights: load rows are still to be chosen (key is a bound)
 
 
 @dataclass
@@ -133,9 +131,9 @@ class CandidateSpace:
         """A cost no slicing of ``[i, j]`` can beat, in O(j - i) from per-op figures.
 
         cycles: the smaller of
-          * unsliced: every row costs at least max(its op's TIU, the weight DMA the
-            table puts in that row), plus the first weight when it must load before
-            the loop starts (activation transfers only add);
+          * unsliced: all TIU work plus the weight DMA that no load-row choice can
+            hide under the compute of rows before its use
+            (:func:`lgopt.loadrows.fluid_bound`; activation transfers only add);
           * sliced: all TIU work (slicing never reduces it) plus every weight, loaded
             once before the loop and resident (impossible when the weights alone
             overflow a lane);
@@ -152,28 +150,12 @@ class CandidateSpace:
         if self.objective == "traffic":
             return out_bytes + w
         tiu = self._tiu[i:j + 1]
-        wdma = [self._wdma[k] for k in range(i, j + 1)]
-        weighted = [r for r, c in enumerate(wdma) if c]
-        unsliced = INF
-        for d in self.prefetch_options(len(weighted)):
-            row_dma = [0] * len(tiu)
-            prologue = 0
-            for x, r in enumerate(weighted):
-                src = weighted[x - d] if x >= d else weighted[0] - 1
-                if src < 0:
-                    prologue += wdma[r]
-                else:
-                    row_dma[src] += wdma[r]
-            unsliced = min(unsliced, prologue + sum(max(a, b) for a, b in zip(tiu, row_dma)))
+        weights = [(r, self._wdma[k]) for r, k in enumerate(range(i, j + 1)) if self._wdma[k]]
+        unsliced = fluid_bound(sum(tiu), tiu, weights)  # activation transfers only add
         resident = sum(self._wlane[i:j + 1])
-        sliced = sum(tiu) + sum(wdma) if resident <= chip.lmem_bytes else INF
+        sliced = sum(tiu) + sum(c for _, c in weights) if resident <= chip.lmem_bytes else INF
         stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
         return max(min(unsliced, sliced), stream)
-
-    @staticmethod
-    def prefetch_options(weighted: int) -> list[int]:
-        """Weight prefetch distances tried for unsliced groups (1 is the seed's rule)."""
-        return [d for d in PREFETCH if d == 1 or d <= weighted]
 
     # --- evaluation ------------------------------------------------------------------------------
     def signature(self, i: int, j: int) -> tuple:
@@ -201,8 +183,8 @@ class CandidateSpace:
                          tuple((w.shape, w.dtype, w.role) for w in op.weights), tuple(ins), tuple(outs)))
         return tuple(rows)
 
-    def slicings(self, ops: Sequence[str]) -> list[tuple[int, int, int, GroupPlan, int]]:
-        """Every legal (n, h, prefetch) with its scheduled (unplaced) group and objective value."""
+    def slicings(self, ops: Sequence[str]) -> list[Slicing]:
+        """Every legal (n, h) with its scheduled (unplaced) table, not refuted by bytes live in one row."""
         net, chip, st = self.net, self.chip, self.settings
         io = group_io(net, ops)
         batch = max(net.tensor(t).n for t in io.outputs)
@@ -222,17 +204,15 @@ class CandidateSpace:
                     if h == 1:
                         return out
                     break
-                variants = [(1, g)]
-                if (n, h) == (1, 1):
-                    n_weighted = sum(1 for o in ops if weight_bytes(chip, net.op(o)))
-                    d_opts = [d for d in self.prefetch_options(n_weighted) if d > 1]
-                    if d_opts:  # one slicing, several weight-load tables: slice once
-                        sl = slice_group(net, list(ops), 1, 1, n_unit=unit, h_ratio=st.h_ratio)
-                        variants += [(d, schedule_group(net, chip, sl, d)) for d in d_opts]
-                for d, gd in variants:
-                    if peak_live_bytes(pack_items(gd), chip.align_bytes) > chip.lmem_bytes:
-                        continue  # more bytes live in one row than a lane holds: no packing exists
-                    out.append((n, h, d, gd, self.value(group_cost(chip, net, gd))))
+                use = chosen_weights(g)
+                # the latest loads give every row its fewest live bytes: if they overflow, nothing packs
+                tightest = with_loads(g, {o: (u - 1, 1) for o, u in use.items() if u >= 1}) if use else g
+                if peak_live_bytes(pack_items(tightest), chip.align_bytes) > chip.lmem_bytes:
+                    continue
+                if use:
+                    out.append(Slicing(n, h, g, table_bound(chip, net, g, self.objective), True))
+                else:
+                    out.append(Slicing(n, h, g, self.value(group_cost(chip, net, g)), False))
             if not slicing_possible:
                 break
         return out
@@ -293,38 +273,45 @@ class CandidateSpace:
         return ev
 
     def _evaluate(self, ops: Sequence[str]) -> Evaluation:
-        cands = sorted(self.slicings(ops), key=lambda c: (c[4], c[0] * c[1], c[0], c[1], c[2]))
+        """Slicings in order of their key; stop when no remaining key can beat the best placed one."""
+        net, chip, st = self.net, self.chip, self.settings
+        cands = sorted(self.slicings(ops), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
+        best: Evaluation | None = None
         bound = INF
         exact = unknown = 0
-        for n, h, d, g, value in cands:
-            alloc = multi_start_allocate(self.net, self.chip, g, self.settings.bank_rule)
+        for c in cands:
+            if best is not None and c.key >= best.cost:
+                break
+            if c.free_loads:
+                sl = slice_group(net, list(ops), 1, 1, n_unit=n_unit(net, chip, ops), h_ratio=st.h_ratio)
+                ahead = [schedule_group(net, chip, sl, d) for d in LOOKAHEAD]
+                lp = solve_loads(net, chip, c.table, ahead, self.objective, st.bank_rule, self.pack_time, self.seed,
+                                 upper=best.cost if best is not None else None)
+                exact += lp.solved
+                if lp.status != "infeasible":
+                    bound = min(bound, lp.bound)
+                if lp.value is not None and (best is None or lp.value < best.cost):
+                    pos = {o: k for k, o in enumerate(ops)}
+                    loads = tuple(sorted((pos[o], r, s) for o, (r, s) in lp.loads.items()))
+                    best = Evaluation(lp.value, 0, c.n, c.h, loads, tuple(sorted(lp.offsets.items())))
+                unknown += lp.value is None and lp.status != "infeasible"
+                continue
+            alloc = multi_start_allocate(net, chip, c.table, st.bank_rule)
             if alloc is not None:
-                return Evaluation(value, min(bound, value), n, h, d, None, len(cands), exact, unknown)
+                best = Evaluation(c.key, 0, c.n, c.h)
+                continue
             exact += 1
-            res = self.exact_pack(g)
+            res = exact_pack(net, chip, c.table, st.bank_rule, self.pack_time, self.seed, self.workers)
             if res is None:
                 continue
             if res == "unknown":
                 unknown += 1
-                bound = min(bound, value)
+                bound = min(bound, c.key)
                 continue
-            return Evaluation(value, min(bound, value), n, h, d, tuple(sorted(res.items())), len(cands), exact,
-                              unknown)
-        return Evaluation(INF, bound, 0, 0, 1, None, len(cands), exact, unknown)
-
-    def exact_pack(self, g: GroupPlan) -> dict[int, int] | str | None:
-        """Offsets by buffer id, None when no packing exists, "unknown" when the packer ran out of time."""
-        items = pack_items(g)
-        pairs = [tuple(str(x) for x in sorted(p)) for p in conflict_pairs(self.net, g)] \
-            if self.settings.bank_rule != "off" else []
-        res = pack(items, self.chip.lmem_bytes, align=self.chip.align_bytes, conflicts=pairs,
-                   bank_bytes=self.chip.bank_bytes, bank_rule=self.settings.bank_rule, time_limit=self.pack_time,
-                   workers=1 if len(items) <= 400 else self.workers, seed=self.seed)  # one worker: far faster here
-        if res.status == "infeasible":
-            return None
-        if not res.found:
-            return "unknown"
-        return {int(k): v for k, v in res.offsets.items()}
+            best = Evaluation(c.key, 0, c.n, c.h, None, tuple(sorted(res.items())))
+        if best is None:
+            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown)
+        return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown)
 
     def materialize(self, i: int, j: int) -> GroupPlan:
         """The placed group for an evaluated interval, with its costs."""
@@ -332,7 +319,9 @@ class CandidateSpace:
         if ev.cost >= INF:
             raise ValueError(f"interval {i}..{j} has no feasible slicing")
         ops = self.names[i:j + 1]
-        g = schedule(self.net, self.chip, ops, ev.n, ev.h, self.settings.h_ratio, ev.prefetch)
+        g = schedule(self.net, self.chip, ops, ev.n, ev.h, self.settings.h_ratio)
+        if ev.loads is not None:
+            g = with_loads(g, {ops[k]: (r, s) for k, r, s in ev.loads})
         if ev.offsets is None:
             alloc = multi_start_allocate(self.net, self.chip, g, self.settings.bank_rule)
             assert alloc is not None

@@ -129,10 +129,29 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> dict[str, int]:
 
 # --- groups ---------------------------------------------------------------------------------------
 
-def group_cost(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
-    """Cycles and GMEM traffic of a scheduled group, slice by slice through the pipeline."""
+@dataclass(frozen=True)
+class PipelineCells:
+    """A group's run as (iteration, row) cells with their TIU and GDMA cycles.
+
+    Iteration -1 is the pipeline fill, ``num_slices`` the drain.  A cell costs
+    ``max(tiu, gdma)``; ``preload`` (resident weights, before the loop) costs
+    its GDMA alone.  Kept separate from the total so that an optimiser can add
+    transfers to cells and cost the result exactly as :func:`group_cost` does.
+    """
+
+    cells: dict[tuple[int, int], tuple[int, int]]
+    preload: int
+    traffic: int
+
+    def cycles(self) -> int:
+        return self.preload + sum(max(t, d) for t, d in self.cells.values())
+
+
+STAGE_SERVES = {0: 1, 1: 0, 2: -1}  # a stage-k transfer in iteration i serves slice i + STAGE_SERVES[k]
+
+
+def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     S = g.num_slices
-    T = len(g.rows)
     windows = g.windows
 
     def win(t: str, s: int) -> tuple[int, int]:
@@ -147,7 +166,7 @@ def group_cost(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
             return gmem_bytes(net, name, n1 - n0, h1 - h0)
         return gmem_bytes(net, name, *win(name, s))
 
-    tiu = [[0] * T for _ in range(S)]
+    tiu = [[0] * len(g.rows) for _ in range(S)]
     for s in range(S):
         for r, row in enumerate(g.rows):
             for name in row.ops:
@@ -155,33 +174,32 @@ def group_cost(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
                 n, oh = win(op.outputs[0], s)
                 ih = win(op.inputs[0], s)[1] if op.inputs else oh
                 tiu[s][r] += tiu_cycles(chip, net, op, SliceShape(n, oh, ih))
-    total = 0
-    traffic = 0
-    tiu_total = 0
-    dma_total = 0
-    pre = 0
+    traffic = pre = 0
     for name in g.preloads:
         b = weight_gmem_bytes(net.op(name))
         traffic += b
         pre += gdma_cycles(chip, b)
-    total += pre
-    dma_total += pre
-    offset = {0: 1, 1: 0, 2: -1}  # a stage-k transfer in iteration i serves slice i + offset
+    cells: dict[tuple[int, int], tuple[int, int]] = {}
     for i in range(-1, S + 1):
         for r, row in enumerate(g.rows):
             t_cyc = tiu[i][r] if 0 <= i < S else 0
             d_cyc = 0
             for tr in row.loads + row.stores:
-                s = i + offset[tr.stage]
+                s = i + STAGE_SERVES[tr.stage]
                 if 0 <= s < S:
                     b = transfer_bytes(tr.name, tr.kind, s)
                     traffic += b
                     d_cyc += gdma_cycles(chip, b)
             if t_cyc or d_cyc:
-                total += max(t_cyc, d_cyc)
-            tiu_total += t_cyc
-            dma_total += d_cyc
-    return {"cycles": total, "tiu_cycles": tiu_total, "gdma_cycles": dma_total, "traffic_bytes": traffic}
+                cells[(i, r)] = (t_cyc, d_cyc)
+    return PipelineCells(cells, pre, traffic)
+
+
+def group_cost(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
+    """Cycles and GMEM traffic of a scheduled group, slice by slice through the pipeline."""
+    pc = pipeline_cells(chip, net, g)
+    return {"cycles": pc.cycles(), "tiu_cycles": sum(t for t, _ in pc.cells.values()),
+            "gdma_cycles": pc.preload + sum(d for _, d in pc.cells.values()), "traffic_bytes": pc.traffic}
 
 
 def plan_cost(chip: Chip, net: Network, plan: Plan) -> dict[str, int]:

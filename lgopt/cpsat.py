@@ -325,7 +325,10 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
 
 def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
                 progress: Progress | None) -> Plan:
-    from .alloc import conflict_pairs
+    from .alloc import Allocation, count_bank_conflicts
+    from .build import place
+    from .cost import group_cost
+    from .loadrows import add_group, current_loads, with_loads
 
     space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed)
     local = [k for k, op in enumerate(net.ops) if op.local]
@@ -333,54 +336,29 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
     fixed = sum(space.global_value(k) for k, op in enumerate(net.ops) if not op.local)
     m = cp_model.CpModel()
     align = chip.align_bytes
-    cap_u = chip.lmem_bytes // align
-    bank_u = max(1, chip.bank_bytes // align)
-    cands = []  # (interval, n, h, group, value, var, offset vars)
+    cands = []  # (interval, slicing, presence literal, group variables)
     terms = []
     hint = {(g.ops[0], g.ops[-1], g.n_slices, g.h_slices) for g in base.groups}
     buffers = 0
     for iv in space.intervals():
         ops = space.names[iv[0]:iv[1] + 1]
-        for n, h, d, g, value in space.slicings(ops):
+        for c in space.slicings(ops):
             x = m.new_bool_var(f"c{len(cands)}")
-            T = len(g.rows)
-            offs = {}
-            xs, ys = [], []
-            for b in g.buffers:
-                su = -(-b.size // align)
-                if su > cap_u:
-                    m.add(x == 0)
-                    break
-                o = m.new_int_var(0, cap_u - su, f"o{len(cands)}_{b.id}")
-                offs[b.id] = (o, su)
-                spans = [(0, T)] if b.resident else (
-                    [(b.start, b.end + 1)] if b.start <= b.end else [(b.start, T), (0, b.end + 1)])
-                for s, e in spans:
-                    xs.append(m.new_optional_fixed_size_interval_var(s, e - s, x, ""))
-                    ys.append(m.new_optional_interval_var(o, su, o + su, x, ""))
-            buffers += len(g.buffers)
-            if xs:
-                m.add_no_overlap_2d(xs, ys)
-            if search.bank_rule == "hard":
-                for p in conflict_pairs(net, g):
-                    a, b = sorted(p)
-                    if a in offs and b in offs:
-                        (oa, sa), (ob, sb) = offs[a], offs[b]
-                        fa, la, fb, lb_ = (m.new_int_var(0, cap_u, "") for _ in range(4))
-                        m.add_division_equality(fa, oa, bank_u)
-                        m.add_division_equality(la, oa + sa - 1, bank_u)
-                        m.add_division_equality(fb, ob, bank_u)
-                        m.add_division_equality(lb_, ob + sb - 1, bank_u)
-                        below, above = m.new_bool_var(""), m.new_bool_var("")
-                        m.add(la < fb).only_enforce_if(below)
-                        m.add(lb_ < fa).only_enforce_if(above)
-                        m.add_bool_or([below, above, x.Not()])
-            terms.append(value * x)
-            m.add_hint(x, (ops[0], ops[-1], n, h) in hint and d == 1)
-            cands.append((iv, n, h, g, value, x, offs))
+            gv = add_group(m, net, chip, c.table, st.objective, present=x,
+                           bank_rule="hard" if search.bank_rule == "hard" else "off")
+            buffers += len(c.table.buffers)
+            terms.append(gv.cost)
+            chosen = (ops[0], ops[-1], c.n, c.h) in hint
+            m.add_hint(x, chosen)
+            if chosen:  # the greedy plan loads weights by the seed's rule: the table's own rows
+                mine = current_loads(c.table)
+                for name, opts in gv.loads.items():
+                    for lit, ld in opts:
+                        m.add_hint(lit, mine.get(name) == ld)
+            cands.append((iv, c, x, gv))
     gl = {k: m.new_bool_var(f"gl{k}") for k in local}
     for k in local:
-        m.add_exactly_one([c[5] for c in cands if c[0][0] <= k <= c[0][1]] + [gl[k]])
+        m.add_exactly_one([x for iv, _, x, _ in cands if iv[0] <= k <= iv[1]] + [gl[k]])
         terms.append(gval[k] * gl[k])
     m.minimize(sum(terms) + fixed)
     if progress:
@@ -391,14 +369,12 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
         bound = int(solver.best_objective_bound) if res != cp_model.INFEASIBLE else 0
         return _result(net, chip, search, st, list(base.groups), base, bound, "time_limit", t0,
                        {"formulation": "monolithic", "candidates": len(cands)})
-    from .alloc import Allocation, count_bank_conflicts
-    from .build import place
-    from .cost import group_cost
-
     groups = []
-    for iv, n, h, g, value, x, offs in cands:
+    for iv, c, x, gv in cands:
         if solver.value(x):
-            o = {bid: int(solver.value(v)) * align for bid, (v, _) in offs.items()}
+            g = with_loads(c.table, {name: next(ld for lit, ld in opts if solver.value(lit))
+                                     for name, opts in gv.loads.items()})
+            o = {bid: int(solver.value(v)) * align for bid, v in gv.offsets.items()}
             peak = max(o[b.id] + b.size for b in g.buffers)
             conf = count_bank_conflicts(net, chip, g, o) if search.bank_rule != "off" else 0
             pg = place(net, chip, g, Allocation(o, peak, conf))

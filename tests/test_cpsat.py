@@ -9,6 +9,7 @@ from lgopt.chip import get_chip
 from lgopt.cost import global_layer_cost, group_cost
 from lgopt.cpsat import CpsatSettings, optimise
 from lgopt.layout import cdiv
+from lgopt.loadrows import chosen_weights, load_options, with_loads
 from lgopt.network import Network, Tensor, Weight, check_network
 from lgopt.pack import PackItem, pack
 from lgopt.problem import load_problem
@@ -60,15 +61,18 @@ def _brute_force(net, chip, objective="cycles"):
         io = group_io(net, ops)
         batch = max(net.tensor(x).n for x in io.outputs)
         best = None
-        weighted = sum(1 for o in ops if net.op(o).weights)
         for n in range(1, cdiv(batch, n_unit(net, chip, ops)) + 1):
             for h in range(1, 65):
                 try:
                     tables = [schedule(net, chip, ops, n, h)]
                 except SliceError:
                     break
-                if (n, h) == (1, 1):  # unsliced: weights may also load 2, 3 or 4 weighted ops ahead
-                    tables += [schedule(net, chip, ops, 1, 1, prefetch=d) for d in (2, 3, 4) if d <= weighted]
+                if (n, h) == (1, 1):  # unsliced: every weight may load in any legal row
+                    g0 = tables[0]
+                    use = chosen_weights(g0)
+                    names = sorted(use)
+                    tables = [with_loads(g0, dict(zip(names, choice))) for choice in
+                              itertools.product(*(load_options(use[o], len(g0.rows)) for o in names))]
                 for g in tables:
                     v = value(group_cost(chip, net, g))
                     if best is not None and v >= best:

@@ -1,0 +1,489 @@
+"""Weight load rows of an unsliced group, decided together with LMEM offsets by CP-SAT.
+
+Why this matters: an unsliced group runs its table once, and every row costs
+``max(TIU, GDMA)``.  The seed's rule loads a weight while the previous weighted
+op computes.  Late layers of a CNN have the big weights (ResNet's 512-channel
+3x3 convolutions) and little compute, early layers the opposite, so under that
+rule GDMA stalls the late rows while it idles in the early ones.  Loading a
+weight earlier hides its DMA under more compute but keeps it in LMEM longer;
+whether it fits depends on where every other buffer sits.  Load rows and
+offsets are therefore one decision, and this module states it as one model.
+
+The space: a weight whose op runs in row ``u`` loads in any row ``r < u``
+(stage 1, same slice; it lives ``r..u``) or in the pipeline fill before the
+first row (stage 0 of the last row; it lives ``T-1`` and ``0..u``; pure DMA),
+the latter when ``u <= T - 2``.  Everything else (rows, activation transfers,
+sizes) is the table of :mod:`lgopt.timestep`.  Sliced groups keep their
+weights resident and loaded before the loop; they have nothing to choose here.
+
+The cost of a choice is exactly :func:`lgopt.cost.group_cost` of the table it
+gives: weights add their GDMA cycles to the cell of the row they load in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from ortools.sat.python import cp_model
+
+from .alloc import conflict_pairs, exact_pack, multi_start_allocate, row_users
+from .chip import Chip
+from .cost import PipelineCells, gdma_cycles, group_cost, pipeline_cells, weight_gmem_bytes
+from .layout import cdiv
+from .network import Network
+from .plan import GroupPlan, Row, Transfer
+
+Load = tuple[int, int]  # (row, stage)
+FILL_ITERATION = -1
+INFEASIBLE = 1 << 62  # the bound of a table no load choice can pack
+
+
+# --- the table side --------------------------------------------------------------------------------
+
+def chosen_weights(g: GroupPlan) -> dict[str, int]:
+    """Ops whose weights load inside the table (not before the loop), with the row each op runs in."""
+    if g.num_slices != 1:
+        return {}
+    op_row = {name: r for r, row in enumerate(g.rows) for name in row.ops}
+    return {tr.name: op_row[tr.name] for row in g.rows for tr in row.loads if tr.kind == "weight"}
+
+
+def load_options(use_row: int, num_rows: int) -> list[Load]:
+    """Every legal load of a weight used in ``use_row``: stage 1 in an earlier row, or in the fill."""
+    opts = [(r, 1) for r in range(use_row)]
+    if use_row <= num_rows - 2:
+        opts.append((num_rows - 1, 0))
+    return opts
+
+
+def current_loads(g: GroupPlan) -> dict[str, Load]:
+    return {tr.name: (r, tr.stage) for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "weight"}
+
+
+def with_loads(g: GroupPlan, loads: Mapping[str, Load]) -> GroupPlan:
+    """The same group with the named weights loading where ``loads`` says (lifetimes follow)."""
+    use = chosen_weights(g)
+    rows = []
+    for r, row in enumerate(g.rows):
+        keep = tuple(tr for tr in row.loads if not (tr.kind == "weight" and tr.name in loads))
+        add = tuple(Transfer(name, "weight", stage) for name, (lr, stage) in sorted(loads.items()) if lr == r)
+        rows.append(Row(row.ops, keep + add, row.stores))
+    bufs = tuple(replace(b, start=loads[b.name][0], end=use[b.name]) if b.kind == "weight" and b.name in loads
+                 else b for b in g.buffers)
+    return replace(g, rows=tuple(rows), buffers=bufs)
+
+
+def without_weight_loads(g: GroupPlan) -> GroupPlan:
+    """The table with its in-table weight loads removed: what every load choice shares."""
+    rows = tuple(Row(r.ops, tuple(t for t in r.loads if t.kind != "weight"), r.stores) for r in g.rows)
+    return replace(g, rows=rows)
+
+
+def _cell_of(load: Load) -> tuple[int, int]:
+    row, stage = load
+    return (FILL_ITERATION, row) if stage == 0 else (0, row)
+
+
+# --- a bound no load choice can beat -------------------------------------------------------------
+
+def fluid_bound(base_cycles: int, slack: Sequence[int], weights: Sequence[tuple[int, int]]) -> int:
+    """Cycles of the best load choice if DMA could be split freely and LMEM were unlimited.
+
+    ``base_cycles`` is the table without weights; ``slack[r]`` the TIU cycles of
+    row ``r`` not already covered by GDMA; ``weights`` are (use row, DMA cycles).
+    A weight's DMA hides only under slack of rows before its use; what does not
+    hide adds to the total one for one.  The most that can hide is a max-flow
+    whose neighbourhoods are nested prefixes of the rows, so its min cut is a
+    prefix: ``min_k (slack of rows < k + DMA of weights used after k)``.
+    """
+    total = sum(c for _, c in weights)
+    if not weights:
+        return base_cycles
+    prefix = [0]
+    for s in slack:
+        prefix.append(prefix[-1] + max(0, s))
+    due = sorted(weights)
+    best = total
+    j = 0
+    later = total  # DMA of weights used after row k
+    for k in range(len(slack) + 1):
+        while j < len(due) and due[j][0] <= k:
+            later -= due[j][1]
+            j += 1
+        best = min(best, prefix[k] + later)
+    return base_cycles + total - best
+
+
+def table_bound(chip: Chip, net: Network, g: GroupPlan, objective: str = "cycles") -> int:
+    """The fluid bound of one scheduled unsliced group (traffic does not depend on load rows)."""
+    cost = group_cost(chip, net, g)
+    if objective != "cycles":
+        return int(cost["traffic_bytes"])
+    use = chosen_weights(g)
+    base = pipeline_cells(chip, net, without_weight_loads(g))
+    slack = [0] * len(g.rows)
+    for (i, r), (t, d) in base.cells.items():
+        if i == 0:
+            slack[r] = t - d
+    weights = [(u, gdma_cycles(chip, weight_gmem_bytes(net.op(name)))) for name, u in use.items()]
+    return fluid_bound(base.cycles(), slack, weights)
+
+
+# --- a constructive heuristic ---------------------------------------------------------------------
+
+def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = None, order: str = "use"
+                 ) -> dict[str, Load]:
+    """A constructive choice of load rows: hide each weight's DMA under spare compute, latest first.
+
+    Weights in order of use (a fluid schedule with nested deadlines loses
+    nothing by serving earlier deadlines first); each goes to the latest row
+    whose spare TIU cycles cover its DMA, or else to the row where it adds the
+    fewest cycles, among rows where the bytes live from there to its use fit in
+    ``capacity``.  Latest, because a shorter life leaves LMEM to the others.
+    The greedy allocator may still fail on the result (fragmentation): callers
+    retry with less capacity.
+    """
+    use = chosen_weights(g)
+    if not use:
+        return {}
+    T = len(g.rows)
+    cap = capacity if capacity is not None else chip.lmem_bytes
+    base = without_weight_loads(g)
+    pc = pipeline_cells(chip, net, base)
+    spare = [0] * T
+    for (i, r), (t, d) in pc.cells.items():
+        if i == 0:
+            spare[r] = t - d
+    live = [0] * T
+    size = {b.name: cdiv(b.size, chip.align_bytes) * chip.align_bytes for b in g.buffers if b.kind == "weight"}
+    for b in base.buffers:
+        if not (b.kind == "weight" and b.name in use):
+            for r in b.rows(T):
+                live[r] += cdiv(b.size, chip.align_bytes) * chip.align_bytes
+    for name, u in use.items():  # every weight is live at least in the row of its use
+        live[u] += size[name]
+    loads: dict[str, Load] = {}
+    dma = {name: gdma_cycles(chip, weight_gmem_bytes(net.op(name))) for name in use}
+    key = (lambda kv: (kv[1], kv[0])) if order == "use" else (lambda kv: (-dma[kv[0]], kv[1], kv[0]))
+    for name, u in sorted(use.items(), key=key):
+        c = gdma_cycles(chip, weight_gmem_bytes(net.op(name)))
+        s = size[name]
+        best: tuple[int, int] | None = None  # (added cycles, -row)
+        room = cap - live[u] + s
+        r = u - 1
+        while r >= 0:
+            room = min(room, cap - live[r])
+            if room < s:
+                break
+            added = max(0, c - max(0, spare[r]))
+            if best is None or added < best[0]:
+                best = (added, -r)
+                if added == 0:
+                    break
+            r -= 1
+        if best is None or (best[0] >= c and u <= T - 2 and all(live[x] + s <= cap for x in [T - 1, *range(u)])):
+            if u <= T - 2 and (best is None or best[0] >= c) and all(live[x] + s <= cap for x in [T - 1, *range(u)]):
+                loads[name] = (T - 1, 0)
+                for x in {T - 1, *range(u)}:
+                    live[x] += s
+                continue
+        row = -best[1] if best is not None else max(0, u - 1)
+        if u == 0:
+            loads[name] = (T - 1, 0)
+            live[T - 1] += s
+            continue
+        loads[name] = (row, 1)
+        spare[row] -= c
+        for x in range(row, u):
+            live[x] += s
+    return loads
+
+
+# --- the CP-SAT model ------------------------------------------------------------------------------
+
+@dataclass
+class GroupVars:
+    """Handles into a model built by :func:`add_group`."""
+
+    cost: cp_model.LinearExprT  # objective contribution (0 when the group is absent)
+    offsets: dict[int, cp_model.IntVar]  # buffer id -> offset in alignment units
+    loads: dict[str, list[tuple[cp_model.IntVar, Load]]]  # weight op -> (literal, load)
+    ok: bool = True  # False when some buffer is larger than a lane
+
+
+def add_bank_vars(m: cp_model.CpModel, off: cp_model.IntVar, size_u: int, cap_u: int, bank_u: int,
+                  ) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+    """First and last bank a buffer touches."""
+    n_banks = cdiv(cap_u, bank_u)
+    first, last = m.new_int_var(0, n_banks, ""), m.new_int_var(0, n_banks, "")
+    m.add_division_equality(first, off, bank_u)
+    m.add_division_equality(last, off + size_u - 1, bank_u)
+    return first, last
+
+
+def add_disjoint_banks(m: cp_model.CpModel, a: tuple, b: tuple, enforce: Sequence[cp_model.IntVar]) -> None:
+    """``a`` and ``b`` (first, last bank) share no bank whenever every literal of ``enforce`` holds."""
+    below, above = m.new_bool_var(""), m.new_bool_var("")
+    m.add(a[1] < b[0]).only_enforce_if(below)
+    m.add(b[1] < a[0]).only_enforce_if(above)
+    m.add_bool_or([below, above] + [x.Not() for x in enforce])
+
+
+def add_group(m: cp_model.CpModel, net: Network, chip: Chip, g: GroupPlan, objective: str = "cycles",
+              present: cp_model.IntVar | None = None, bank_rule: str = "off", exact: bool = True,
+              capacity: int | None = None) -> GroupVars:
+    """Offsets of every buffer of ``g`` and, when it is unsliced, each weight's load row.
+
+    With ``present`` the group is optional (the monolithic optimiser): its
+    rectangles, load literals and cost exist only when the literal holds.
+    ``exact=False`` drops the offsets and keeps only "the bytes live in each row
+    fit in ``capacity``" (default: a lane): a relaxation, so its optimum is a
+    lower bound of the exact model, and far easier to solve.
+    """
+    align = chip.align_bytes
+    cap_u = (capacity if capacity is not None else chip.lmem_bytes) // align
+    T = len(g.rows)
+    on = [present] if present is not None else []
+    use = chosen_weights(g)
+    base_g = without_weight_loads(g) if use else g
+    size_u = {b.id: cdiv(b.size, align) for b in g.buffers}
+    if any(s > cap_u for s in size_u.values()):
+        m.add_bool_or([x.Not() for x in on]) if on else m.add_bool_or([])
+        return GroupVars(0, {}, {}, ok=False)
+    off = {b.id: m.new_int_var(0, cap_u - size_u[b.id], f"o{b.id}") for b in g.buffers} if exact else {}
+    xs, ys = [], []
+
+    def box(start, size, end, b, lit=None) -> None:
+        if not exact:
+            return
+        lits = [x for x in (lit, present) if x is not None]
+        if isinstance(start, int) and isinstance(size, int):
+            x = (m.new_optional_fixed_size_interval_var(start, size, lits[0], "") if lits
+                 else m.new_fixed_size_interval_var(start, size, ""))
+        else:
+            x = m.new_optional_interval_var(start, size, end, lits[0], "") if lits else m.new_interval_var(
+                start, size, end, "")
+        su = size_u[b.id]
+        y = (m.new_optional_interval_var(off[b.id], su, off[b.id] + su, lits[0], "") if lits
+             else m.new_interval_var(off[b.id], su, off[b.id] + su, ""))
+        xs.append(x)
+        ys.append(y)
+
+    loads: dict[str, list[tuple[cp_model.IntVar, Load]]] = {}
+    for b in g.buffers:
+        if b.kind == "weight" and b.name in use:
+            u = use[b.name]
+            opts = load_options(u, T)
+            lits = [m.new_bool_var(f"l{b.id}_{r}_{s}") for r, s in opts]
+            m.add(sum(lits) == (present if present is not None else 1))
+            loads[b.name] = list(zip(lits, opts))
+            start = m.new_int_var(0, max(0, u - 1), f"s{b.id}")
+            m.add(start == sum(r * x for x, (r, s) in zip(lits, opts) if s == 1))
+            if present is None:
+                box(start, m.new_int_var(1, u + 1, ""), u + 1, b)
+            else:  # the time box's size must stay legal when the group is absent
+                size = m.new_int_var(1, u + 1, "")
+                m.add(size == u + 1 - start)
+                box(start, size, u + 1, b)
+            for x, (r, s) in zip(lits, opts):
+                if s == 0:
+                    box(T - 1, 1, T, b, x)
+            continue
+        if b.resident:
+            spans = [(0, T)]
+        elif b.start <= b.end:
+            spans = [(b.start, b.end + 1)]
+        else:
+            spans = [(b.start, T), (0, b.end + 1)]
+        for s, e in spans:
+            box(s, e - s, e, b)
+    if xs:
+        m.add_no_overlap_2d(xs, ys)
+    if loads:  # redundant, for the LP: the bytes live in each row fit in a lane
+        live: list[list] = [[] for _ in range(T)]
+        for b in g.buffers:
+            if b.kind == "weight" and b.name in use:
+                for x, (r0, st) in loads[b.name]:
+                    rows = range(0, use[b.name] + 1) if st == 0 else range(r0, use[b.name] + 1)
+                    for r in rows:
+                        live[r].append(size_u[b.id] * x)
+                    if st == 0:
+                        live[T - 1].append(size_u[b.id] * x)
+            else:
+                for r in sorted(b.rows(T)):
+                    live[r].append(size_u[b.id] * present if present is not None else size_u[b.id])
+        for r in range(T):
+            m.add(sum(live[r]) <= cap_u)
+
+    if bank_rule == "hard" and exact:
+        bank_u = max(1, chip.bank_bytes // align)
+        banks = {b.id: add_bank_vars(m, off[b.id], size_u[b.id], cap_u, bank_u) for b in g.buffers}
+        for p in conflict_pairs(net, base_g):
+            a, c = sorted(p)
+            add_disjoint_banks(m, banks[a], banks[c], on)
+        if loads:
+            by_name = {b.name: b.id for b in g.buffers if b.kind == "weight"}
+            npu_rows = [npu for npu, _ in row_users(net, base_g)]
+            for name, opts in loads.items():
+                w = by_name[name]
+                for x, (r, _) in opts:
+                    for other in sorted(npu_rows[r] - {w}):
+                        add_disjoint_banks(m, banks[w], banks[other], [x])
+
+    # cost: exactly group_cost, with each weight's DMA in the cell of the row it loads in
+    if objective != "cycles":
+        value = int(group_cost(chip, net, g)["traffic_bytes"])
+        return GroupVars(value * present if present is not None else value, off, loads)
+    pc: PipelineCells = pipeline_cells(chip, net, base_g)
+    extra: dict[tuple[int, int], list] = {}
+    all_weights = 0
+    for name, opts in loads.items():
+        c = gdma_cycles(chip, weight_gmem_bytes(net.op(name)))
+        all_weights += c
+        for x, ld in opts:
+            extra.setdefault(_cell_of(ld), []).append(c * x)
+    const = pc.preload + sum(max(t, d) for k, (t, d) in pc.cells.items() if k not in extra)
+    terms = []
+    for k, added in sorted(extra.items()):
+        t, d = pc.cells.get(k, (0, 0))
+        if t == 0:
+            terms.append(d * present if present is not None else d)
+            terms.extend(added)
+            continue
+        z = m.new_int_var(0, t + d + all_weights, "")
+        m.add(z >= (t * present if present is not None else t))
+        m.add(z >= (d * present if present is not None else d) + sum(added))
+        terms.append(z)
+    cost = (const * present if present is not None else const) + sum(terms)
+    return GroupVars(cost, off, loads)
+
+
+# --- solving one group -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """The outcome for one unsliced table: its best load rows and offsets, and a bound."""
+
+    status: str  # optimal | feasible | infeasible | unknown
+    value: int | None  # objective of the placed table (None when nothing was found)
+    bound: int  # no load choice and packing of this table does better
+    loads: Mapping[str, Load] | None = None
+    offsets: Mapping[int, int] | None = None  # bytes, by buffer id
+    solved: bool = False  # whether CP-SAT ran (False: a heuristic table met the bound)
+
+
+def _value(chip: Chip, net: Network, g: GroupPlan, objective: str) -> int:
+    c = group_cost(chip, net, g)
+    return int(c["cycles"] if objective == "cycles" else c["traffic_bytes"])
+
+
+def _solver(time_limit: float, seed: int) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_deterministic_time = time_limit
+    solver.parameters.max_time_in_seconds = max(1.0, 2.0 * time_limit)  # guards slow deterministic time
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    return solver
+
+
+def _hint(m: cp_model.CpModel, gv: GroupVars, loads: Mapping[str, Load], offsets: Mapping[int, int] | None,
+          align: int) -> None:
+    for name, opts in gv.loads.items():
+        for x, ld in opts:
+            m.add_hint(x, loads.get(name) == ld)
+    if offsets is not None:
+        for bid, v in gv.offsets.items():
+            m.add_hint(v, offsets[bid] // align)
+
+
+def _pack_table(net: Network, chip: Chip, g: GroupPlan, bank_rule: str, time_limit: float, seed: int
+                ) -> Mapping[int, int] | None:
+    """Offsets for a table whose lifetimes are fixed: the greedy allocator, then the exact packer."""
+    alloc = multi_start_allocate(net, chip, g, bank_rule)
+    if alloc is not None:
+        return alloc.offsets
+    res = exact_pack(net, chip, g, bank_rule, time_limit, seed)
+    return res if isinstance(res, dict) else None
+
+
+def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[GroupPlan] = (),
+                objective: str = "cycles", bank_rule: str = "soft", time_limit: float = 2.0, seed: int = 0,
+                upper: int | None = None) -> LoadPlan:
+    """Best load rows and offsets for the unsliced table ``g``, with a bound.
+
+    1. Candidate tables: ``g``, the caller's ``heuristics`` (e.g. the seed's rule
+       looking further ahead) and :func:`greedy_loads` at a few capacities; in
+       value order, the first one that packs is the incumbent.  If it meets the
+       fluid bound, that is the answer.
+    2. CP-SAT chooses load rows under "the bytes live in each row fit in a
+       lane", a relaxation of the packing: its bound is a bound of the group,
+       and its table, packed, usually meets it.  If that table does not pack,
+       the relaxation is solved once more with a sixteenth less room (a
+       heuristic step: the bound stays the first one).
+    ``upper``: only a plan cheaper than this interests the caller; if the bound
+    already reaches it, nothing more is done.  ``time_limit`` is CP-SAT
+    deterministic time per solve, so the same input gives the same answer.
+    """
+    bound = table_bound(chip, net, g, objective)
+    if upper is not None and bound >= upper:
+        return LoadPlan("unknown", None, bound)
+    tables = {tuple(sorted(current_loads(h).items())): h for h in (g, *heuristics)}
+    if objective == "cycles":
+        for order in ("dma", "use"):
+            for sixteenths in (16, 15, 14, 13, 12):
+                loads = greedy_loads(chip, net, g, chip.lmem_bytes * sixteenths // 16, order)
+                tables.setdefault(tuple(sorted(loads.items())), with_loads(g, loads))
+    else:  # load rows do not change traffic, only what fits: the latest loads leave the most room
+        loads = {name: (u - 1, 1) if u >= 1 else (len(g.rows) - 1, 0) for name, u in chosen_weights(g).items()}
+        tables.setdefault(tuple(sorted(loads.items())), with_loads(g, loads))
+    best: tuple[int, Mapping[str, Load], Mapping[int, int]] | None = None
+    tried_exact = False
+    for v, _, h in sorted((_value(chip, net, h, objective), k, h) for k, h in tables.items()):
+        alloc = multi_start_allocate(net, chip, h, bank_rule)
+        if alloc is not None:
+            best = (v, current_loads(h), alloc.offsets)
+            break
+        if not tried_exact:  # the best table the greedy allocator cannot place: one exact attempt
+            tried_exact = True
+            offs = _pack_table(net, chip, h, bank_rule, time_limit, seed)
+            if offs is not None:
+                best = (v, current_loads(h), offs)
+                break
+
+    def result(solved: bool) -> LoadPlan:
+        if best is None:
+            return LoadPlan("unknown", None, bound, solved=solved)
+        return LoadPlan("optimal" if best[0] <= bound else "feasible", best[0], min(bound, best[0]), best[1],
+                        best[2], solved)
+
+    if best is not None and best[0] <= bound or objective != "cycles":
+        return result(False)
+    capacity = chip.lmem_bytes
+    for attempt in range(2):
+        m = cp_model.CpModel()
+        gv = add_group(m, net, chip, g, objective, exact=False, capacity=capacity)
+        if not gv.ok:
+            return LoadPlan("infeasible", None, INFEASIBLE, solved=True)
+        m.minimize(gv.cost)
+        if best is not None:
+            _hint(m, gv, best[1], None, chip.align_bytes)
+        solver = _solver(time_limit, seed)
+        res = solver.solve(m)
+        if res == cp_model.INFEASIBLE and attempt == 0:  # the relaxation is infeasible: so is every packing
+            return LoadPlan("infeasible", None, INFEASIBLE, solved=True)
+        if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        if attempt == 0:
+            bound = max(bound, int(solver.best_objective_bound))
+        loads = {name: next(ld for x, ld in opts if solver.value(x)) for name, opts in gv.loads.items()}
+        table = with_loads(g, loads)
+        value = _value(chip, net, table, objective)
+        if best is not None and value >= best[0]:
+            break  # nothing better than the incumbent
+        offs = _pack_table(net, chip, table, bank_rule, time_limit, seed)
+        if offs is not None:
+            best = (value, loads, offs)
+            break
+        capacity = capacity * 15 // 16 // chip.align_bytes * chip.align_bytes
+    return result(True)
