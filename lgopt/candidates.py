@@ -57,6 +57,7 @@ class Evaluation:
     tried: int = 0
     packed_exactly: int = 0
     unknown: int = 0
+    full: bool = True  # False: a quick evaluation skipped the load-row solver where it could still gain
 
 
 @dataclass(frozen=True)
@@ -218,17 +219,23 @@ class CandidateSpace:
         return out
 
     def evaluate_many(self, ivs: Sequence[tuple[int, int]], processes: int = 1,
-                      deadline: float | None = None) -> None:
-        """Evaluate intervals, in worker processes when asked; results are identical to serial ones."""
+                      deadline: float | None = None, full: bool = True) -> None:
+        """Evaluate intervals, in worker processes when asked; results are identical to serial ones.
+
+        ``full=False`` is the quick evaluation (no load-row solver): a real plan's
+        value and a valid bound, refined later only where the master needs it.
+        """
         import time
 
         todo: dict[tuple, list[tuple[int, int]]] = {}
         for iv in ivs:
-            if iv in self.evaluated:
+            ev = self.evaluated.get(iv)
+            if ev is not None and (ev.full or not full):
                 continue
             sig = self.signature(*iv)
-            if sig in self.cache:
-                self.evaluated[iv] = self.cache[sig]
+            ev = self.cache.get(sig)
+            if ev is not None and (ev.full or not full):
+                self.evaluated[iv] = ev
             else:
                 todo.setdefault(sig, []).append(iv)
         if not todo:
@@ -238,8 +245,8 @@ class CandidateSpace:
         if processes > 1 and len(reps) >= 8:
             import multiprocessing as mp
 
-            global _WORKER_SPACE, _WORKER_DEADLINE
-            _WORKER_SPACE, _WORKER_DEADLINE = self, deadline
+            global _WORKER_SPACE, _WORKER_DEADLINE, _WORKER_FULL
+            _WORKER_SPACE, _WORKER_DEADLINE, _WORKER_FULL = self, deadline, full
             chunk = max(1, min(8, len(reps) // (processes * 8)))
             batches = [reps[k:k + chunk] for k in range(0, len(reps), chunk)]
             with mp.get_context("fork").Pool(processes) as pool:
@@ -253,32 +260,34 @@ class CandidateSpace:
             for sig, iv in reps:
                 if deadline is not None and time.perf_counter() > deadline:
                     break
-                results.append((sig, self._evaluate(self.names[iv[0]:iv[1] + 1])))
+                results.append((sig, self._evaluate(self.names[iv[0]:iv[1] + 1], full)))
         self.evaluations += len(results)
         for sig, ev in results:
             self.cache[sig] = ev
             for iv in todo[sig]:
                 self.evaluated[iv] = ev
 
-    def evaluate(self, i: int, j: int) -> Evaluation:
-        if (i, j) in self.evaluated:
-            return self.evaluated[(i, j)]
+    def evaluate(self, i: int, j: int, full: bool = True) -> Evaluation:
+        ev = self.evaluated.get((i, j))
+        if ev is not None and (ev.full or not full):
+            return ev
         sig = self.signature(i, j)
         ev = self.cache.get(sig)
-        if ev is None:
-            ev = self._evaluate(self.names[i:j + 1])
+        if ev is None or full and not ev.full:
+            ev = self._evaluate(self.names[i:j + 1], full)
             self.evaluations += 1
             self.cache[sig] = ev
         self.evaluated[(i, j)] = ev
         return ev
 
-    def _evaluate(self, ops: Sequence[str]) -> Evaluation:
+    def _evaluate(self, ops: Sequence[str], full: bool = True) -> Evaluation:
         """Slicings in order of their key; stop when no remaining key can beat the best placed one."""
         net, chip, st = self.net, self.chip, self.settings
         cands = sorted(self.slicings(ops), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
         best: Evaluation | None = None
         bound = INF
         exact = unknown = 0
+        partial = False
         for c in cands:
             if best is not None and c.key >= best.cost:
                 break
@@ -286,8 +295,9 @@ class CandidateSpace:
                 sl = slice_group(net, list(ops), 1, 1, n_unit=n_unit(net, chip, ops), h_ratio=st.h_ratio)
                 ahead = [schedule_group(net, chip, sl, d) for d in LOOKAHEAD]
                 lp = solve_loads(net, chip, c.table, ahead, self.objective, st.bank_rule, self.pack_time, self.seed,
-                                 upper=best.cost if best is not None else None)
+                                 upper=best.cost if best is not None else None, solve=full)
                 exact += lp.solved
+                partial |= not full and lp.status != "optimal" and lp.bound < (best.cost if best else INF)
                 if lp.status != "infeasible":
                     bound = min(bound, lp.bound)
                 if lp.value is not None and (best is None or lp.value < best.cost):
@@ -310,8 +320,9 @@ class CandidateSpace:
                 continue
             best = Evaluation(c.key, 0, c.n, c.h, None, tuple(sorted(res.items())))
         if best is None:
-            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown)
-        return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown)
+            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown, not partial)
+        return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
+                       full=not partial)
 
     def materialize(self, i: int, j: int) -> GroupPlan:
         """The placed group for an evaluated interval, with its costs."""
@@ -336,6 +347,7 @@ class CandidateSpace:
 
 _WORKER_SPACE: CandidateSpace | None = None  # set in the parent just before forking workers
 _WORKER_DEADLINE: float | None = None
+_WORKER_FULL = True
 
 
 def _evaluate_batch(batch: list[tuple[tuple, tuple[int, int]]]) -> list[tuple[tuple, Evaluation]]:
@@ -347,5 +359,5 @@ def _evaluate_batch(batch: list[tuple[tuple, tuple[int, int]]]) -> list[tuple[tu
     for sig, iv in batch:
         if _WORKER_DEADLINE is not None and time.perf_counter() > _WORKER_DEADLINE:
             break  # unevaluated intervals keep their lower bound: the result stays valid, only weaker
-        out.append((sig, space._evaluate(space.names[iv[0]:iv[1] + 1])))
+        out.append((sig, space._evaluate(space.names[iv[0]:iv[1] + 1], _WORKER_FULL)))
     return out

@@ -5,11 +5,12 @@ LMEM offset of every buffer; minimise cycles or GMEM traffic):
 
 * **monolithic** (small networks): one CP-SAT model.  A Boolean per candidate
   (interval x slicing), every op covered exactly once, and for every candidate
-  the offsets of its buffers as variables in a ``NoOverlap2D`` whose
-  rectangles are present only when the candidate is chosen.
+  the offsets of its buffers (and, unsliced, its weights' load rows; see
+  :mod:`lgopt.loadrows`) as variables in a ``NoOverlap2D`` whose rectangles
+  are present only when the candidate is chosen.
 * **decomposed** (any size): a master CP-SAT model over intervals (group
-  boundaries) whose slicing and packing are settled per interval by
-  :class:`~lgopt.candidates.CandidateSpace`.  Intervals start with a valid
+  boundaries) whose slicing, weight load rows and packing are settled per
+  interval by :class:`~lgopt.candidates.CandidateSpace`.  Intervals start with a valid
   lower bound as their cost and are evaluated lazily, only when the master
   picks them; an interval none of whose slicings packs is cut from the master
   (a logic-based Benders cut).  When every interval of the master's optimum is
@@ -151,8 +152,8 @@ def _result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings,
         plan, value = base, _plan_value(base, st.objective)
         status = "feasible" if status == "optimal" else status
     gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
-    if status == "optimal" and gap > 1e-9:
-        status = "feasible"
+    if status == "optimal" and gap > 1e-9:  # a gap left when time ran out is the time limit's doing
+        status = "time_limit" if time.perf_counter() - t0 >= st.time_limit else "feasible"
     solver = {"seconds": round(time.perf_counter() - t0, 3), "objective": st.objective, "value": value,
               "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "workers": st.workers,
               "seed": st.seed, **extra}
@@ -277,7 +278,7 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
                      f"{len(space.evaluated)} intervals evaluated, {len(todo)} to price")
         if not todo:
             break
-        space.evaluate_many([iv for _, iv in todo], processes=st.workers, deadline=deadline)
+        space.evaluate_many([iv for _, iv in todo], processes=st.workers, deadline=deadline, full=False)
 
     # 2. the master: CP-SAT over every interval (evaluated cost, or its lower bound if never priced in)
     status, bound, best_groups, iterations = "time_limit", int(priced_bound), None, 0
@@ -296,28 +297,46 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
         if out is None:
             break
         res, master_bound, chosen = out
-        bound = max(bound, master_bound)
-        fresh = [iv for iv in chosen if iv not in space.evaluated]
+        if all(ev.bound >= ev.cost for ev in space.evaluated.values()):  # else the costs are upper values
+            bound = max(bound, master_bound)
+        fresh = [iv for iv in chosen if iv not in space.evaluated or not space.evaluated[iv].full]
         if not fresh:
             best_groups = [space.materialize(*iv) for iv in chosen]
             status = "optimal" if res == cp_model.OPTIMAL else "time_limit"
             break
         if time.perf_counter() > deadline:
             break
-        space.evaluate_many(fresh, processes=1)
-    if best_groups is None:  # time ran out: the best plan over evaluated intervals only
-        out = master.solve(st, costs(False), 10.0)
-        best_groups = [space.materialize(*iv) for iv in out[2]] if out else list(base.groups)
+        space.evaluate_many(fresh, processes=min(st.workers, len(fresh)), deadline=deadline)
+    # 3. where an evaluation left a gap (a quick one, or a packing or load-row solve cut by its budget),
+    # the bound is the master over every interval's bound; refine the intervals that bound rests on
+    # (every master over the bounds is a valid bound: each interval's bound is at or below its true cost)
+    refined = False
+    while any(ev.bound < ev.cost for ev in space.evaluated.values()):
+        out = master.solve(st, costs(True), max(1.0, min(10.0, deadline - time.perf_counter())))
+        if out is None:
+            break
+        bound = max(bound, out[1])
+        weak = [iv for iv in out[2] if iv in space.evaluated and not space.evaluated[iv].full]
+        if weak and time.perf_counter() > deadline:
+            status = "time_limit"  # the gap could still have been narrowed
+        if not weak or time.perf_counter() > deadline:
+            break
+        space.evaluate_many(weak, processes=min(st.workers, len(weak)), deadline=deadline)
+        refined = True
+    if best_groups is None or refined:  # the best plan over evaluated intervals (refinement may improve it)
+        out = master.solve(st, costs(False), max(1.0, min(10.0, deadline - time.perf_counter())))
+        if out is not None:
+            best_groups = [space.materialize(*iv) for iv in out[2]]
+        elif best_groups is None:
+            best_groups = list(base.groups)
     unknown = sum(1 for ev in space.evaluated.values() if ev.bound < ev.cost)
-    if unknown:  # count slicings whose packing timed out as feasible: a bound over the whole space
-        out = master.solve(st, costs(True), 10.0)
-        bound = min(bound, out[1]) if out else 0
     extra = {"formulation": "decomposed", "pricing_rounds": rounds, "master_iterations": iterations,
              "intervals": len(intervals), "intervals_evaluated": len(space.evaluated),
              "distinct_evaluations": space.evaluations, "unknown_packings": unknown,
              "space": "contiguous runs of the topological order up to "
              f"{search.max_group_ops} ops; N slices 1..batch/unit; H slices up to the first that breaks a slicing "
-             f"rule (<= {search.max_h_slices}); lgopt's pipelined timestep table; exact packing"}
+             f"rule (<= {search.max_h_slices}); lgopt's pipelined timestep table, any weight load row in unsliced "
+             "groups; exact packing"}
     return _result(net, chip, search, st, best_groups, base, bound, status, t0, extra)
 
 

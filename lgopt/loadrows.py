@@ -32,6 +32,7 @@ from .chip import Chip
 from .cost import PipelineCells, gdma_cycles, group_cost, pipeline_cells, weight_gmem_bytes
 from .layout import cdiv
 from .network import Network
+from .pack import WALL_CAP
 from .plan import GroupPlan, Row, Transfer
 
 Load = tuple[int, int]  # (row, stage)
@@ -132,15 +133,16 @@ def table_bound(chip: Chip, net: Network, g: GroupPlan, objective: str = "cycles
 
 # --- a constructive heuristic ---------------------------------------------------------------------
 
-def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = None, order: str = "use"
+def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = None, order: str = "dma"
                  ) -> dict[str, Load]:
     """A constructive choice of load rows: hide each weight's DMA under spare compute, latest first.
 
-    Weights in order of use (a fluid schedule with nested deadlines loses
-    nothing by serving earlier deadlines first); each goes to the latest row
-    whose spare TIU cycles cover its DMA, or else to the row where it adds the
-    fewest cycles, among rows where the bytes live from there to its use fit in
-    ``capacity``.  Latest, because a shorter life leaves LMEM to the others.
+    Weights biggest DMA first (``order="dma"``: the ones that hurt most when
+    they do not hide get the spare compute), or in order of use (``"use"``);
+    each goes to the latest row whose spare TIU cycles cover its DMA, or else to
+    the row where it adds the fewest cycles, among rows where the bytes live
+    from there to its use fit in ``capacity``; the fill when nothing hides it.
+    Latest, because a shorter life leaves LMEM to the others.
     The greedy allocator may still fail on the result (fragmentation): callers
     retry with less capacity.
     """
@@ -167,7 +169,7 @@ def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = 
     dma = {name: gdma_cycles(chip, weight_gmem_bytes(net.op(name))) for name in use}
     key = (lambda kv: (kv[1], kv[0])) if order == "use" else (lambda kv: (-dma[kv[0]], kv[1], kv[0]))
     for name, u in sorted(use.items(), key=key):
-        c = gdma_cycles(chip, weight_gmem_bytes(net.op(name)))
+        c = dma[name]
         s = size[name]
         best: tuple[int, int] | None = None  # (added cycles, -row)
         room = cap - live[u] + s
@@ -182,17 +184,13 @@ def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = 
                 if added == 0:
                     break
             r -= 1
-        if best is None or (best[0] >= c and u <= T - 2 and all(live[x] + s <= cap for x in [T - 1, *range(u)])):
-            if u <= T - 2 and (best is None or best[0] >= c) and all(live[x] + s <= cap for x in [T - 1, *range(u)]):
-                loads[name] = (T - 1, 0)
-                for x in {T - 1, *range(u)}:
-                    live[x] += s
-                continue
-        row = -best[1] if best is not None else max(0, u - 1)
-        if u == 0:
+        fill_ok = u <= T - 2 and all(live[x] + s <= cap for x in {T - 1, *range(u)})
+        if u == 0 or (best is None or best[0] >= c) and fill_ok:  # the fill costs its DMA, no more
             loads[name] = (T - 1, 0)
-            live[T - 1] += s
+            for x in {T - 1, *range(u)}:
+                live[x] += s
             continue
+        row = -best[1] if best is not None else u - 1
         loads[name] = (row, 1)
         spare[row] -= c
         for x in range(row, u):
@@ -381,7 +379,7 @@ def _value(chip: Chip, net: Network, g: GroupPlan, objective: str) -> int:
 def _solver(time_limit: float, seed: int) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = time_limit
-    solver.parameters.max_time_in_seconds = max(1.0, 2.0 * time_limit)  # guards slow deterministic time
+    solver.parameters.max_time_in_seconds = max(1.0, WALL_CAP * time_limit)  # guards slow deterministic time
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
     return solver
@@ -409,7 +407,7 @@ def _pack_table(net: Network, chip: Chip, g: GroupPlan, bank_rule: str, time_lim
 
 def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[GroupPlan] = (),
                 objective: str = "cycles", bank_rule: str = "soft", time_limit: float = 2.0, seed: int = 0,
-                upper: int | None = None) -> LoadPlan:
+                upper: int | None = None, solve: bool = True) -> LoadPlan:
     """Best load rows and offsets for the unsliced table ``g``, with a bound.
 
     1. Candidate tables: ``g``, the caller's ``heuristics`` (e.g. the seed's rule
@@ -422,7 +420,8 @@ def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[Gro
        the relaxation is solved once more with a sixteenth less room (a
        heuristic step: the bound stays the first one).
     ``upper``: only a plan cheaper than this interests the caller; if the bound
-    already reaches it, nothing more is done.  ``time_limit`` is CP-SAT
+    already reaches it, nothing more is done.  ``solve=False`` stops after step 1
+    (no exact packing, no solver): a quick upper value and the fluid bound.  ``time_limit`` is CP-SAT
     deterministic time per solve, so the same input gives the same answer.
     """
     bound = table_bound(chip, net, g, objective)
@@ -444,7 +443,7 @@ def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[Gro
         if alloc is not None:
             best = (v, current_loads(h), alloc.offsets)
             break
-        if not tried_exact:  # the best table the greedy allocator cannot place: one exact attempt
+        if solve and not tried_exact:  # the best table the greedy allocator cannot place: one exact attempt
             tried_exact = True
             offs = _pack_table(net, chip, h, bank_rule, time_limit, seed)
             if offs is not None:
@@ -457,7 +456,7 @@ def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[Gro
         return LoadPlan("optimal" if best[0] <= bound else "feasible", best[0], min(bound, best[0]), best[1],
                         best[2], solved)
 
-    if best is not None and best[0] <= bound or objective != "cycles":
+    if best is not None and best[0] <= bound or objective != "cycles" or not solve:
         return result(False)
     capacity = chip.lmem_bytes
     for attempt in range(2):
