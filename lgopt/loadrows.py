@@ -276,6 +276,8 @@ def add_group(m: cp_model.CpModel, net: Network, chip: Chip, g: GroupPlan, objec
             lits = [m.new_bool_var(f"l{b.id}_{r}_{s}") for r, s in opts]
             m.add(sum(lits) == (present if present is not None else 1))
             loads[b.name] = list(zip(lits, opts))
+            if not exact:  # the relaxation needs only the literals
+                continue
             start = m.new_int_var(0, max(0, u - 1), f"s{b.id}")
             m.add(start == sum(r * x for x, (r, s) in zip(lits, opts) if s == 1))
             if present is None:
@@ -385,14 +387,10 @@ def _solver(time_limit: float, seed: int) -> cp_model.CpSolver:
     return solver
 
 
-def _hint(m: cp_model.CpModel, gv: GroupVars, loads: Mapping[str, Load], offsets: Mapping[int, int] | None,
-          align: int) -> None:
+def _hint_loads(m: cp_model.CpModel, gv: GroupVars, loads: Mapping[str, Load]) -> None:
     for name, opts in gv.loads.items():
         for x, ld in opts:
             m.add_hint(x, loads.get(name) == ld)
-    if offsets is not None:
-        for bid, v in gv.offsets.items():
-            m.add_hint(v, offsets[bid] // align)
 
 
 def _pack_table(net: Network, chip: Chip, g: GroupPlan, bank_rule: str, time_limit: float, seed: int
@@ -466,7 +464,7 @@ def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[Gro
             return LoadPlan("infeasible", None, INFEASIBLE, solved=True)
         m.minimize(gv.cost)
         if best is not None:
-            _hint(m, gv, best[1], None, chip.align_bytes)
+            _hint_loads(m, gv, best[1])
         solver = _solver(time_limit, seed)
         res = solver.solve(m)
         if res == cp_model.INFEASIBLE and attempt == 0:  # the relaxation is infeasible: so is every packing
