@@ -28,10 +28,11 @@ def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
 
 
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
-             h_ratio: float = DEFAULT_H_RATIO, prefetch: int = 1) -> GroupPlan:
+             h_ratio: float = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
+             kept_out: tuple[str, ...] = ()) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
     sl = slice_group(net, list(ops), n_slices, h_slices, n_unit=n_unit(net, chip, ops), h_ratio=h_ratio)
-    return schedule_group(net, chip, sl, prefetch)
+    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out)
 
 
 def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:

@@ -31,6 +31,7 @@ from .build import n_unit, place, schedule
 from .chip import Chip
 from .cost import gdma_cycles, global_layer_cost, gmem_bytes, group_cost, tiu_cycles, weight_gmem_bytes, SliceShape
 from .layout import cdiv
+from .keep import handover, kept_buffers, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
 from .loadrows import chosen_weights, fluid_bound, solve_loads, table_bound, with_loads
 from .network import Network
 from .pack import peak_live_bytes
@@ -41,6 +42,7 @@ from .slicing import SliceError, group_io, slice_group
 from .timestep import schedule_group
 
 INF = 1 << 62
+Key = tuple[int, int, str]  # (first op, last op, hand-over variant: "" | "in" | "out", see lgopt.keep)
 LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
 
 
@@ -80,6 +82,7 @@ class CandidateSpace:
     pack_time: float = 2.0  # deterministic time per exact packing
     workers: int = 2
     seed: int = 0
+    handover: bool = True  # candidates that keep a tensor in LMEM for the next group (lgopt.keep)
 
     def __post_init__(self) -> None:
         net = self.net
@@ -94,7 +97,7 @@ class CandidateSpace:
                 self.runs.append((s, k))
             k += 1
         self.cache: dict[tuple, Evaluation] = {}
-        self.evaluated: dict[tuple[int, int], Evaluation] = {}
+        self.evaluated: dict[Key, Evaluation] = {}
         self.evaluations = 0
         index = net.op_index
         self.last_use = {t: max((index[c.name] for c in net.consumers.get(t, ())), default=-1) for t in net.tensors}
@@ -114,13 +117,27 @@ class CandidateSpace:
                        if op.local else 0 for op in net.ops]
 
     # --- what the master needs -------------------------------------------------------------------
-    def intervals(self) -> list[tuple[int, int]]:
-        out = []
+    def intervals(self) -> list[Key]:
+        """Every candidate: a run ``[i, j]`` on its own, and where a tensor can be handed over in LMEM,
+        receiving it at ``i`` (``"in"``) or handing it over after ``j`` (``"out"``)."""
+        out: list[Key] = []
         for s, e in self.runs:
             for i in range(s, e + 1):
                 for j in range(i, min(e, i + self.settings.max_group_ops - 1) + 1):
-                    out.append((i, j))
+                    out.append((i, j, ""))
+                    if self.handover and self._can_keep(i):
+                        out.append((i, j, "in"))
+                    if self.handover and self._can_keep(j + 1):
+                        out.append((i, j, "out"))
         return out
+
+    def _can_keep(self, b: int) -> bool:
+        ts = handover(self.net, b)
+        return bool(ts) and pin_offset(self.chip, whole_bytes(self.chip, self.net, ts)) > 0
+
+    def kept(self, i: int, j: int, v: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(kept_in, kept_out) of candidate ``(i, j, v)``."""
+        return (handover(self.net, i) if v == "in" else (), handover(self.net, j + 1) if v == "out" else ())
 
     def value(self, costs: dict[str, Any]) -> int:
         return int(costs["cycles"] if self.objective == "cycles" else costs["traffic_bytes"])
@@ -128,8 +145,8 @@ class CandidateSpace:
     def global_value(self, k: int) -> int:
         return self.value(global_layer_cost(self.chip, self.net, self.net.ops[k]))
 
-    def lower_bound(self, i: int, j: int) -> int:
-        """A cost no slicing of ``[i, j]`` can beat, in O(j - i) from per-op figures.
+    def lower_bound(self, i: int, j: int, v: str = "") -> int:
+        """A cost no slicing of ``[i, j]`` (in variant ``v``) can beat, in O(j - i) from per-op figures.
 
         cycles: the smaller of
           * unsliced: all TIU work plus the weight DMA that no load-row choice can
@@ -140,11 +157,16 @@ class CandidateSpace:
             overflow a lane);
         and never less than the outputs and weights crossing GMEM once.
         traffic: outputs and weights crossing GMEM once.
+        Handing over only takes LMEM away and skips stores: the same bound holds
+        with the skipped stores left out.
         """
         net, chip = self.net, self.chip
+        skipped = {t for t in self.kept(i, j, v)[1] if store_skipped(net, t, j + 1)}
         out_bytes = 0
         for k in range(i, j + 1):
             for t in net.ops[k].outputs:
+                if t in skipped:
+                    continue
                 if self.last_use[t] > j or t in self.net_outputs:
                     out_bytes += gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h)
         w = sum(self._wbytes[i:j + 1])
@@ -159,9 +181,10 @@ class CandidateSpace:
         return max(min(unsliced, sliced), stream)
 
     # --- evaluation ------------------------------------------------------------------------------
-    def signature(self, i: int, j: int) -> tuple:
-        """Structure of the interval with names replaced by positions (the cost and packing depend only on it)."""
+    def signature(self, i: int, j: int, v: str = "") -> tuple:
+        """Structure of the candidate with names replaced by positions (the cost and packing depend only on it)."""
         net = self.net
+        kin, kout = self.kept(i, j, v)
         pos: dict[str, str] = {}
         ext: dict[str, str] = {}
         rows = []
@@ -182,33 +205,49 @@ class CandidateSpace:
                 outs.append((ten.shape, ten.dtype, self.last_use[t] > j or t in self.net_outputs))
             rows.append((op.type, tuple(sorted(op.attrs.items())), op.fused,
                          tuple((w.shape, w.dtype, w.role) for w in op.weights), tuple(ins), tuple(outs)))
-        return tuple(rows)
+        keep = (v, tuple(ext[t] for t in kin), tuple((pos[t], store_skipped(net, t, j + 1)) for t in kout))
+        return tuple(rows) + (keep,)
 
-    def slicings(self, ops: Sequence[str]) -> list[Slicing]:
-        """Every legal (n, h) with its scheduled (unplaced) table, not refuted by bytes live in one row."""
+    def inner_chip(self, kept: Sequence[str]) -> Chip | None:
+        """The LMEM left below the handed-over tensors (the whole chip when there are none)."""
+        if not kept:
+            return self.chip
+        return packing_chip(self.chip, pin_offset(self.chip, whole_bytes(self.chip, self.net, kept)))
+
+    def slicings(self, ops: Sequence[str], kin: tuple[str, ...] = (), kout: tuple[str, ...] = ()) -> list[Slicing]:
+        """Every legal (n, h) with its scheduled (unplaced) table, not refuted by bytes live in one row.
+
+        Tables hold the handed-over tensors ``kin`` / ``kout`` already pinned at the top of LMEM.
+        """
         net, chip, st = self.net, self.chip, self.settings
+        pchip = self.inner_chip(kin + kout)
+        if pchip is None:
+            return []
         io = group_io(net, ops)
         batch = max(net.tensor(t).n for t in io.outputs)
         unit = n_unit(net, chip, ops)
         max_h = min(st.max_h_slices, min(net.tensor(t).h for t in io.outputs))
         # sliced groups keep every weight resident: if those alone overflow a lane, only (1, 1) can pack
         resident = sum(-(-weight_bytes(chip, net.op(o)) // chip.align_bytes) * chip.align_bytes for o in ops)
-        slicing_possible = resident <= chip.lmem_bytes
+        slicing_possible = resident <= pchip.lmem_bytes
         out = []
         for n in range(1, cdiv(batch, unit) + 1):
             for h in range(1, max_h + 1):
                 if (n, h) != (1, 1) and not slicing_possible:
                     break
                 try:
-                    g = schedule(net, chip, ops, n, h, st.h_ratio)
+                    g = schedule(net, chip, ops, n, h, st.h_ratio, kept_in=kin, kept_out=kout)
                 except SliceError:
                     if h == 1:
                         return out
                     break
+                pinned = pin_kept(chip, g)
+                assert pinned is not None  # pchip exists
+                g = pinned[0]
                 use = chosen_weights(g)
                 # the latest loads give every row its fewest live bytes: if they overflow, nothing packs
                 tightest = with_loads(g, {o: (u - 1, 1) for o, u in use.items() if u >= 1}) if use else g
-                if peak_live_bytes(pack_items(tightest), chip.align_bytes) > chip.lmem_bytes:
+                if peak_live_bytes(pack_items(without_kept(tightest)), chip.align_bytes) > pchip.lmem_bytes:
                     continue
                 if use:
                     out.append(Slicing(n, h, g, table_bound(chip, net, g, self.objective), True))
@@ -218,7 +257,7 @@ class CandidateSpace:
                 break
         return out
 
-    def evaluate_many(self, ivs: Sequence[tuple[int, int]], processes: int = 1,
+    def evaluate_many(self, ivs: Sequence[Key], processes: int = 1,
                       deadline: float | None = None, full: bool = True) -> None:
         """Evaluate intervals, in worker processes when asked; results are identical to serial ones.
 
@@ -227,7 +266,7 @@ class CandidateSpace:
         """
         import time
 
-        todo: dict[tuple, list[tuple[int, int]]] = {}
+        todo: dict[tuple, list[Key]] = {}
         for iv in ivs:
             ev = self.evaluated.get(iv)
             if ev is not None and (ev.full or not full):
@@ -260,30 +299,33 @@ class CandidateSpace:
             for sig, iv in reps:
                 if deadline is not None and time.perf_counter() > deadline:
                     break
-                results.append((sig, self._evaluate(self.names[iv[0]:iv[1] + 1], full)))
+                results.append((sig, self._evaluate(iv, full)))
         self.evaluations += len(results)
         for sig, ev in results:
             self.cache[sig] = ev
             for iv in todo[sig]:
                 self.evaluated[iv] = ev
 
-    def evaluate(self, i: int, j: int, full: bool = True) -> Evaluation:
-        ev = self.evaluated.get((i, j))
+    def evaluate(self, i: int, j: int, v: str = "", full: bool = True) -> Evaluation:
+        ev = self.evaluated.get((i, j, v))
         if ev is not None and (ev.full or not full):
             return ev
-        sig = self.signature(i, j)
+        sig = self.signature(i, j, v)
         ev = self.cache.get(sig)
         if ev is None or full and not ev.full:
-            ev = self._evaluate(self.names[i:j + 1], full)
+            ev = self._evaluate((i, j, v), full)
             self.evaluations += 1
             self.cache[sig] = ev
-        self.evaluated[(i, j)] = ev
+        self.evaluated[(i, j, v)] = ev
         return ev
 
-    def _evaluate(self, ops: Sequence[str], full: bool = True) -> Evaluation:
+    def _evaluate(self, key: Key, full: bool = True) -> Evaluation:
         """Slicings in order of their key; stop when no remaining key can beat the best placed one."""
         net, chip, st = self.net, self.chip, self.settings
-        cands = sorted(self.slicings(ops), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
+        ops = self.names[key[0]:key[1] + 1]
+        kin, kout = self.kept(*key)
+        pchip = self.inner_chip(kin + kout)
+        cands = sorted(self.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
         best: Evaluation | None = None
         bound = INF
         exact = unknown = 0
@@ -293,8 +335,9 @@ class CandidateSpace:
                 break
             if c.free_loads:
                 sl = slice_group(net, list(ops), 1, 1, n_unit=n_unit(net, chip, ops), h_ratio=st.h_ratio)
-                ahead = [schedule_group(net, chip, sl, d) for d in LOOKAHEAD]
-                lp = solve_loads(net, chip, c.table, ahead, self.objective, st.bank_rule, self.pack_time, self.seed,
+                ahead = [without_kept(schedule_group(net, chip, sl, d, kin, kout)) for d in LOOKAHEAD]
+                lp = solve_loads(net, pchip, without_kept(c.table), ahead, self.objective, st.bank_rule,
+                                 self.pack_time, self.seed,
                                  upper=best.cost if best is not None else None, solve=full)
                 exact += lp.solved
                 partial |= not full and lp.status != "optimal" and lp.bound < (best.cost if best else INF)
@@ -306,12 +349,13 @@ class CandidateSpace:
                     best = Evaluation(lp.value, 0, c.n, c.h, loads, tuple(sorted(lp.offsets.items())))
                 unknown += lp.value is None and lp.status != "infeasible"
                 continue
-            alloc = multi_start_allocate(net, chip, c.table, st.bank_rule)
+            inner = without_kept(c.table)
+            alloc = multi_start_allocate(net, pchip, inner, st.bank_rule)
             if alloc is not None:
                 best = Evaluation(c.key, 0, c.n, c.h)
                 continue
             exact += 1
-            res = exact_pack(net, chip, c.table, st.bank_rule, self.pack_time, self.seed, self.workers)
+            res = exact_pack(net, pchip, inner, st.bank_rule, self.pack_time, self.seed, self.workers)
             if res is None:
                 continue
             if res == "unknown":
@@ -324,24 +368,29 @@ class CandidateSpace:
         return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
                        full=not partial)
 
-    def materialize(self, i: int, j: int) -> GroupPlan:
-        """The placed group for an evaluated interval, with its costs."""
-        ev = self.evaluate(i, j)
+    def materialize(self, i: int, j: int, v: str = "") -> GroupPlan:
+        """The placed group for an evaluated candidate, with its costs."""
+        ev = self.evaluate(i, j, v)
         if ev.cost >= INF:
-            raise ValueError(f"interval {i}..{j} has no feasible slicing")
+            raise ValueError(f"interval {i}..{j} {v} has no feasible slicing")
         ops = self.names[i:j + 1]
-        g = schedule(self.net, self.chip, ops, ev.n, ev.h, self.settings.h_ratio)
+        kin, kout = self.kept(i, j, v)
+        g = schedule(self.net, self.chip, ops, ev.n, ev.h, self.settings.h_ratio, kept_in=kin, kept_out=kout)
+        pinned = pin_kept(self.chip, g)
+        assert pinned is not None
+        g, pchip = pinned
         if ev.loads is not None:
             g = with_loads(g, {ops[k]: (r, s) for k, r, s in ev.loads})
+        offs = {b.id: b.offset for b in kept_buffers(g)}
         if ev.offsets is None:
-            alloc = multi_start_allocate(self.net, self.chip, g, self.settings.bank_rule)
+            alloc = multi_start_allocate(self.net, pchip, without_kept(g), self.settings.bank_rule)
             assert alloc is not None
+            offs.update(alloc.offsets)
         else:
-            offs = dict(ev.offsets)
-            peak = max(offs[b.id] + b.size for b in g.buffers)
-            conf = count_bank_conflicts(self.net, self.chip, g, offs) if self.settings.bank_rule != "off" else 0
-            alloc = Allocation(offs, peak, conf)
-        g = place(self.net, self.chip, g, alloc)
+            offs.update(dict(ev.offsets))
+        peak = max(offs[b.id] + b.size for b in g.buffers)
+        conf = count_bank_conflicts(self.net, self.chip, g, offs) if self.settings.bank_rule != "off" else 0
+        g = place(self.net, self.chip, g, Allocation(offs, peak, conf))
         return replace(g, cost={**g.cost, **group_cost(self.chip, self.net, g)})
 
 
@@ -350,7 +399,7 @@ _WORKER_DEADLINE: float | None = None
 _WORKER_FULL = True
 
 
-def _evaluate_batch(batch: list[tuple[tuple, tuple[int, int]]]) -> list[tuple[tuple, Evaluation]]:
+def _evaluate_batch(batch: list[tuple[tuple, Key]]) -> list[tuple[tuple, Evaluation]]:
     import time
 
     space = _WORKER_SPACE
@@ -359,5 +408,5 @@ def _evaluate_batch(batch: list[tuple[tuple, tuple[int, int]]]) -> list[tuple[tu
     for sig, iv in batch:
         if _WORKER_DEADLINE is not None and time.perf_counter() > _WORKER_DEADLINE:
             break  # unevaluated intervals keep their lower bound: the result stays valid, only weaker
-        out.append((sig, space._evaluate(space.names[iv[0]:iv[1] + 1], _WORKER_FULL)))
+        out.append((sig, space._evaluate(iv, _WORKER_FULL)))
     return out

@@ -131,7 +131,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
         plan = optimise(net, chip, settings, CpsatSettings(objective=args.objective, time_limit=args.time_limit,
                                                            workers=args.workers, seed=args.seed,
-                                                           formulation=args.formulation, orders=args.orders),
+                                                           formulation=args.formulation, orders=args.orders,
+                                                           handover=not args.no_handover),
                         progress)
     seconds = round(time.perf_counter() - t0, 3)
     if progress and sys.stderr.isatty():
@@ -306,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     s.add_argument("--formulation", default="auto", choices=["auto", "monolithic", "decomposed"])
+    s.add_argument("--no-handover", action="store_true",
+                   help="cpsat: consecutive groups always meet in GMEM (no tensor kept in LMEM between them)")
     s.add_argument("--orders", type=int, default=1, choices=[1, 2, 3],
                    help="topological orders cpsat searches: 1 the given one, 3 adds depth- and breadth-first")
     s.add_argument("-o", "--output", help="plan file to write")

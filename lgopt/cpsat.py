@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Iterable
 
 from ortools.sat.python import cp_model
 
 from .build import assemble
-from .candidates import INF, CandidateSpace
+from .candidates import INF, CandidateSpace, Key
 from .chip import Chip
 from .network import Network, reorder, topological_orders
 from .problem import network_digest
@@ -50,6 +50,7 @@ class CpsatSettings:
     monolithic_max_ops: int = 10
     pack_time: float = 2.0  # CP-SAT deterministic time per exact packing
     orders: int = 1  # topological orders searched: 1 = the given one; up to 3 adds depth- and breadth-first
+    handover: bool = True  # let consecutive groups hand a tensor over in LMEM (lgopt.keep)
 
 
 def _solver(st: CpsatSettings, seconds: float, workers: int | None = None) -> cp_model.CpSolver:
@@ -67,9 +68,9 @@ def _plan_value(plan: Plan, objective: str) -> int:
     return int(plan.cost["cycles"] if objective == "cycles" else plan.cost["traffic_bytes"])
 
 
-def _greedy_intervals(net: Network, plan: Plan) -> list[tuple[int, int]]:
+def _greedy_intervals(net: Network, plan: Plan) -> list[Key]:
     idx = net.op_index
-    return [(idx[g.ops[0]], idx[g.ops[-1]]) for g in plan.groups]
+    return [(idx[g.ops[0]], idx[g.ops[-1]], "") for g in plan.groups]
 
 
 def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings(),
@@ -114,9 +115,13 @@ def _topo_steps(net: Network, plan: Plan) -> tuple[tuple[str, object], ...]:
     import networkx as nx
 
     owner = {}
-    for k, g in enumerate(plan.groups):
+    group_of = {o: k for k, g in enumerate(plan.groups) for o in g.ops}
+    hands_to = {group_of[net.producer[g.kept_in[0]].name]: k for k, g in enumerate(plan.groups) if g.kept_in}
+    receiver = set(hands_to.values())
+    for k, g in enumerate(plan.groups):  # a group that receives in LMEM runs right after its giver: one node
+        giver = next((a for a, r in hands_to.items() if r == k), k) if k in receiver else k
         for o in g.ops:
-            owner[o] = ("group", k)
+            owner[o] = ("group", giver)
     for kind, v in plan.steps:
         if kind == "global":
             owner[v] = ("global", v)
@@ -127,7 +132,12 @@ def _topo_steps(net: Network, plan: Plan) -> tuple[tuple[str, object], ...]:
             dag.add_edge(owner[a], owner[b])
     first = {s: min(net.op_index[o] for o in (plan.groups[s[1]].ops if s[0] == "group" else (s[1],)))
              for s in dag.nodes}
-    return tuple(nx.lexicographical_topological_sort(dag, key=lambda s: first[s]))
+    steps: list[tuple[str, object]] = []
+    for s in nx.lexicographical_topological_sort(dag, key=lambda s: first[s]):
+        steps.append(s)
+        if s[0] == "group" and s[1] in hands_to:
+            steps.append(("group", hands_to[s[1]]))
+    return tuple(steps)
 
 
 def _optimise_order(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings,
@@ -162,35 +172,64 @@ def _result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings,
 
 # --- decomposed: master over intervals, lazy interval evaluation, Benders cuts --------------------
 
-def _paths(n_ops: int, starts: dict[int, list[tuple[int, int]]], cost: dict[tuple[int, int], int],
-           single: list[int]) -> tuple[list[float], list[float]]:
+HANDOVER_SPACE = ("; a tensor handed over in LMEM between consecutive groups (held whole in the top banks, a group "
+                  "receives or hands over, not both)")
+
+
+def add_handover_links(m: cp_model.CpModel, chosen: Iterable[tuple[Key, cp_model.IntVar]]) -> None:
+    """A group hands a tensor over at boundary ``b`` exactly when the group starting at ``b`` receives it."""
+    outs: dict[int, list[cp_model.IntVar]] = {}
+    ins: dict[int, list[cp_model.IntVar]] = {}
+    for (i, j, v), lit in chosen:
+        if v == "out":
+            outs.setdefault(j + 1, []).append(lit)
+        elif v == "in":
+            ins.setdefault(i, []).append(lit)
+    for b in sorted(set(outs) | set(ins)):
+        m.add(sum(outs.get(b, [])) == sum(ins.get(b, [])))
+
+
+def _state_in(key: Key) -> int:
+    return int(key[2] == "in")
+
+
+def _state_out(key: Key) -> int:
+    return int(key[2] == "out")
+
+
+def _paths(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int],
+           single: list[int]) -> tuple[list[list[float]], list[list[float]]]:
     """Cheapest cost to reach each op boundary from the start, and from it to the end.
 
-    The segmentation is a path over op boundaries 0..n; an interval [i, j] is an
-    edge i -> j+1, a global layer an edge k -> k+1.  These distances price each
-    interval (reduced-cost fixing): an interval whose best completion exceeds a
-    known plan cannot be in an optimal solution, so it need not be evaluated.
+    The segmentation is a path over op boundaries 0..n, each in state 0 (the
+    steps meet in GMEM) or 1 (a tensor is handed over in LMEM); a candidate
+    ``[i, j]`` is an edge i -> j+1 that starts in state 1 only if it receives
+    (``"in"``) and ends in state 1 only if it hands over (``"out"``); a global
+    layer is an edge k -> k+1 in state 0.  These distances price each candidate
+    (reduced-cost fixing): one whose best completion exceeds a known plan cannot
+    be in an optimal solution, so it need not be evaluated.
     """
     inf = float("inf")
-    fwd = [inf] * (n_ops + 1)
-    fwd[0] = 0
+    fwd = [[inf, inf] for _ in range(n_ops + 1)]
+    fwd[0][0] = 0
     for p in range(n_ops):
-        if fwd[p] == inf:
-            continue
-        fwd[p + 1] = min(fwd[p + 1], fwd[p] + single[p])
-        for iv in starts.get(p, ()):
-            c = cost.get(iv)
-            if c is not None:
-                fwd[iv[1] + 1] = min(fwd[iv[1] + 1], fwd[p] + c)
-    bwd = [inf] * (n_ops + 1)
-    bwd[n_ops] = 0
+        fwd[p + 1][0] = min(fwd[p + 1][0], fwd[p][0] + single[p])
+        for key in starts.get(p, ()):
+            c = cost.get(key)
+            f = fwd[p][_state_in(key)]
+            if c is not None and f < inf:
+                q = fwd[key[1] + 1]
+                q[_state_out(key)] = min(q[_state_out(key)], f + c)
+    bwd = [[inf, inf] for _ in range(n_ops + 1)]
+    bwd[n_ops][0] = 0
     for p in range(n_ops - 1, -1, -1):
-        best = single[p] + bwd[p + 1]
-        for iv in starts.get(p, ()):
-            c = cost.get(iv)
+        here = bwd[p]
+        here[0] = single[p] + bwd[p + 1][0]
+        for key in starts.get(p, ()):
+            c = cost.get(key)
             if c is not None:
-                best = min(best, c + bwd[iv[1] + 1])
-        bwd[p] = best
+                s = _state_in(key)
+                here[s] = min(here[s], c + bwd[key[1] + 1][_state_out(key)])
     return fwd, bwd
 
 
@@ -198,19 +237,20 @@ def _paths(n_ops: int, starts: dict[int, list[tuple[int, int]]], cost: dict[tupl
 class _Master:
     """The set-partitioning master: an interval Boolean per group candidate, a global-layer Boolean per op."""
 
-    intervals: list[tuple[int, int]]
-    covering: dict[int, list[tuple[int, int]]]
+    intervals: list[Key]
+    covering: dict[int, list[Key]]
     gval: dict[int, int]  # local op -> its cost as a global layer
     fixed: int  # ops that can only be global layers
 
-    def solve(self, st: CpsatSettings, cost: dict[tuple[int, int], int], seconds: float,
-              hint: set[tuple[int, int]] | None = None) -> tuple[int, int, list[tuple[int, int]]] | None:
-        """(status, best bound, chosen intervals); intervals missing from ``cost`` are cut."""
+    def solve(self, st: CpsatSettings, cost: dict[Key, int], seconds: float,
+              hint: set[Key] | None = None) -> tuple[int, int, list[Key]] | None:
+        """(status, best bound, chosen candidates); candidates missing from ``cost`` are cut."""
         m = cp_model.CpModel()
-        x = {iv: m.new_bool_var(f"g{iv[0]}_{iv[1]}") for iv in self.intervals if iv in cost}
+        x = {iv: m.new_bool_var(f"g{iv[0]}_{iv[1]}{iv[2]}") for iv in self.intervals if iv in cost}
         gl = {k: m.new_bool_var(f"gl{k}") for k in self.gval}
         for k in self.gval:
             m.add_exactly_one([x[iv] for iv in self.covering[k] if iv in x] + [gl[k]])
+        add_handover_links(m, x.items())
         m.minimize(sum(cost[iv] * v for iv, v in x.items()) + sum(c * gl[k] for k, c in self.gval.items())
                    + self.fixed)
         if hint is not None:
@@ -229,7 +269,7 @@ class _Master:
 
 def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
                 progress: Progress | None) -> Plan:
-    space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed)
+    space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed, st.handover)
     intervals = space.intervals()
     lb = {iv: space.lower_bound(*iv) for iv in intervals}
     n_ops = len(net.ops)
@@ -237,8 +277,8 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
     single = [space.global_value(k) for k in range(n_ops)]
     gval = {k: single[k] for k in local}
     fixed = sum(single[k] for k, op in enumerate(net.ops) if not op.local)
-    starts: dict[int, list[tuple[int, int]]] = {}
-    covering: dict[int, list[tuple[int, int]]] = {k: [] for k in local}
+    starts: dict[int, list[Key]] = {}
+    covering: dict[int, list[Key]] = {k: [] for k in local}
     for iv in intervals:
         starts.setdefault(iv[0], []).append(iv)
         for k in range(iv[0], iv[1] + 1):
@@ -248,7 +288,7 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
     deadline = t0 + st.time_limit
     rounds = 0
 
-    def costs(with_bounds: bool) -> dict[tuple[int, int], int]:
+    def costs(with_bounds: bool) -> dict[Key, int]:
         out = {}
         for iv in intervals:
             ev = space.evaluated.get(iv)
@@ -267,14 +307,17 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
     while True:  # the first round always runs: its bound costs nothing and is valid whenever we stop
         rounds += 1
         fwd, bwd = _paths(n_ops, starts, costs(True), single)
-        priced_bound = max(priced_bound, fwd[n_ops])  # valid: every interval at or above its true cost
+        priced_bound = max(priced_bound, fwd[n_ops][0])  # valid: every interval at or above its true cost
         if time.perf_counter() > deadline:
             break
-        upper = _paths(n_ops, starts, costs(False), single)[0][n_ops]
-        todo = sorted((fwd[iv[0]] + lb[iv] + bwd[iv[1] + 1], iv) for iv in intervals
-                      if iv not in space.evaluated and fwd[iv[0]] + lb[iv] + bwd[iv[1] + 1] < upper)
+        upper = _paths(n_ops, starts, costs(False), single)[0][n_ops][0]
+
+        def through(iv: Key) -> float:
+            return fwd[iv[0]][_state_in(iv)] + lb[iv] + bwd[iv[1] + 1][_state_out(iv)]
+
+        todo = sorted((through(iv), iv) for iv in intervals if iv not in space.evaluated and through(iv) < upper)
         if progress:
-            progress(f"cpsat: round {rounds}: bound {fwd[n_ops]:,.0f}, best {upper:,.0f}, "
+            progress(f"cpsat: round {rounds}: bound {fwd[n_ops][0]:,.0f}, best {upper:,.0f}, "
                      f"{len(space.evaluated)} intervals evaluated, {len(todo)} to price")
         if not todo:
             break
@@ -336,7 +379,7 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
              "space": "contiguous runs of the topological order up to "
              f"{search.max_group_ops} ops; N slices 1..batch/unit; H slices up to the first that breaks a slicing "
              f"rule (<= {search.max_h_slices}); lgopt's pipelined timestep table, any weight load row in unsliced "
-             "groups; exact packing"}
+             "groups; exact packing" + (HANDOVER_SPACE if space.handover else "")}
     return _result(net, chip, search, st, best_groups, base, bound, status, t0, extra)
 
 
@@ -347,9 +390,10 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
     from .alloc import Allocation, count_bank_conflicts
     from .build import place
     from .cost import group_cost
+    from .keep import kept_buffers, without_kept
     from .loadrows import add_group, current_loads, with_loads
 
-    space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed)
+    space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed, st.handover)
     local = [k for k, op in enumerate(net.ops) if op.local]
     gval = {k: space.global_value(k) for k in local}
     fixed = sum(space.global_value(k) for k, op in enumerate(net.ops) if not op.local)
@@ -361,13 +405,15 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
     buffers = 0
     for iv in space.intervals():
         ops = space.names[iv[0]:iv[1] + 1]
-        for c in space.slicings(ops):
+        kin, kout = space.kept(*iv)
+        pchip = space.inner_chip(kin + kout)
+        for c in space.slicings(ops, kin, kout):  # handed-over tensors are pinned above what add_group packs
             x = m.new_bool_var(f"c{len(cands)}")
-            gv = add_group(m, net, chip, c.table, st.objective, present=x,
+            gv = add_group(m, net, pchip, without_kept(c.table), st.objective, present=x,
                            bank_rule="hard" if search.bank_rule == "hard" else "off")
             buffers += len(c.table.buffers)
             terms.append(gv.cost)
-            chosen = (ops[0], ops[-1], c.n, c.h) in hint
+            chosen = iv[2] == "" and (ops[0], ops[-1], c.n, c.h) in hint
             m.add_hint(x, chosen)
             if chosen:  # the greedy plan loads weights by the seed's rule: the table's own rows
                 mine = current_loads(c.table)
@@ -376,6 +422,7 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
                         m.add_hint(lit, mine.get(name) == ld)
             cands.append((iv, c, x, gv))
     gl = {k: m.new_bool_var(f"gl{k}") for k in local}
+    add_handover_links(m, ((iv, x) for iv, _, x, _ in cands))
     for k in local:
         m.add_exactly_one([x for iv, _, x, _ in cands if iv[0] <= k <= iv[1]] + [gl[k]])
         terms.append(gval[k] * gl[k])
@@ -394,6 +441,7 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             g = with_loads(c.table, {name: next(ld for lit, ld in opts if solver.value(lit))
                                      for name, opts in gv.loads.items()})
             o = {bid: int(solver.value(v)) * align for bid, v in gv.offsets.items()}
+            o.update({b.id: b.offset for b in kept_buffers(g)})
             peak = max(o[b.id] + b.size for b in g.buffers)
             conf = count_bank_conflicts(net, chip, g, o) if search.bank_rule != "off" else 0
             pg = place(net, chip, g, Allocation(o, peak, conf))

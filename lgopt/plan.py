@@ -80,6 +80,10 @@ class GroupPlan:
     windows: Mapping[str, tuple[Window4, ...]]  # tensor -> per-slice window
     stores: Mapping[str, tuple[Window4, ...]]  # group output -> per-slice stored part
     cost: Mapping[str, Any] = field(default_factory=dict)
+    # tensors handed over in LMEM between this group and the previous / next step (both groups):
+    # whole-tensor resident buffers at the same offset in both, no store-and-reload through GMEM
+    kept_in: tuple[str, ...] = ()
+    kept_out: tuple[str, ...] = ()
 
     @property
     def num_slices(self) -> int:
@@ -136,6 +140,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "windows": {t: [list(w) for w in ws] for t, ws in g.windows.items()},
                 "stores": {t: [list(w) for w in ws] for t, ws in g.stores.items()},
                 "cost": dict(g.cost),
+                **({"kept_in": list(g.kept_in)} if g.kept_in else {}),
+                **({"kept_out": list(g.kept_out)} if g.kept_out else {}),
             }
             for g in plan.groups
         ],
@@ -188,7 +194,8 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
         groups.append(GroupPlan(tuple(_get(g, "ops", w, list)), int(_get(g, "n_slices", w, int)),
                                 int(_get(g, "h_slices", w, int)), rows, tuple(g.get("preloads", [])), bufs,
                                 _windows(_get(g, "windows", w), w), _windows(_get(g, "stores", w), w),
-                                g.get("cost", {})))
+                                g.get("cost", {}), tuple(str(t) for t in g.get("kept_in", [])),
+                                tuple(str(t) for t in g.get("kept_out", []))))
     steps = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):

@@ -30,12 +30,14 @@ def group_table(net: Network, plan: Plan) -> pd.DataFrame:
                          "LMEM %": round(100 * g.cost.get("lmem_peak", 0) / chip.lmem_bytes, 1),
                          "cycles": int(g.cost.get("cycles", 0)),
                          "traffic MB": round(g.cost.get("traffic_bytes", 0) / 1e6, 3),
-                         "bank conflicts": int(g.cost.get("bank_conflicts", 0))})
+                         "bank conflicts": int(g.cost.get("bank_conflicts", 0)),
+                         "LMEM hand-over": "in" if g.kept_in else ("out" if g.kept_out else "")})
         else:
             c = global_layer_cost(chip, net, net.op(v))
             rows.append({"step": "global", "ops": 1, "first op": _short(v), "last op": net.op(v).type, "N": 1,
                          "H": 1, "LMEM %": float("nan"), "cycles": c["cycles"],
-                         "traffic MB": round(c["traffic_bytes"] / 1e6, 3), "bank conflicts": 0})
+                         "traffic MB": round(c["traffic_bytes"] / 1e6, 3), "bank conflicts": 0,
+                         "LMEM hand-over": ""})
     return pd.DataFrame(rows)
 
 

@@ -221,36 +221,47 @@ def _folded(op: Op, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 class _GroupRun:
     def __init__(self, net: Network, chip: Chip, g: GroupPlan, gmem: dict[str, np.ndarray],
-                 weights: dict[str, np.ndarray], seed: int) -> None:
+                 weights: dict[str, np.ndarray], seed: int, handed: tuple[Lmem, GroupPlan] | None = None) -> None:
         self.net, self.chip, self.g, self.gmem, self.weights = net, chip, g, gmem, weights
         self.lmem = Lmem(chip)
         self.buf = {(b.kind, b.name): b for b in g.buffers}
+        self.whole = set(g.kept_in) | set(g.kept_out)
         self.garbage = _rng(seed, "scratch")
+        if g.kept_in:  # only the bytes the previous group handed over survive, where *it* put them
+            if handed is None:
+                raise SimError(f"{g.kept_in[0]} is expected in LMEM, but no group handed it over")
+            prev_lmem, prev = handed
+            for b in prev.buffers:
+                if b.kind == "activation" and b.name in g.kept_in:
+                    self.lmem.data[:, b.offset:b.offset + b.size] = prev_lmem.data[:, b.offset:b.offset + b.size]
 
     def window(self, t: str, s: int) -> tuple[int, int, int, int]:
         return self.g.windows[t][s]
+
+    def addresses(self, t: str, s: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where slice ``s`` of ``t`` lives: its own buffer, or its rows of a tensor held whole."""
+        n0, n1, h0, h1 = self.window(t, s)
+        ten = self.net.tensor(t)
+        b = self.buf[("activation", t)]
+        if t in self.whole:
+            lanes, addr = activation_addresses(self.chip, b.offset, (ten.n, ten.c, ten.h, ten.w), ten.dtype)
+            return lanes[n0:n1, :, h0:h1, :], addr[n0:n1, :, h0:h1, :]
+        return activation_addresses(self.chip, b.offset, (n1 - n0, ten.c, h1 - h0, ten.w), ten.dtype)
 
     def load_activation(self, t: str, s: int) -> None:
         n0, n1, h0, h1 = self.window(t, s)
         if t not in self.gmem:
             raise SimError(f"tensor {t} is loaded before anything wrote it to GMEM")
-        ten = self.net.tensor(t)
-        b = self.buf[("activation", t)]
-        lanes, addr = activation_addresses(self.chip, b.offset, (n1 - n0, ten.c, h1 - h0, ten.w), ten.dtype)
+        lanes, addr = self.addresses(t, s)
         self.lmem.put(lanes, addr, self.gmem[t][n0:n1, :, h0:h1, :])
 
     def read_activation(self, t: str, s: int) -> Win:
         n0, n1, h0, h1 = self.window(t, s)
-        ten = self.net.tensor(t)
-        b = self.buf[("activation", t)]
-        lanes, addr = activation_addresses(self.chip, b.offset, (n1 - n0, ten.c, h1 - h0, ten.w), ten.dtype)
-        return Win(self.lmem.get(lanes, addr), n0, h0, ten.h)
+        lanes, addr = self.addresses(t, s)
+        return Win(self.lmem.get(lanes, addr), n0, h0, self.net.tensor(t).h)
 
     def write_activation(self, t: str, s: int, values: np.ndarray) -> None:
-        n0, n1, h0, h1 = self.window(t, s)
-        ten = self.net.tensor(t)
-        b = self.buf[("activation", t)]
-        lanes, addr = activation_addresses(self.chip, b.offset, (n1 - n0, ten.c, h1 - h0, ten.w), ten.dtype)
+        lanes, addr = self.addresses(t, s)
         self.lmem.put(lanes, addr, values)
 
     def load_weights(self, op_name: str) -> None:
@@ -357,6 +368,7 @@ def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
     weights = make_weights(net, seed)
     gmem: dict[str, np.ndarray] = dict(make_inputs(net, seed))
     written: list[tuple[str, int | None]] = []
+    handed: tuple[Lmem, GroupPlan] | None = None  # LMEM as the last group left it, if it hands a tensor over
     try:
         for kind, v in plan.steps:
             if kind == "global":
@@ -371,8 +383,12 @@ def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
                 written.extend((t, None) for t in op.outputs)
             else:
                 g = plan.groups[v]
-                _GroupRun(net, chip, g, gmem, weights, seed).run()
+                run = _GroupRun(net, chip, g, gmem, weights, seed, handed)
+                run.run()
                 written.extend((t, v) for t in g.stores)
+                handed = (run.lmem, g) if g.kept_out else None
+                continue
+            handed = None
     except SimError as e:
         return SimResult(False, None, 0, opaque, str(e))
     except (KeyError, IndexError, ValueError) as e:

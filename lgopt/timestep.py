@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from .chip import Chip
 from .network import Network
+from .keep import store_skipped
 from .plan import Buffer, GroupPlan, Row, Transfer
 from .sizing import activation_bytes, scratch_bytes, weight_bytes
 from .slicing import GroupSlicing, SliceError
@@ -85,16 +86,28 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
     return placed
 
 
-def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1) -> GroupPlan:
+def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1,
+                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = ()) -> GroupPlan:
     """Timestep table and sized, unplaced buffers for one sliced group.
 
     ``prefetch`` (unsliced groups): a weight is loaded in the row of the
     ``prefetch``-th previous weighted op, so larger values hide weight DMA under
     more compute at the price of LMEM; 1 is the seed's rule.
+    ``kept_in`` / ``kept_out``: tensors the previous group hands over in LMEM
+    (not loaded) and that this group hands to the next (stored only if someone
+    else reads them); both held whole and resident (:mod:`lgopt.keep`).
     """
     ops = sl.ops
     k = len(ops)
     sliced = sl.num_slices > 1
+    kept = set(kept_in) | set(kept_out)
+    if kept_out:
+        after = net.op_index[ops[-1]] + 1
+        skipped = {t for t in kept_out if store_skipped(net, t, after)}
+    else:
+        skipped = set()
+    loaded = tuple(t for t in sl.io.inputs if t not in kept_in)
+    stored = tuple(t for t in sl.io.outputs if t not in skipped)
     uses: dict[str, list[int]] = {}
     for i, name in enumerate(ops):
         for t in dict.fromkeys(net.op(name).inputs):
@@ -102,13 +115,13 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     weighted = [i for i, name in enumerate(ops) if weight_bytes(chip, net.op(name))]
 
     # rows: one per op, plus a tail row when the next slice's first loads cannot share the last op's row
-    extra = int(k == 1 or any(uses[t][0] == 0 and uses[t][-1] == k - 1 for t in sl.io.inputs))
+    extra = int(k == 1 or any(uses[t][0] == 0 and uses[t][-1] == k - 1 for t in loaded))
     if not sliced and weighted and weighted[0] == 0 and k == 1:
         extra = 1
     stores = None
     while stores is None:
         num_rows = k + extra
-        stores = _place_stores(net, ops, sl.io.outputs, num_rows)
+        stores = _place_stores(net, ops, stored, num_rows)
         extra += stores is None
         if extra > 3:
             raise SliceError("timestep table: cannot place the group's stores")
@@ -116,7 +129,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     events: dict[tuple[str, str], list[Event]] = {}
 
-    for t in sl.io.inputs:
+    for t in kept_in:  # already in LMEM when the group starts
+        events[("activation", t)] = [Event(u, 1, "use") for u in uses[t]]
+    for t in loaded:
         j = uses[t][0]
         row, stage = (j - 1, 1) if j >= 1 else (num_rows - 1, 0)
         loads[row].append(Transfer(t, "activation", stage))
@@ -145,6 +160,8 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     # sizes: every buffer is sized for the largest slice it holds
     def act_size(t: str) -> int:
         ten = net.tensor(t)
+        if t in kept:
+            return activation_bytes(chip, ten, ten.n, ten.h)
         return max(activation_bytes(chip, ten, w.n_len, w.h_len) for w in sl.windows[t])
 
     buffers: list[Buffer] = []
@@ -153,7 +170,7 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         if size <= 0 or any(b.kind == kind and b.name == name for b in buffers):
             return
         bid = len(buffers)
-        if kind == "weight" and sliced:
+        if kind == "weight" and sliced or kind == "activation" and name in kept:
             buffers.append(Buffer(bid, kind, name, size, 0, num_rows - 1, resident=True))
             return
         if kind == "scratch":
@@ -179,4 +196,6 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
     return GroupPlan(ops, sl.n_slices, sl.h_slices, rows, tuple(preloads), tuple(buffers),
                      {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.windows.items()},
-                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.stores.items()})
+                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.stores.items()
+                      if t not in skipped},
+                     kept_in=tuple(kept_in), kept_out=tuple(kept_out))

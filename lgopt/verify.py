@@ -94,6 +94,7 @@ class Verifier:
         if not 0 <= self.plan.h_ratio:
             self.fail("settings", f"h_ratio {self.plan.h_ratio} is negative")
         self.check_cover_and_order()
+        self.check_handovers()
         for gi, g in enumerate(self.plan.groups):
             if stop_at_first and self.violations:
                 break
@@ -152,6 +153,43 @@ class Verifier:
             if where.startswith("group") and all(n in net.op_by_name for n in names):
                 self.check_convex(where, members)
 
+    def check_handovers(self) -> None:
+        """A tensor kept in LMEM passes from a group to the very next step, which must be a group that
+        expects it, in a resident whole-tensor buffer at the same offset in both."""
+        plan = self.plan
+        self.next_ops: dict[int, set[str]] = {}
+        steps = list(plan.steps)
+        for k, (kind, v) in enumerate(steps):
+            if kind != "group" or not isinstance(v, int) or not 0 <= v < len(plan.groups):
+                continue
+            g = plan.groups[v]
+            nxt = steps[k + 1] if k + 1 < len(steps) else None
+            prv = steps[k - 1] if k > 0 else None
+            if nxt is not None and nxt[0] == "group" and isinstance(nxt[1], int) and 0 <= nxt[1] < len(plan.groups):
+                self.next_ops[v] = set(plan.groups[nxt[1]].ops) if g.kept_out else set()
+            if g.kept_out:
+                if nxt is None or nxt[0] != "group" or not 0 <= nxt[1] < len(plan.groups):
+                    self.fail(f"group {v}", f"keeps {g.kept_out[0]} in LMEM but the next step is not a group")
+                    continue
+                h = plan.groups[nxt[1]]
+                if set(h.kept_in) != set(g.kept_out):
+                    self.fail(f"group {v}", f"hands over {sorted(g.kept_out)} in LMEM, but group {nxt[1]} "
+                                            f"expects {sorted(h.kept_in)}")
+                    continue
+                mine = {b.name: b for b in g.buffers if b.kind == "activation"}
+                theirs = {b.name: b for b in h.buffers if b.kind == "activation"}
+                for t in g.kept_out:
+                    a, b = mine.get(t), theirs.get(t)
+                    if a is None or b is None:
+                        continue  # the per-group checks report the missing buffer
+                    if (a.offset, a.size) != (b.offset, b.size):
+                        self.fail(f"group {v}", f"hands over {t} at [{a.offset}, {a.offset + a.size}) but group "
+                                                f"{nxt[1]} reads it at [{b.offset}, {b.offset + b.size})")
+            if g.kept_in and (prv is None or prv[0] != "group" or not 0 <= prv[1] < len(plan.groups)
+                              or set(plan.groups[prv[1]].kept_out) != set(g.kept_in)):
+                self.fail(f"group {v}", f"expects {sorted(g.kept_in)} in LMEM, which the previous step does not "
+                                        "hand over")
+
     def check_convex(self, where: str, members: set[str]) -> None:
         g = self.net.graph
         down: set[str] = set()
@@ -187,6 +225,18 @@ class Verifier:
         outputs = [t for op in ops for t in op.outputs
                    if t in net.outputs or any(c.name not in members for c in net.consumers.get(t, ()))]
         tensors = inputs + [t for op in ops for t in op.outputs]
+        for t in g.kept_in:
+            if t not in inputs:
+                self.fail(where, f"expects {t} in LMEM, but it is not an input of the group")
+                raise _Fail
+        nxt = getattr(self, "next_ops", {}).get(gi, set())
+        optional = set()  # handed over, and every other reader is in the receiving group
+        for t in g.kept_out:
+            if t not in outputs:
+                self.fail(where, f"hands over {t}, which is not an output of the group")
+                raise _Fail
+            if t not in net.outputs and all(c.name in members or c.name in nxt for c in net.consumers.get(t, ())):
+                optional.add(t)
         S = g.n_slices * g.h_slices
         for t in tensors:
             ws = g.windows.get(t)
@@ -196,16 +246,19 @@ class Verifier:
         for t in g.windows:
             if t not in tensors:
                 self.fail(where, f"window given for {t}, which the group does not touch")
-        self.check_stores(where, g, outputs, S)
+        self.check_stores(where, g, outputs, S, optional)
         self.check_windows(where, g, ops, S)
         self.check_h_rule(where, g, tensors)
-        self.check_table_and_buffers(where, g, ops, inputs, outputs, tensors)
+        stored = [t for t in outputs if t not in optional or t in g.stores]
+        self.check_table_and_buffers(where, g, ops, inputs, stored, tensors)
 
-    def check_stores(self, where: str, g: GroupPlan, outputs: list[str], S: int) -> None:
+    def check_stores(self, where: str, g: GroupPlan, outputs: list[str], S: int, optional: set[str]) -> None:
         for t in g.stores:
             if t not in outputs:
                 self.fail(where, f"stores {t}, which is not a group output")
         for t in outputs:
+            if t in optional and t not in g.stores:
+                continue
             parts = g.stores.get(t)
             ten = self.net.tensor(t)
             if parts is None or len(parts) != S:
@@ -326,6 +379,10 @@ class Verifier:
         # what must be loaded, stored and held
         for t in inputs:
             loads = [x for x in ev.get(("activation", t), []) if x[1] == "load"]
+            if t in g.kept_in:
+                if loads:
+                    self.fail(where, f"{t} is handed over in LMEM but also loaded")
+                continue
             if len(loads) != 1:
                 self.fail(where, f"group input {t} is loaded {len(loads)} times per slice, not once")
                 raise _Fail
@@ -353,7 +410,7 @@ class Verifier:
                 self.fail(where, f"weights of {op.name} are loaded {n_loads + (op.name in preloaded)} times, not once")
                 raise _Fail
         for key, es in ev.items():
-            if key[0] == "weight" and key[1] in preloaded:
+            if key[0] == "weight" and key[1] in preloaded or key[0] == "activation" and key[1] in g.kept_in:
                 continue
             first = min(es)
             if first[1] not in ("load", "produce"):
@@ -386,6 +443,11 @@ class Verifier:
                 raise _Fail
             need = max(activation_lane_bytes((w[1] - w[0], ten.c, w[3] - w[2], ten.w), ten.dtype, chip.npu_num,
                                              chip.eu_bytes, chip.align_4n) for w in g.windows[t])
+            if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
+                need = activation_lane_bytes((ten.n, ten.c, ten.h, ten.w), ten.dtype, chip.npu_num, chip.eu_bytes,
+                                             chip.align_4n)
+                if not b.resident:
+                    self.fail(where, f"buffer {b.id} holds {t}, handed over in LMEM, but is not resident")
             if b.size < need:
                 self.fail(where, f"buffer {b.id} for {t} has {b.size} bytes, its largest slice needs {need}")
         for op in ops:

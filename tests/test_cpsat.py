@@ -8,12 +8,14 @@ from lgopt.build import n_unit, schedule
 from lgopt.chip import get_chip
 from lgopt.cost import global_layer_cost, group_cost
 from lgopt.cpsat import CpsatSettings, optimise
+from lgopt.keep import handover, pin_offset
 from lgopt.layout import cdiv
 from lgopt.loadrows import chosen_weights, load_options, with_loads
 from lgopt.network import Network, Tensor, Weight, check_network
 from lgopt.pack import PackItem, pack
 from lgopt.problem import load_problem
 from lgopt.search import greedy
+from lgopt.simulate import simulate
 from lgopt.slicing import SliceError, group_io
 from lgopt.verify import verify_plan
 
@@ -34,6 +36,14 @@ def _tiny(kind: str) -> Network:
                                                "pads": (k // 2,) * 4, "group": 1},
                    [Weight(f"{name}.w", (oc, ic, k, k), "f16", "filter"), Weight(f"{name}.b", (oc,), "f16", "bias")])
 
+    if kind == "head_tail":  # wide 1x1 head that must slice H, a tail that cannot (global pooling)
+        ten("x", 16, 32, 32, n=1)
+        ops = [conv("c0", "x", ten("a", 16, 32, 32, n=1), k=1),
+               _op("r", "Relu", ["a"], [ten("ar", 16, 32, 32, n=1)], {}),
+               conv("c1", "ar", ten("b", 32, 16, 16, n=1), s=2, oc=32),
+               conv("c2", "b", ten("c", 32, 16, 16, n=1), k=1, oc=32, ic=32),
+               _op("gap", "GlobalAveragePool", ["c"], [ten("y", 32, 1, 1, n=1)], {})]
+        return check_network(Network(kind, t, tuple(ops), ("x",), ("y",)))
     ten("x", 16, 32)
     if kind == "chain":
         ops = [conv("c0", "x", ten("a", 16, 32)), _op("r", "Relu", ["a"], [ten("b", 16, 32)], {}),
@@ -52,19 +62,20 @@ def _tiny(kind: str) -> Network:
 SMALL = get_chip("cv181x", {"lmem_bytes": "16K"})
 
 
-def _brute_force(net, chip, objective="cycles"):
-    """Every segmentation x every slicing of the same space, exact packing by CP-SAT: the true optimum."""
+def _brute_force(net, chip, objective="cycles", with_handover=True):
+    """Every segmentation x every slicing x every hand-over of the same space, exact packing by CP-SAT:
+    the true optimum."""
     names = [op.name for op in net.ops]
     value = (lambda c: c["cycles"]) if objective == "cycles" else (lambda c: c["traffic_bytes"])
 
-    def best_group(ops):
+    def best_group(ops, kin=(), kout=()):
         io = group_io(net, ops)
         batch = max(net.tensor(x).n for x in io.outputs)
         best = None
         for n in range(1, cdiv(batch, n_unit(net, chip, ops)) + 1):
             for h in range(1, 65):
                 try:
-                    tables = [schedule(net, chip, ops, n, h)]
+                    tables = [schedule(net, chip, ops, n, h, kept_in=kin, kept_out=kout)]
                 except SliceError:
                     break
                 if (n, h) == (1, 1):  # unsliced: every weight may load in any legal row
@@ -78,28 +89,43 @@ def _brute_force(net, chip, objective="cycles"):
                     if best is not None and v >= best:
                         continue
                     T = len(g.rows)
+                    kept = set(kin) | set(kout)  # held whole in the top banks, the rest packs below
+                    top = sum(cdiv(b.size, chip.align_bytes) * chip.align_bytes for b in g.buffers
+                              if b.kind == "activation" and b.name in kept)
+                    capacity = pin_offset(chip, top) if kept else chip.lmem_bytes
                     items = [PackItem(str(b.id), b.size, ((0, T),) if b.resident else (
                         ((b.start, b.end + 1),) if b.start <= b.end else ((b.start, T), (0, b.end + 1))))
-                        for b in g.buffers]
-                    if pack(items, chip.lmem_bytes, align=chip.align_bytes, time_limit=20).found:
+                        for b in g.buffers if not (b.kind == "activation" and b.name in kept)]
+                    if capacity > 0 and pack(items, capacity, align=chip.align_bytes, time_limit=20).found:
                         best = v
         return best
 
     single = [value(global_layer_cost(chip, net, op)) for op in net.ops]
     best_total = None
     k = len(names)
+    inf = float("inf")
     for cuts in itertools.product([0, 1], repeat=k - 1):
         bounds = [0] + [i + 1 for i, c in enumerate(cuts) if c] + [k]
-        total = 0
-        for a, b in zip(bounds, bounds[1:]):
-            g = best_group(names[a:b])  # a segment is one group; a lone op may also run as a global layer
-            options = ([single[a]] if b - a == 1 else []) + ([g] if g is not None else [])
-            total += min(options, default=float("inf"))
-        best_total = total if best_total is None else min(best_total, total)
+        segs = list(zip(bounds, bounds[1:]))
+        inner = [b for _, b in segs[:-1]]
+        # each inner boundary: meet in GMEM, or hand over in LMEM (both sides groups, not both ends of one)
+        for keep in itertools.product([False, True], repeat=len(inner) if with_handover else 0):
+            kept_at = {b: handover(net, b) for b, kb in zip(inner, keep) if kb}
+            if any(not ts for ts in kept_at.values()):
+                continue
+            if any(a in kept_at and b in kept_at for a, b in segs):
+                continue
+            total = 0
+            for a, b in segs:
+                kin, kout = kept_at.get(a, ()), kept_at.get(b, ())
+                g = best_group(names[a:b], kin, kout)
+                lone = b - a == 1 and not kin and not kout  # a lone op may also run as a global layer
+                total += min(([single[a]] if lone else []) + ([g] if g is not None else []), default=inf)
+            best_total = total if best_total is None else min(best_total, total)
     return best_total
 
 
-@pytest.mark.parametrize("kind", ["chain", "block"])
+@pytest.mark.parametrize("kind", ["chain", "block", "head_tail"])
 @pytest.mark.parametrize("objective", ["cycles", "traffic"])
 def test_cpsat_matches_brute_force(kind, objective):
     net = _tiny(kind)
@@ -110,6 +136,20 @@ def test_cpsat_matches_brute_force(kind, objective):
         assert plan.solver["value"] == truth, form
         assert plan.solver["bound"] == truth and plan.solver["gap"] == 0
         assert verify_plan(net, plan) == []
+
+
+def test_handover_beats_meeting_in_gmem_and_runs():
+    """On the head/tail net the optimum keeps the head's output in LMEM for the tail; without hand-over the
+    best plan is worse, and the plan computes the same numbers as the unsliced network."""
+    net = _tiny("head_tail")
+    without = _brute_force(net, SMALL, with_handover=False)
+    plan = optimise(net, SMALL, st=CpsatSettings(formulation="decomposed", time_limit=120))
+    assert plan.solver["value"] < without
+    kept = [g for g in plan.groups if g.kept_out]
+    assert kept and all(t not in kept[0].stores for t in kept[0].kept_out)
+    assert simulate(net, plan).ok
+    off = optimise(net, SMALL, st=CpsatSettings(formulation="decomposed", time_limit=120, handover=False))
+    assert off.solver["value"] == without and not any(g.kept_in or g.kept_out for g in off.groups)
 
 
 def test_never_worse_than_greedy_and_verified():

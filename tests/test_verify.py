@@ -178,3 +178,46 @@ def test_every_plan_the_planner_builds_verifies(net, n, h, chip_name, bank_rule)
         return
     plan = assemble(net, chip, [g], "manual", h_ratio=0.5, bank_rule=bank_rule)
     assert verify_plan(net, plan) == []
+
+
+@pytest.fixture(scope="module")
+def handover_plan():
+    """Two groups of the head/tail net that meet in LMEM: the head hands its output to the tail."""
+    from lgopt.candidates import CandidateSpace
+    from lgopt.search import finish
+    from test_cpsat import SMALL, _tiny
+
+    net = _tiny("head_tail")
+    space = CandidateSpace(net, SMALL)
+    groups = [space.materialize(0, 2, "out"), space.materialize(3, 4, "in")]
+    return net, finish(SMALL, net, assemble(net, SMALL, groups, "test", h_ratio=0.5, bank_rule="soft"))
+
+
+def test_handover_plan_passes_and_round_trips(handover_plan):
+    from lgopt.simulate import simulate
+
+    net, plan = handover_plan
+    assert plan.groups[0].kept_out == plan.groups[1].kept_in == ("b",)
+    assert "b" not in plan.groups[0].stores  # nobody else reads it: no store, no reload
+    assert verify_plan(net, plan) == []
+    assert simulate(net, plan).ok
+    assert plan_from_dict(plan_to_dict(plan)) == plan
+
+
+def test_handover_mismatches_rejected(handover_plan):
+    from lgopt.simulate import simulate
+
+    net, plan = handover_plan
+    step = get_chip(plan.chip["name"]).align_bytes
+    moved = _buffers(plan, 1, lambda b: replace(b, offset=b.offset - step) if b.name == "b" else b)
+    assert any("reads it at" in str(v) for v in verify_plan(net, moved))
+    assert not simulate(net, moved).ok  # the tail reads bytes the head never wrote
+    orphan = replace(plan, groups=(replace(plan.groups[0], kept_out=()), plan.groups[1]))
+    found = [str(v) for v in verify_plan(net, orphan)]
+    assert any("does not hand over" in v for v in found)
+    assert any("stored 0 times" in v or "needs 1 stored parts" in v for v in found)  # b never reaches GMEM
+    apart = replace(plan, steps=(plan.steps[1], plan.steps[0]))
+    assert verify_plan(net, apart)
+    shrunk = _buffers(plan, 0, lambda b: replace(b, resident=False, start=2, end=2) if b.name == "b" else b)
+    assert any("not resident" in str(v) for v in verify_plan(net, shrunk))
+
