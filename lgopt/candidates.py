@@ -8,7 +8,8 @@ packed into LMEM.  Feasibility is settled cheaply where possible (the greedy
 allocator finds a packing; more bytes live at one row than LMEM holds) and
 exactly otherwise (the CP-SAT packer of :mod:`lgopt.pack`).
 
-Because groups never share LMEM, the best slicing of an interval is
+Because groups never share LMEM (a tensor handed over between two groups sits
+at a fixed place above both packings), the best slicing of an interval is
 independent of every other interval, so an interval is evaluated once (and
 structurally identical intervals, e.g. repeated ResNet blocks, share one
 evaluation through a signature cache).
@@ -18,7 +19,9 @@ the given topological order up to ``max_group_ops`` ops; ``n`` from 1 to the
 batch in N units; ``h`` from 1 up to the first count that breaks a slicing
 rule (h/2, empty or non-advancing slices), at most ``max_h_slices``; the
 pipelined timestep table of :mod:`lgopt.timestep` with, in unsliced groups,
-any legal load row per weight (:mod:`lgopt.loadrows`); any packing of the buffers.
+any legal load row per weight (:mod:`lgopt.loadrows`); any packing of the buffers;
+and, per interval, the variants of :mod:`lgopt.keep`: on its own, receiving a
+tensor in LMEM from the previous group, or handing one over to the next.
 """
 
 from __future__ import annotations
