@@ -301,38 +301,27 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
                     out[iv] = v
         return out
 
-    # 1. price candidates and evaluate those that could still beat the best known plan: first the groups
-    # on their own (the space without hand-over, settled as cheaply as if it were all there is), then
-    # every candidate, hand-over variants included, against that incumbent
-    plain = [iv for iv in intervals if not iv[2]]
-    stages = [plain, intervals] if len(plain) < len(intervals) else [intervals]
+    # 1. price intervals and evaluate those that could still beat the best known plan
     priced_bound = 0.0
     todo: list = []
-    for pool in stages:
-        keys = set(pool)
-        while True:  # the first round always runs: its bound costs nothing and is valid whenever we stop
-            rounds += 1
-            low = costs(True)
-            fwd, bwd = _paths(n_ops, starts, low, single)
-            priced_bound = max(priced_bound, fwd[n_ops][0])  # valid: every candidate at or above its true cost
-            if pool is not intervals:  # price within the stage's own space
-                fwd, bwd = _paths(n_ops, starts, {k: v for k, v in low.items() if k in keys}, single)
-            if time.perf_counter() > deadline:
-                break
-            upper = _paths(n_ops, starts, costs(False), single)[0][n_ops][0]
-
-            def through(iv: Key) -> float:
-                return fwd[iv[0]][_state_in(iv)] + lb[iv] + bwd[iv[1] + 1][_state_out(iv)]
-
-            todo = sorted((through(iv), iv) for iv in pool if iv not in space.evaluated and through(iv) < upper)
-            if progress:
-                progress(f"cpsat: round {rounds}: bound {priced_bound:,.0f}, best {upper:,.0f}, "
-                         f"{len(space.evaluated)} candidates evaluated, {len(todo)} to price")
-            if not todo:
-                break
-            space.evaluate_many([iv for _, iv in todo], processes=st.workers, deadline=deadline, full=False)
+    while True:  # the first round always runs: its bound costs nothing and is valid whenever we stop
+        rounds += 1
+        fwd, bwd = _paths(n_ops, starts, costs(True), single)
+        priced_bound = max(priced_bound, fwd[n_ops][0])  # valid: every interval at or above its true cost
         if time.perf_counter() > deadline:
             break
+        upper = _paths(n_ops, starts, costs(False), single)[0][n_ops][0]
+
+        def through(iv: Key) -> float:
+            return fwd[iv[0]][_state_in(iv)] + lb[iv] + bwd[iv[1] + 1][_state_out(iv)]
+
+        todo = sorted((through(iv), iv) for iv in intervals if iv not in space.evaluated and through(iv) < upper)
+        if progress:
+            progress(f"cpsat: round {rounds}: bound {fwd[n_ops][0]:,.0f}, best {upper:,.0f}, "
+                     f"{len(space.evaluated)} intervals evaluated, {len(todo)} to price")
+        if not todo:
+            break
+        space.evaluate_many([iv for _, iv in todo], processes=st.workers, deadline=deadline, full=False)
 
     # 2. the master: CP-SAT over every interval (evaluated cost, or its lower bound if never priced in)
     status, bound, best_groups, iterations = "time_limit", int(priced_bound), None, 0
