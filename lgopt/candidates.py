@@ -62,7 +62,7 @@ class Evaluation:
     tried: int = 0
     packed_exactly: int = 0
     unknown: int = 0
-    full: bool = True  # False: a quick evaluation skipped the load-row solver where it could still gain
+    full: bool = True  # False: a quick evaluation skipped the load-row solver or exact packing where it could gain
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ class CandidateSpace:
                       deadline: float | None = None, full: bool = True) -> None:
         """Evaluate intervals, in worker processes when asked; results are identical to serial ones.
 
-        ``full=False`` is the quick evaluation (no load-row solver): a real plan's
+        ``full=False`` is the quick evaluation (no load-row solver, no exact packing): a real plan's
         value and a valid bound, refined later only where the master needs it.
         """
         import time
@@ -356,6 +356,10 @@ class CandidateSpace:
             alloc = multi_start_allocate(net, pchip, inner, st.bank_rule)
             if alloc is not None:
                 best = Evaluation(c.key, 0, c.n, c.h)
+                continue
+            if not full:  # the quick evaluation leaves exact packing to the refinement: the key stays a bound
+                bound = min(bound, c.key)
+                partial = True
                 continue
             exact += 1
             res = exact_pack(net, pchip, inner, st.bank_rule, self.pack_time, self.seed, self.workers)
