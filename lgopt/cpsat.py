@@ -335,7 +335,10 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             if ev is None:
                 cost[iv] = lb[iv]
             elif ev.cost < INF:
-                cost[iv] = ev.cost  # an interval none of whose slicings packs stays out: a Benders cut
+                cost[iv] = ev.cost
+            elif not ev.full and ev.bound < INF:
+                cost[iv] = ev.bound  # a quick evaluation placed nothing: the master may ask for the full one
+            # else: none of its slicings packs, so it stays out (a Benders cut)
         out = master.solve(st, cost, max(1.0, deadline - time.perf_counter()), greedy_hint)
         if out is None:
             break
