@@ -102,6 +102,7 @@ class CandidateSpace:
         self.cache: dict[tuple, Evaluation] = {}
         self.evaluated: dict[Key, Evaluation] = {}
         self.evaluations = 0
+        self.slowest_full = 0.0  # wall seconds of the slowest full evaluation so far
         index = net.op_index
         self.last_use = {t: max((index[c.name] for c in net.consumers.get(t, ())), default=-1) for t in net.tensors}
         self.net_outputs = set(net.outputs)
@@ -302,12 +303,28 @@ class CandidateSpace:
             for sig, iv in reps:
                 if deadline is not None and time.perf_counter() > deadline:
                     break
-                results.append((sig, self._evaluate(iv, full)))
+                results.append((sig, self._timed(iv, self._full_in_time(full, deadline))))
         self.evaluations += len(results)
         for sig, ev in results:
             self.cache[sig] = ev
             for iv in todo[sig]:
                 self.evaluated[iv] = ev
+
+    def _full_in_time(self, full: bool, deadline: float | None) -> bool:
+        """A full evaluation only if one as slow as the slowest so far ends before ``deadline``: a time
+        limit is not overrun by a solve that cannot finish (a quick evaluation stands in, refinable later)."""
+        import time
+
+        return full and (deadline is None or time.perf_counter() + self.slowest_full <= deadline)
+
+    def _timed(self, key: Key, full: bool) -> Evaluation:
+        import time
+
+        t0 = time.perf_counter()
+        ev = self._evaluate(key, full)
+        if full:
+            self.slowest_full = max(self.slowest_full, time.perf_counter() - t0)
+        return ev
 
     def evaluate(self, i: int, j: int, v: str = "", full: bool = True) -> Evaluation:
         ev = self.evaluated.get((i, j, v))
@@ -316,7 +333,7 @@ class CandidateSpace:
         sig = self.signature(i, j, v)
         ev = self.cache.get(sig)
         if ev is None or full and not ev.full:
-            ev = self._evaluate((i, j, v), full)
+            ev = self._timed((i, j, v), full)
             self.evaluations += 1
             self.cache[sig] = ev
         self.evaluated[(i, j, v)] = ev
@@ -415,5 +432,5 @@ def _evaluate_batch(batch: list[tuple[tuple, Key]]) -> list[tuple[tuple, Evaluat
     for sig, iv in batch:
         if _WORKER_DEADLINE is not None and time.perf_counter() > _WORKER_DEADLINE:
             break  # unevaluated intervals keep their lower bound: the result stays valid, only weaker
-        out.append((sig, space._evaluate(iv, _WORKER_FULL)))
+        out.append((sig, space._evaluate(iv, space._full_in_time(_WORKER_FULL, _WORKER_DEADLINE))))
     return out
