@@ -393,8 +393,8 @@ class CandidateSpace:
                        full=not partial)
 
     def materialize(self, i: int, j: int, v: str = "") -> GroupPlan:
-        """The placed group for an evaluated candidate, with its costs."""
-        ev = self.evaluate(i, j, v)
+        """The placed group for an evaluated candidate, with its costs (as evaluated: no new solve)."""
+        ev = self.evaluate(i, j, v, full=False)
         if ev.cost >= INF:
             raise ValueError(f"interval {i}..{j} {v} has no feasible slicing")
         ops = self.names[i:j + 1]

@@ -233,6 +233,36 @@ def _paths(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int],
     return fwd, bwd
 
 
+def _cheapest(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int], single: list[int]) -> list[Key]:
+    """The candidates of the cheapest segmentation (the master's optimum, by dynamic programming): the
+    fallback when the master cannot be solved in the time left, and its hint."""
+    inf = float("inf")
+    best: list[list[float]] = [[inf, inf] for _ in range(n_ops + 1)]
+    back: list[list[tuple[int, int, Key | None] | None]] = [[None, None] for _ in range(n_ops + 1)]
+    best[0][0] = 0
+    for p in range(n_ops):
+        if best[p][0] + single[p] < best[p + 1][0]:
+            best[p + 1][0] = best[p][0] + single[p]
+            back[p + 1][0] = (p, 0, None)
+        for key in starts.get(p, ()):
+            c = cost.get(key)
+            s_in, s_out = _state_in(key), _state_out(key)
+            if c is not None and best[p][s_in] + c < best[key[1] + 1][s_out]:
+                best[key[1] + 1][s_out] = best[p][s_in] + c
+                back[key[1] + 1][s_out] = (p, s_in, key)
+    if best[n_ops][0] == inf:
+        return []
+    out: list[Key] = []
+    at, state = n_ops, 0
+    while at > 0:
+        step = back[at][state]
+        assert step is not None
+        at, state, key = step
+        if key is not None:
+            out.append(key)
+    return sorted(out)
+
+
 @dataclass(frozen=True)
 class _Master:
     """The set-partitioning master: an interval Boolean per group candidate, a global-layer Boolean per op."""
@@ -370,9 +400,13 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
         space.evaluate_many(weak, processes=min(st.workers, len(weak)), deadline=deadline)
         refined = True
     if best_groups is None or refined:  # the best plan over evaluated intervals (refinement may improve it)
-        out = master.solve(st, costs(False), max(1.0, min(10.0, deadline - time.perf_counter())))
+        known = costs(False)
+        path = _cheapest(n_ops, starts, known, single)
+        out = master.solve(st, known, max(1.0, min(10.0, deadline - time.perf_counter())), set(path))
         if out is not None:
             best_groups = [space.materialize(*iv) for iv in out[2]]
+        elif path:
+            best_groups = [space.materialize(*iv) for iv in path]
         elif best_groups is None:
             best_groups = list(base.groups)
     unknown = sum(1 for ev in space.evaluated.values() if ev.bound < ev.cost)
