@@ -34,7 +34,6 @@ from .network import Network
 from .plan import Buffer, GroupPlan
 from .sizing import activation_bytes
 
-VARIANTS = ("", "in", "out")  # a group on its own, receiving at its first op, handing over after its last
 
 
 def handover(net: Network, b: int) -> tuple[str, ...]:
