@@ -210,16 +210,7 @@ def _paths(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int],
     be in an optimal solution, so it need not be evaluated.
     """
     inf = float("inf")
-    fwd = [[inf, inf] for _ in range(n_ops + 1)]
-    fwd[0][0] = 0
-    for p in range(n_ops):
-        fwd[p + 1][0] = min(fwd[p + 1][0], fwd[p][0] + single[p])
-        for key in starts.get(p, ()):
-            c = cost.get(key)
-            f = fwd[p][_state_in(key)]
-            if c is not None and f < inf:
-                q = fwd[key[1] + 1]
-                q[_state_out(key)] = min(q[_state_out(key)], f + c)
+    fwd = _forward(n_ops, starts, cost, single)[0]
     bwd = [[inf, inf] for _ in range(n_ops + 1)]
     bwd[n_ops][0] = 0
     for p in range(n_ops - 1, -1, -1):
@@ -233,12 +224,15 @@ def _paths(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int],
     return fwd, bwd
 
 
-def _cheapest(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int], single: list[int]) -> list[Key]:
-    """The candidates of the cheapest segmentation (the master's optimum, by dynamic programming): the
-    fallback when the master cannot be solved in the time left, and its hint."""
+Back = tuple[int, int, Key | None]  # (previous boundary, its state, the candidate taken; None: a global layer)
+
+
+def _forward(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int], single: list[int]
+             ) -> tuple[list[list[float]], list[list[Back | None]]]:
+    """Cheapest cost to reach each (boundary, state) from the start, and the step that reaches it."""
     inf = float("inf")
     best: list[list[float]] = [[inf, inf] for _ in range(n_ops + 1)]
-    back: list[list[tuple[int, int, Key | None] | None]] = [[None, None] for _ in range(n_ops + 1)]
+    back: list[list[Back | None]] = [[None, None] for _ in range(n_ops + 1)]
     best[0][0] = 0
     for p in range(n_ops):
         if best[p][0] + single[p] < best[p + 1][0]:
@@ -250,7 +244,14 @@ def _cheapest(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int], si
             if c is not None and best[p][s_in] + c < best[key[1] + 1][s_out]:
                 best[key[1] + 1][s_out] = best[p][s_in] + c
                 back[key[1] + 1][s_out] = (p, s_in, key)
-    if best[n_ops][0] == inf:
+    return best, back
+
+
+def _cheapest(n_ops: int, starts: dict[int, list[Key]], cost: dict[Key, int], single: list[int]) -> list[Key]:
+    """The candidates of the cheapest segmentation (the master's optimum, by dynamic programming): the
+    fallback when the master cannot be solved in the time left, and its hint."""
+    best, back = _forward(n_ops, starts, cost, single)
+    if best[n_ops][0] == float("inf"):
         return []
     out: list[Key] = []
     at, state = n_ops, 0

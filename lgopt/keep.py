@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from .chip import Chip
+from .layout import align_up
 from .network import Network
 from .plan import Buffer, GroupPlan
 from .sizing import activation_bytes
@@ -58,7 +59,7 @@ def whole_bytes(chip: Chip, net: Network, tensors: Sequence[str]) -> int:
     for t in tensors:
         ten = net.tensor(t)
         size = activation_bytes(chip, ten, ten.n, ten.h)
-        total += -(-size // chip.align_bytes) * chip.align_bytes
+        total += align_up(size, chip.align_bytes)
     return total
 
 
@@ -94,12 +95,12 @@ def pin_kept(chip: Chip, g: GroupPlan) -> tuple[GroupPlan, Chip] | None:
     kept = kept_buffers(g)
     if not kept:
         return g, chip
-    pin = pin_offset(chip, sum(-(-b.size // chip.align_bytes) * chip.align_bytes for b in kept))
+    pin = pin_offset(chip, sum(align_up(b.size, chip.align_bytes) for b in kept))
     inner = packing_chip(chip, pin)
     if inner is None:
         return None
     offsets, at = {}, pin
     for b in sorted(kept, key=lambda b: b.name):
         offsets[b.id] = at
-        at += -(-b.size // chip.align_bytes) * chip.align_bytes
+        at += align_up(b.size, chip.align_bytes)
     return g.with_offsets(offsets), inner

@@ -78,6 +78,7 @@ class Verifier:
         self.net = net
         self.plan = plan
         self.violations: list[Violation] = []
+        self.next_ops: dict[int, set[str]] = {}  # a group handing over -> the ops of the group receiving
 
     def fail(self, where: str, what: str) -> None:
         self.violations.append(Violation(where, what))
@@ -157,7 +158,6 @@ class Verifier:
         """A tensor kept in LMEM passes from a group to the very next step, which must be a group that
         expects it, in a resident whole-tensor buffer at the same offset in both."""
         plan = self.plan
-        self.next_ops: dict[int, set[str]] = {}
         steps = list(plan.steps)
         for k, (kind, v) in enumerate(steps):
             if kind != "group" or not isinstance(v, int) or not 0 <= v < len(plan.groups):
@@ -165,8 +165,9 @@ class Verifier:
             g = plan.groups[v]
             nxt = steps[k + 1] if k + 1 < len(steps) else None
             prv = steps[k - 1] if k > 0 else None
-            if nxt is not None and nxt[0] == "group" and isinstance(nxt[1], int) and 0 <= nxt[1] < len(plan.groups):
-                self.next_ops[v] = set(plan.groups[nxt[1]].ops) if g.kept_out else set()
+            if g.kept_out and nxt is not None and nxt[0] == "group" and isinstance(nxt[1], int) \
+                    and 0 <= nxt[1] < len(plan.groups):
+                self.next_ops[v] = set(plan.groups[nxt[1]].ops)
             if g.kept_out:
                 if nxt is None or nxt[0] != "group" or not 0 <= nxt[1] < len(plan.groups):
                     self.fail(f"group {v}", f"keeps {g.kept_out[0]} in LMEM but the next step is not a group")
@@ -229,7 +230,7 @@ class Verifier:
             if t not in inputs:
                 self.fail(where, f"expects {t} in LMEM, but it is not an input of the group")
                 raise _Fail
-        nxt = getattr(self, "next_ops", {}).get(gi, set())
+        nxt = self.next_ops.get(gi, set())
         optional = set()  # handed over, and every other reader is in the receiving group
         for t in g.kept_out:
             if t not in outputs:
