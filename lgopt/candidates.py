@@ -40,7 +40,7 @@ from .network import Network
 from .pack import peak_live_bytes
 from .plan import GroupPlan
 from .search import SearchSettings
-from .sizing import weight_bytes
+from .sizing import min_footprint, weight_bytes
 from .slicing import SliceError, group_io, slice_group
 from .timestep import schedule_group
 
@@ -119,6 +119,21 @@ class CandidateSpace:
                       for b, op in zip(self._wbytes, net.ops)]
         self._wlane = [-(-weight_bytes(self.chip, op) // self.chip.align_bytes) * self.chip.align_bytes
                        if op.local else 0 for op in net.ops]
+        # the fewest bytes each op's row holds unsliced / sliced (lgopt.sizing.min_footprint)
+        self._foot = [(min_footprint(self.chip, net, op, False), min_footprint(self.chip, net, op, True))
+                      if op.local else (0, 0) for op in net.ops]
+
+    def _fits(self, i: int, j: int, capacity: int | None = None) -> tuple[bool, bool]:
+        """(unsliced, sliced): whether ``[i, j]`` passes the necessary LMEM conditions of each mode.
+
+        Every op's row must hold its smallest footprint, and a sliced group holds all its weights at
+        once.  Both only grow with the run, so a run that fails both has no longer run that passes:
+        on CV181X, three ResNet-50 intervals in four fail, and skip scheduling altogether.
+        """
+        cap = self.chip.lmem_bytes if capacity is None else capacity
+        whole = all(self._foot[k][0] <= cap for k in range(i, j + 1))
+        sliced = all(self._foot[k][1] <= cap for k in range(i, j + 1)) and sum(self._wlane[i:j + 1]) <= cap
+        return whole, sliced
 
     # --- what the master needs -------------------------------------------------------------------
     def intervals(self) -> list[Key]:
@@ -126,8 +141,15 @@ class CandidateSpace:
         receiving it at ``i`` (``"in"``) or handing it over after ``j`` (``"out"``)."""
         out: list[Key] = []
         for s, e in self.runs:
+            cap = self.chip.lmem_bytes
             for i in range(s, e + 1):
+                whole, sliced, weights = True, True, 0
                 for j in range(i, min(e, i + self.settings.max_group_ops - 1) + 1):
+                    weights += self._wlane[j]
+                    whole = whole and self._foot[j][0] <= cap
+                    sliced = sliced and self._foot[j][1] <= cap and weights <= cap
+                    if not (whole or sliced):
+                        break  # no slicing of this run, or of any longer one, can pack (see _fits)
                     out.append((i, j, ""))
                     if self.handover and self._can_keep(i):
                         out.append((i, j, "in"))
@@ -157,8 +179,8 @@ class CandidateSpace:
             hide under the compute of rows before its use
             (:func:`lgopt.loadrows.fluid_bound`; activation transfers only add);
           * sliced: all TIU work (slicing never reduces it) plus every weight, loaded
-            once before the loop and resident (impossible when the weights alone
-            overflow a lane);
+            once before the loop and resident;
+        each mode left out when :meth:`_fits` rules it out;
         and never less than the outputs and weights crossing GMEM once.
         traffic: outputs and weights crossing GMEM once.
         Handing over only takes LMEM away and skips stores: the same bound holds
@@ -179,8 +201,9 @@ class CandidateSpace:
         tiu = self._tiu[i:j + 1]
         weights = [(r, self._wdma[k]) for r, k in enumerate(range(i, j + 1)) if self._wdma[k]]
         unsliced = fluid_bound(sum(tiu), tiu, weights)  # activation transfers only add
-        resident = sum(self._wlane[i:j + 1])
-        sliced = sum(tiu) + sum(c for _, c in weights) if resident <= chip.lmem_bytes else INF
+        can_whole, can_slice = self._fits(i, j)
+        unsliced = unsliced if can_whole else INF
+        sliced = sum(tiu) + sum(c for _, c in weights) if can_slice else INF
         stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
         return max(min(unsliced, sliced), stream)
 
@@ -231,14 +254,16 @@ class CandidateSpace:
         batch = max(net.tensor(t).n for t in io.outputs)
         unit = n_unit(net, chip, ops)
         max_h = min(st.max_h_slices, min(net.tensor(t).h for t in io.outputs))
-        # sliced groups keep every weight resident: if those alone overflow a lane, only (1, 1) can pack
-        resident = sum(-(-weight_bytes(chip, net.op(o)) // chip.align_bytes) * chip.align_bytes for o in ops)
-        slicing_possible = resident <= pchip.lmem_bytes
+        # necessary conditions (weights resident when sliced, every op's smallest row): skip what cannot pack
+        first = net.op_index[ops[0]]
+        whole_possible, slicing_possible = self._fits(first, first + len(ops) - 1, pchip.lmem_bytes)
         out = []
         for n in range(1, cdiv(batch, unit) + 1):
             for h in range(1, max_h + 1):
                 if (n, h) != (1, 1) and not slicing_possible:
                     break
+                if (n, h) == (1, 1) and not whole_possible:
+                    continue
                 try:
                     g = schedule(net, chip, ops, n, h, st.h_ratio, kept_in=kin, kept_out=kout)
                 except SliceError:

@@ -91,3 +91,30 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int], o
         return 2 * activation_lane_bytes((out_slice[0], tout.c, out_slice[1], tout.w), "int16", chip.npu_num,
                                          chip.eu_bytes)
     return 0
+
+
+def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
+    """Fewest bytes per lane the row of ``op`` holds in any group (``sliced``: in any sliced group).
+
+    Why: whatever the group and slicing, the row where ``op`` computes holds its
+    weight and a buffer for its output and for each input, each at least the
+    smallest window ``op`` can work on: the whole tensors when unsliced, one
+    output row (one batch) where the op lets H (N) be sliced.  Bytes grow with
+    the window, so if this exceeds LMEM no such group packs, and the candidate
+    space drops it without scheduling it (scratch is left out: the test stays
+    a necessary condition).
+    """
+    if not op.outputs:
+        return weight_bytes(chip, op)
+    out = net.tensor(op.outputs[0])
+    o_n = 1 if sliced and op.n_split else out.n
+    o_rows = [(r, r + 1) for r in range(out.h)] if sliced and op.h_split else [(0, out.h)]
+    total = weight_bytes(chip, op) + activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0])
+    for k, t in enumerate(op.inputs):
+        if t in op.inputs[:k]:
+            continue
+        ten = net.tensor(t)
+        n0, n1 = opsem.backward_n(op, k, (0, o_n), ten.n)
+        rows = min(b - a for a, b in (opsem.backward_h(op, k, w, ten.h, out.h) for w in o_rows))
+        total += activation_bytes(chip, ten, n1 - n0, max(1, rows))
+    return total

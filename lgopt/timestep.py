@@ -162,19 +162,22 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         ten = net.tensor(t)
         if t in kept:
             return activation_bytes(chip, ten, ten.n, ten.h)
-        return max(activation_bytes(chip, ten, w.n_len, w.h_len) for w in sl.windows[t])
+        return max(activation_bytes(chip, ten, n, h) for n, h in {(w.n_len, w.h_len) for w in sl.windows[t]})
 
     buffers: list[Buffer] = []
+    seen: set[tuple[str, str]] = set()
+    position = {name: i for i, name in enumerate(ops)}
 
     def add(kind: str, name: str, size: int) -> None:
-        if size <= 0 or any(b.kind == kind and b.name == name for b in buffers):
+        if size <= 0 or (kind, name) in seen:
             return
+        seen.add((kind, name))
         bid = len(buffers)
         if kind == "weight" and sliced or kind == "activation" and name in kept:
             buffers.append(Buffer(bid, kind, name, size, 0, num_rows - 1, resident=True))
             return
         if kind == "scratch":
-            i = ops.index(name)
+            i = position[name]
             buffers.append(Buffer(bid, kind, name, size, i, i))
             return
         start, end = interval(events[(kind, name)], num_rows, f"{kind} {name}")
@@ -189,8 +192,8 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
             add("activation", t, act_size(t))
         i_win = sl.windows[op.inputs[0]] if op.inputs else ()
         o_win = sl.windows[op.outputs[0]]
-        scratch = max((scratch_bytes(chip, net, op, (a.n_len, a.h_len), (b.n_len, b.h_len))
-                       for a, b in zip(i_win, o_win)), default=0)
+        shapes = {((a.n_len, a.h_len), (b.n_len, b.h_len)) for a, b in zip(i_win, o_win)}  # slices repeat
+        scratch = max((scratch_bytes(chip, net, op, a, b) for a, b in shapes), default=0)
         add("scratch", name, scratch)
 
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))

@@ -1,5 +1,7 @@
 """Seed "Dividing the Mem Cycle" examples and the pipelined table's invariants."""
 
+import pytest
+
 from lgopt.build import schedule, try_group
 from lgopt.chip import get_chip
 from lgopt.network import Network, Tensor, Weight, check_network
@@ -104,3 +106,40 @@ def test_scratch_buffers_live_in_their_row():
     sc = [b for b in g.buffers if b.kind == "scratch"]
     assert len(sc) == 1 and (sc[0].start, sc[0].end) == (0, 0)
     assert sc[0].size == 2 * 64 + 64  # the largest of two 4-row slices: 4*8*2 = 64 B per copy
+
+
+def _live_in_row(g, r):
+    return sum(b.size for b in g.buffers if r in b.rows(len(g.rows)))
+
+
+@pytest.mark.parametrize("problem", ["resnet18", "yolov5s", "unet", "mobilenet_v2"])
+def test_min_footprint_is_a_floor_of_every_table(problem):
+    """The candidate space drops runs by min_footprint without scheduling them: that is exact only if no
+    table of any group and slicing holds less in the op's row."""
+    from lgopt.problem import load_problem
+    from lgopt.sizing import min_footprint
+    from lgopt.slicing import SliceError
+
+    from conftest import PROBLEMS
+
+    net = load_problem(PROBLEMS / f"{problem}.json")
+    chip = get_chip("cv181x")
+    names = [op.name for op in net.ops]
+    checked = 0
+    for k, op in enumerate(net.ops):
+        if not op.local or k % 3:
+            continue
+        floor = {False: min_footprint(chip, net, op, False), True: min_footprint(chip, net, op, True)}
+        for a, b in ((k, k), (k - 1, k), (k, k + 1), (k - 2, k + 1)):
+            ops = names[max(0, a):b + 1]
+            if not all(net.op(o).local for o in ops):
+                continue
+            for n, h in ((1, 1), (1, 2), (1, 3), (1, 8), (1, 64), (2, 1), (2, 4)):
+                try:
+                    g = schedule(net, chip, ops, n, h)
+                except SliceError:
+                    continue
+                row = g.ops.index(op.name)
+                assert _live_in_row(g, row) >= floor[n * h > 1], (op.name, ops, n, h)
+                checked += 1
+    assert checked > 20
