@@ -12,6 +12,7 @@ exposing them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import tomllib
@@ -49,7 +50,11 @@ class Chip:
     gdma_latency_cycles: int  # fixed cost of one DMA transfer, in TIU cycles
     macs_per_lane: Mapping[str, int]  # conv/matmul MACs per lane per TIU cycle, by dtype
 
-    def __hash__(self) -> int:  # the MAC table is a mapping; hash its items so chips can key caches
+    def __hash__(self) -> int:  # chips key the cost caches: hashed once
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:  # the MAC table is a mapping; hash its items
         return hash((self.name, self.npu_num, self.eu_bytes, self.lmem_bytes, self.lmem_banks, self.ic_parallel,
                      self.align_4n, self.tiu_mhz, self.gdma_gbps, self.gdma_latency_cycles,
                      tuple(sorted(self.macs_per_lane.items()))))

@@ -167,19 +167,25 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         return gmem_bytes(net, name, *win(name, s))
 
     tiu = [[0] * len(g.rows) for _ in range(S)]
+    seen: dict[tuple, int] = {}  # slices mostly repeat one shape
     for s in range(S):
         for r, row in enumerate(g.rows):
             for name in row.ops:
                 op = net.op(name)
                 n, oh = win(op.outputs[0], s)
                 ih = win(op.inputs[0], s)[1] if op.inputs else oh
-                tiu[s][r] += tiu_cycles(chip, net, op, SliceShape(n, oh, ih))
+                key = (name, n, oh, ih)
+                c = seen.get(key)
+                if c is None:
+                    c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih))
+                tiu[s][r] += c
     traffic = pre = 0
     for name in g.preloads:
         b = weight_gmem_bytes(net.op(name))
         traffic += b
         pre += gdma_cycles(chip, b)
     cells: dict[tuple[int, int], tuple[int, int]] = {}
+    dma: dict[int, int] = {}  # bytes -> cycles
     for i in range(-1, S + 1):
         for r, row in enumerate(g.rows):
             t_cyc = tiu[i][r] if 0 <= i < S else 0
@@ -189,7 +195,10 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
                 if 0 <= s < S:
                     b = transfer_bytes(tr.name, tr.kind, s)
                     traffic += b
-                    d_cyc += gdma_cycles(chip, b)
+                    c = dma.get(b)
+                    if c is None:
+                        c = dma[b] = gdma_cycles(chip, b)
+                    d_cyc += c
             if t_cyc or d_cyc:
                 cells[(i, r)] = (t_cyc, d_cyc)
     return PipelineCells(cells, pre, traffic)
