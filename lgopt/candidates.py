@@ -122,6 +122,10 @@ class CandidateSpace:
         # the fewest bytes each op's row holds unsliced / sliced (lgopt.sizing.min_footprint)
         self._foot = [(min_footprint(self.chip, net, op, False), min_footprint(self.chip, net, op, True))
                       if op.local else (0, 0) for op in net.ops]
+        self._over: dict[int, tuple[list[int], list[int]]] = {}
+        self._wprefix = [0]
+        for b in self._wlane:
+            self._wprefix.append(self._wprefix[-1] + b)
 
     def _fits(self, i: int, j: int, capacity: int | None = None) -> tuple[bool, bool]:
         """(unsliced, sliced): whether ``[i, j]`` passes the necessary LMEM conditions of each mode.
@@ -131,9 +135,14 @@ class CandidateSpace:
         on CV181X, three ResNet-50 intervals in four fail, and skip scheduling altogether.
         """
         cap = self.chip.lmem_bytes if capacity is None else capacity
-        whole = all(self._foot[k][0] <= cap for k in range(i, j + 1))
-        sliced = all(self._foot[k][1] <= cap for k in range(i, j + 1)) and sum(self._wlane[i:j + 1]) <= cap
-        return whole, sliced
+        over = self._over.get(cap)
+        if over is None:  # prefix counts of ops whose footprint overflows ``cap``: each test in O(1)
+            over = self._over[cap] = ([0], [0])
+            for whole, sliced in self._foot:
+                over[0].append(over[0][-1] + (whole > cap))
+                over[1].append(over[1][-1] + (sliced > cap))
+        weights = self._wprefix[j + 1] - self._wprefix[i]
+        return over[0][j + 1] == over[0][i], over[1][j + 1] == over[1][i] and weights <= cap
 
     # --- what the master needs -------------------------------------------------------------------
     def intervals(self) -> list[Key]:
@@ -141,15 +150,10 @@ class CandidateSpace:
         receiving it at ``i`` (``"in"``) or handing it over after ``j`` (``"out"``)."""
         out: list[Key] = []
         for s, e in self.runs:
-            cap = self.chip.lmem_bytes
             for i in range(s, e + 1):
-                whole, sliced, weights = True, True, 0
                 for j in range(i, min(e, i + self.settings.max_group_ops - 1) + 1):
-                    weights += self._wlane[j]
-                    whole = whole and self._foot[j][0] <= cap
-                    sliced = sliced and self._foot[j][1] <= cap and weights <= cap
-                    if not (whole or sliced):
-                        break  # no slicing of this run, or of any longer one, can pack (see _fits)
+                    if not any(self._fits(i, j)):
+                        break  # no slicing of this run, or of any longer one, can pack
                     out.append((i, j, ""))
                     if self.handover and self._can_keep(i):
                         out.append((i, j, "in"))
