@@ -6,7 +6,11 @@ from lgopt.build import schedule, try_group
 from lgopt.chip import get_chip
 from lgopt.network import Network, Tensor, Weight, check_network
 from lgopt.plan import Buffer
+from lgopt.problem import load_problem
+from lgopt.sizing import min_footprint
+from lgopt.slicing import SliceError
 
+from conftest import PROBLEMS
 from dags import _op
 
 CHIP = get_chip("bm1684x")
@@ -116,12 +120,6 @@ def _live_in_row(g, r):
 def test_min_footprint_is_a_floor_of_every_table(problem):
     """The candidate space drops runs by min_footprint without scheduling them: that is exact only if no
     table of any group and slicing holds less in the op's row."""
-    from lgopt.problem import load_problem
-    from lgopt.sizing import min_footprint
-    from lgopt.slicing import SliceError
-
-    from conftest import PROBLEMS
-
     net = load_problem(PROBLEMS / f"{problem}.json")
     chip = get_chip("cv181x")
     names = [op.name for op in net.ops]
