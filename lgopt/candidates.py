@@ -29,13 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from .alloc import Allocation, count_bank_conflicts, exact_pack, multi_start_allocate, pack_items
+from .alloc import Allocation, count_bank_conflicts, exact_pack, multi_start_allocate, pack_items, polish_banks
 from .build import n_unit, place, schedule
 from .chip import Chip
 from .cost import gdma_cycles, global_layer_cost, gmem_bytes, group_cost, tiu_cycles, weight_gmem_bytes, SliceShape
 from .layout import cdiv
 from .keep import handover, kept_buffers, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
-from .loadrows import chosen_weights, fluid_bound, solve_loads, table_bound, with_loads
+from .loadrows import chosen_weights, fluid_bound, whole_load_bound, solve_loads, table_bound, with_loads
 from .network import Network
 from .pack import peak_live_bytes
 from .plan import GroupPlan
@@ -180,8 +180,10 @@ class CandidateSpace:
 
         cycles: the smaller of
           * unsliced: all TIU work plus the weight DMA that no load-row choice can
-            hide under the compute of rows before its use
-            (:func:`lgopt.loadrows.fluid_bound`; activation transfers only add);
+            hide under the compute of rows before its use, split freely
+            (:func:`lgopt.loadrows.fluid_bound`) or each weight whole in one row
+            (:func:`lgopt.loadrows.whole_load_bound`), whichever is more; activation
+            transfers only add;
           * sliced: all TIU work (slicing never reduces it) plus every weight, loaded
             once before the loop and resident;
         each mode left out when :meth:`_fits` rules it out;
@@ -204,7 +206,7 @@ class CandidateSpace:
             return out_bytes + w
         tiu = self._tiu[i:j + 1]
         weights = [(r, self._wdma[k]) for r, k in enumerate(range(i, j + 1)) if self._wdma[k]]
-        unsliced = fluid_bound(sum(tiu), tiu, weights)  # activation transfers only add
+        unsliced = max(fluid_bound(sum(tiu), tiu, weights), whole_load_bound(tiu, weights))
         can_whole, can_slice = self._fits(i, j)
         unsliced = unsliced if can_whole else INF
         sliced = sum(tiu) + sum(c for _, c in weights) if can_slice else INF
@@ -332,7 +334,7 @@ class CandidateSpace:
             for sig, iv in reps:
                 if deadline is not None and time.perf_counter() > deadline:
                     break
-                results.append((sig, self._timed(iv, self._full_in_time(full, deadline))))
+                results.append((sig, self._timed(iv, self._full_in_time(full, deadline), deadline)))
         self.evaluations += len(results)
         for sig, ev in results:
             self.cache[sig] = ev
@@ -346,30 +348,34 @@ class CandidateSpace:
 
         return full and (deadline is None or time.perf_counter() + self.slowest_full <= deadline)
 
-    def _timed(self, key: Key, full: bool) -> Evaluation:
+    def _timed(self, key: Key, full: bool, deadline: float | None = None) -> Evaluation:
         import time
 
         t0 = time.perf_counter()
-        ev = self._evaluate(key, full)
+        ev = self._evaluate(key, full, deadline)
         if full:
             self.slowest_full = max(self.slowest_full, time.perf_counter() - t0)
         return ev
 
-    def evaluate(self, i: int, j: int, v: str = "", full: bool = True) -> Evaluation:
+    def evaluate(self, i: int, j: int, v: str = "", full: bool = True, deadline: float | None = None) -> Evaluation:
         ev = self.evaluated.get((i, j, v))
         if ev is not None and (ev.full or not full):
             return ev
         sig = self.signature(i, j, v)
         ev = self.cache.get(sig)
         if ev is None or full and not ev.full:
-            ev = self._timed((i, j, v), full)
+            ev = self._timed((i, j, v), full, deadline)
             self.evaluations += 1
             self.cache[sig] = ev
         self.evaluated[(i, j, v)] = ev
         return ev
 
-    def _evaluate(self, key: Key, full: bool = True) -> Evaluation:
-        """Slicings in order of their key; stop when no remaining key can beat the best placed one."""
+    def _evaluate(self, key: Key, full: bool = True, deadline: float | None = None) -> Evaluation:
+        """Slicings in order of their key; stop when no remaining key can beat the best placed one.
+
+        ``deadline`` (``time.perf_counter()``) cuts the solvers short: what they
+        leave undecided stays a bound, so the evaluation is valid, only weaker.
+        """
         net, chip, st = self.net, self.chip, self.settings
         ops = self.names[key[0]:key[1] + 1]
         kin, kout = self.kept(*key)
@@ -387,7 +393,7 @@ class CandidateSpace:
                 ahead = [without_kept(schedule_group(net, chip, sl, d, kin, kout)) for d in LOOKAHEAD]
                 lp = solve_loads(net, pchip, without_kept(c.table), ahead, self.objective, st.bank_rule,
                                  self.pack_time, self.seed,
-                                 upper=best.cost if best is not None else None, solve=full)
+                                 upper=best.cost if best is not None else None, solve=full, deadline=deadline)
                 exact += lp.solved
                 partial |= not full and lp.status != "optimal" and lp.bound < (best.cost if best else INF)
                 if lp.status != "infeasible":
@@ -408,7 +414,8 @@ class CandidateSpace:
                 partial = True
                 continue
             exact += 1
-            res = exact_pack(net, pchip, inner, st.bank_rule, self.pack_time, self.seed, self.workers)
+            res = exact_pack(net, pchip, inner, st.bank_rule, self.pack_time, self.seed, self.workers,
+                             deadline=deadline)
             if res is None:
                 continue
             if res == "unknown":
@@ -421,8 +428,10 @@ class CandidateSpace:
         return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
                        full=not partial)
 
-    def materialize(self, i: int, j: int, v: str = "") -> GroupPlan:
-        """The placed group for an evaluated candidate, with its costs (as evaluated: no new solve)."""
+    def materialize(self, i: int, j: int, v: str = "", polish: bool = False) -> GroupPlan:
+        """The placed group for an evaluated candidate, with its costs (as evaluated: no new solve);
+        ``polish`` reduces its soft bank conflicts (:func:`lgopt.alloc.polish_banks`)."""
+
         ev = self.evaluate(i, j, v, full=False)
         if ev.cost >= INF:
             raise ValueError(f"interval {i}..{j} {v} has no feasible slicing")
@@ -441,6 +450,8 @@ class CandidateSpace:
             offs.update(alloc.offsets)
         else:
             offs.update(dict(ev.offsets))
+        if polish and self.settings.bank_rule == "soft":
+            offs.update(polish_banks(self.net, pchip, without_kept(g), {b.id: offs[b.id] for b in without_kept(g).buffers}))
         peak = max(offs[b.id] + b.size for b in g.buffers)
         conf = count_bank_conflicts(self.net, self.chip, g, offs) if self.settings.bank_rule != "off" else 0
         g = place(self.net, self.chip, g, Allocation(offs, peak, conf))
@@ -461,5 +472,5 @@ def _evaluate_batch(batch: list[tuple[tuple, Key]]) -> list[tuple[tuple, Evaluat
     for sig, iv in batch:
         if _WORKER_DEADLINE is not None and time.perf_counter() > _WORKER_DEADLINE:
             break  # unevaluated intervals keep their lower bound: the result stays valid, only weaker
-        out.append((sig, space._evaluate(iv, space._full_in_time(_WORKER_FULL, _WORKER_DEADLINE))))
+        out.append((sig, space._evaluate(iv, space._full_in_time(_WORKER_FULL, _WORKER_DEADLINE), _WORKER_DEADLINE)))
     return out

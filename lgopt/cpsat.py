@@ -330,7 +330,7 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
         for k in range(iv[0], iv[1] + 1):
             covering[k].append(iv)
     for iv in _greedy_intervals(net, base):
-        space.evaluate(*iv)
+        space.evaluate(*iv, deadline=t0 + st.time_limit)
     deadline = t0 + st.time_limit
     rounds = 0
 
@@ -372,7 +372,7 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
                             full=False)
 
     # 2. the master: CP-SAT over every interval (evaluated cost, or its lower bound if never priced in)
-    status, bound, best_groups, iterations = "time_limit", int(priced_bound), None, 0
+    status, bound, best_keys, iterations = "time_limit", int(priced_bound), None, 0
     master = _Master(intervals, covering, gval, fixed)
 
     def solve_master(cost: dict[Key, int], seconds: float) -> tuple[int, int, list[Key]] | None:
@@ -402,7 +402,7 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             bound = max(bound, master_bound)
         fresh = [iv for iv in chosen if iv not in space.evaluated or not space.evaluated[iv].full]
         if not fresh:
-            best_groups = [space.materialize(*iv) for iv in chosen]
+            best_keys = chosen
             status = "optimal" if res == cp_model.OPTIMAL else "time_limit"
             break
         if time.perf_counter() > deadline:
@@ -424,16 +424,17 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             break
         space.evaluate_many(weak, processes=min(st.workers, len(weak)), deadline=deadline)
         refined = True
-    if best_groups is None or refined:  # the best plan over evaluated intervals (refinement may improve it)
+    if best_keys is None or refined:  # the best plan over evaluated intervals (refinement may improve it)
         known = costs(False)
         path = _cheapest(n_ops, starts, known, single)
         out = solve_master(known, max(1.0, min(10.0, deadline - time.perf_counter())))
         if out is not None:
-            best_groups = [space.materialize(*iv) for iv in out[2]]
+            best_keys = out[2]
         elif path:
-            best_groups = [space.materialize(*iv) for iv in path]
-        elif best_groups is None:
-            best_groups = list(base.groups)
+            best_keys = path
+    # candidates were judged on feasibility: the kept groups' soft bank conflicts are reduced now
+    best_groups = [space.materialize(*iv, polish=True) for iv in best_keys] if best_keys is not None \
+        else list(base.groups)
     unknown = sum(1 for ev in space.evaluated.values() if ev.bound < ev.cost)
     extra = {"formulation": "decomposed", "pricing_rounds": rounds, "master_iterations": iterations,
              "intervals": len(intervals), "intervals_evaluated": len(space.evaluated),
@@ -449,7 +450,7 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
 
 def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
                 progress: Progress | None) -> Plan:
-    from .alloc import Allocation, count_bank_conflicts
+    from .alloc import Allocation, count_bank_conflicts, polish_banks
     from .build import place
     from .cost import group_cost
     from .keep import kept_buffers, without_kept
@@ -503,6 +504,8 @@ def _monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             g = with_loads(c.table, {name: next(ld for lit, ld in opts if solver.value(lit))
                                      for name, opts in gv.loads.items()})
             o = {bid: int(solver.value(v)) * align for bid, v in gv.offsets.items()}
+            if search.bank_rule == "soft":  # the model ignored soft bank pairs: reduce them now
+                o = polish_banks(net, space.inner_chip(sum(space.kept(*iv), ())), without_kept(g), o)
             o.update({b.id: b.offset for b in kept_buffers(g)})
             peak = max(o[b.id] + b.size for b in g.buffers)
             conf = count_bank_conflicts(net, chip, g, o) if search.bank_rule != "off" else 0

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lgopt.cli import main
-from lgopt.pack import PackItem, check_packing, overlaps, pack, peak_live_bytes, read_csv, write_csv
+from lgopt.pack import PackItem, check_packing, overlaps, pack, peak_live_bytes, read_csv, shared_banks, write_csv
 
 
 def _first_fit_exact(items, capacity):
@@ -75,6 +75,17 @@ def test_bank_rules():
     soft = pack([a, b], 20, conflicts=[("a", "b")], bank_bytes=20, bank_rule="soft", time_limit=10)
     assert soft.found and soft.conflicts == 1
     assert not pack([a, b], 20, conflicts=[("a", "b")], bank_bytes=20, bank_rule="hard", time_limit=10).found
+
+
+def test_soft_banks_settle_feasibility_first():
+    """Soft pairs never make a packable instance unknown, and the reported conflicts are the real ones."""
+    items = [PackItem(str(i), 8, ((i % 3, i % 3 + 3),)) for i in range(9)]
+    pairs = [(str(i), str(j)) for i in range(9) for j in range(i + 1, 9) if (i + j) % 2]
+    for conflict_time in (0.0, None):
+        res = pack(items, 24 * 4, conflicts=pairs, bank_bytes=16, bank_rule="soft", time_limit=5,
+                   conflict_time=conflict_time)
+        assert res.found and check_packing(items, res.offsets, 96) is None
+        assert res.conflicts == shared_banks(items, res.offsets, pairs, 16)
 
 
 def test_csv_round_trip_and_command(tmp_path, capsys):
