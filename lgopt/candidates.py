@@ -32,7 +32,8 @@ from typing import Any, Sequence
 from .alloc import Allocation, count_bank_conflicts, exact_pack, multi_start_allocate, pack_items, polish_banks
 from .build import n_unit, place, schedule
 from .chip import Chip
-from .cost import gdma_cycles, global_layer_cost, gmem_bytes, group_cost, tiu_cycles, weight_gmem_bytes, SliceShape
+from .cost import (ISSUE_CYCLES, SliceShape, gdma_cycles, global_layer_cost, gmem_bytes, group_cost, tiu_cycles,
+                   weight_gmem_bytes)
 from .layout import cdiv
 from .keep import handover, kept_buffers, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
 from .loadrows import chosen_weights, fluid_bound, whole_load_bound, solve_loads, table_bound, with_loads
@@ -184,8 +185,13 @@ class CandidateSpace:
             (:func:`lgopt.loadrows.fluid_bound`) or each weight whole in one row
             (:func:`lgopt.loadrows.whole_load_bound`), whichever is more; activation
             transfers only add;
-          * sliced: all TIU work (slicing never reduces it) plus every weight, loaded
-            once before the loop and resident;
+          * sliced: all TIU work (slicing never reduces it, and a second slice issues
+            every op again) plus every weight, loaded once before the loop and resident;
+        plus, in both modes, the pipeline's fill (the first op's inputs, loaded before
+        any compute) and drain (the last op's stored outputs, after all of it): one
+        transfer's latency each, and unsliced, the stored outputs whole (a strided
+        op may read fewer rows than its input has, so the fill's size is not known
+        without slicing the group);
         each mode left out when :meth:`_fits` rules it out;
         and never less than the outputs and weights crossing GMEM once.
         traffic: outputs and weights crossing GMEM once.
@@ -206,10 +212,20 @@ class CandidateSpace:
             return out_bytes + w
         tiu = self._tiu[i:j + 1]
         weights = [(r, self._wdma[k]) for r, k in enumerate(range(i, j + 1)) if self._wdma[k]]
-        unsliced = max(fluid_bound(sum(tiu), tiu, weights), whole_load_bound(tiu, weights))
+        # the pipeline's fill loads what the first op reads and its drain stores what the last op writes,
+        # with no compute beside them: unsliced, whole tensors; sliced, at least one transfer each
+        kin = self.kept(i, j, v)[0]
+        first_in = [t for t in dict.fromkeys(net.ops[i].inputs) if t not in kin]
+        last_out = [t for t in net.ops[j].outputs
+                    if t not in skipped and (self.last_use[t] > j or t in self.net_outputs)]
+        edges = len(first_in) + len(last_out)
+        drain = sum(gdma_cycles(chip, gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h)) for t in last_out)
+        unsliced = max(fluid_bound(sum(tiu), tiu, weights), whole_load_bound(tiu, weights)) + drain + \
+            chip.gdma_latency_cycles * len(first_in)
         can_whole, can_slice = self._fits(i, j)
         unsliced = unsliced if can_whole else INF
-        sliced = sum(tiu) + sum(c for _, c in weights) if can_slice else INF
+        sliced = (sum(tiu) + ISSUE_CYCLES * (j + 1 - i) + sum(c for _, c in weights)
+                  + chip.gdma_latency_cycles * edges) if can_slice else INF
         stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
         return max(min(unsliced, sliced), stream)
 

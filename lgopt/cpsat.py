@@ -377,11 +377,20 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
 
     def solve_master(cost: dict[Key, int], seconds: float) -> tuple[int, int, list[Key]] | None:
         """The master over the candidates a plan no dearer than the best known one can use, hinted
-        with the cheapest segmentation."""
+        with the cheapest segmentation.  Over contiguous runs the master is a shortest path, so when the
+        time is up (or CP-SAT stops without an answer) the dynamic program gives the same optimum and
+        bound without overrunning the time limit."""
         upper = _forward(n_ops, starts, costs(False), single)[0][n_ops][0]
         if upper < float("inf"):
             cost = _within(n_ops, starts, cost, single, upper)
-        return master.solve(st, cost, seconds, set(_cheapest(n_ops, starts, cost, single)))
+        path = _cheapest(n_ops, starts, cost, single)
+        out = None
+        if time.perf_counter() < deadline:
+            out = master.solve(st, cost, min(seconds, max(0.05, deadline - time.perf_counter())), set(path))
+        if out is None:  # no time for CP-SAT (or it ran out): the same optimum by dynamic programming
+            value = _forward(n_ops, starts, cost, single)[0][n_ops][0]
+            out = (cp_model.OPTIMAL, int(value), path) if value < float("inf") else None
+        return out
     while time.perf_counter() < deadline or iterations == 0 and not todo:
         iterations += 1
         cost = {}
