@@ -48,6 +48,7 @@ from .timestep import schedule_group
 INF = 1 << 62
 Key = tuple[int, int, str]  # (first op, last op, hand-over variant: "" | "in" | "out", see lgopt.keep)
 LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
+EFFORT_GROWTH = 4  # each re-evaluation of an interval whose bound is below its value gives its solvers this much more
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Evaluation:
     packed_exactly: int = 0
     unknown: int = 0
     full: bool = True  # False: a quick evaluation skipped the load-row solver or exact packing where it could gain
+    effort: int = 0  # the solvers had EFFORT_GROWTH ** effort times the base budget
 
 
 @dataclass(frozen=True)
@@ -364,29 +366,40 @@ class CandidateSpace:
 
         return full and (deadline is None or time.perf_counter() + self.slowest_full <= deadline)
 
-    def _timed(self, key: Key, full: bool, deadline: float | None = None) -> Evaluation:
+    def _timed(self, key: Key, full: bool, deadline: float | None = None, effort: int = 0) -> Evaluation:
         import time
 
         t0 = time.perf_counter()
-        ev = self._evaluate(key, full, deadline)
+        ev = self._evaluate(key, full, deadline, effort)
         if full:
             self.slowest_full = max(self.slowest_full, time.perf_counter() - t0)
         return ev
 
-    def evaluate(self, i: int, j: int, v: str = "", full: bool = True, deadline: float | None = None) -> Evaluation:
+    def evaluate(self, i: int, j: int, v: str = "", full: bool = True, deadline: float | None = None,
+                 effort: int = 0) -> Evaluation:
+        """The interval's evaluation: cached, unless ``full`` or ``effort`` asks for more than the cache holds.
+
+        ``effort`` multiplies the solvers' budgets by ``EFFORT_GROWTH ** effort``; a re-evaluation keeps
+        the better value and the better bound of the two (both are valid).
+        """
         ev = self.evaluated.get((i, j, v))
-        if ev is not None and (ev.full or not full):
+        if ev is not None and (ev.full or not full) and ev.effort >= effort:
             return ev
         sig = self.signature(i, j, v)
         ev = self.cache.get(sig)
-        if ev is None or full and not ev.full:
-            ev = self._timed((i, j, v), full, deadline)
+        if ev is None or full and not ev.full or ev.effort < effort:
+            old = ev
+            ev = self._timed((i, j, v), full, deadline, effort)
             self.evaluations += 1
+            if old is not None and old.full and old.cost < ev.cost:
+                ev = replace(old, bound=min(old.cost, max(old.bound, ev.bound)), effort=effort)
+            elif old is not None and old.full:
+                ev = replace(ev, bound=min(ev.cost, max(old.bound, ev.bound)))
             self.cache[sig] = ev
         self.evaluated[(i, j, v)] = ev
         return ev
 
-    def _evaluate(self, key: Key, full: bool = True, deadline: float | None = None) -> Evaluation:
+    def _evaluate(self, key: Key, full: bool = True, deadline: float | None = None, effort: int = 0) -> Evaluation:
         """Slicings in order of their key; stop when no remaining key can beat the best placed one.
 
         ``deadline`` (``time.perf_counter()``) cuts the solvers short: what they
@@ -396,6 +409,7 @@ class CandidateSpace:
         ops = self.names[key[0]:key[1] + 1]
         kin, kout = self.kept(*key)
         pchip = self.inner_chip(kin + kout)
+        budget = self.pack_time * EFFORT_GROWTH ** effort
         cands = sorted(self.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
         best: Evaluation | None = None
         bound = INF
@@ -408,7 +422,7 @@ class CandidateSpace:
                 sl = slice_group(net, list(ops), 1, 1, n_unit=n_unit(net, chip, ops), h_ratio=st.h_ratio)
                 ahead = [without_kept(schedule_group(net, chip, sl, d, kin, kout)) for d in LOOKAHEAD]
                 lp = solve_loads(net, pchip, without_kept(c.table), ahead, self.objective, st.bank_rule,
-                                 self.pack_time, self.seed,
+                                 budget, self.seed,
                                  upper=best.cost if best is not None else None, solve=full, deadline=deadline)
                 exact += lp.solved
                 partial |= not full and lp.status != "optimal" and lp.bound < (best.cost if best else INF)
@@ -430,8 +444,7 @@ class CandidateSpace:
                 partial = True
                 continue
             exact += 1
-            res = exact_pack(net, pchip, inner, st.bank_rule, self.pack_time, self.seed, self.workers,
-                             deadline=deadline)
+            res = exact_pack(net, pchip, inner, st.bank_rule, budget, self.seed, self.workers, deadline=deadline)
             if res is None:
                 continue
             if res == "unknown":
@@ -440,9 +453,9 @@ class CandidateSpace:
                 continue
             best = Evaluation(c.key, 0, c.n, c.h, None, tuple(sorted(res.items())))
         if best is None:
-            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown, not partial)
+            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown, not partial, effort)
         return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
-                       full=not partial)
+                       full=not partial, effort=effort)
 
     def materialize(self, i: int, j: int, v: str = "", polish: bool = False) -> GroupPlan:
         """The placed group for an evaluated candidate, with its costs (as evaluated: no new solve);

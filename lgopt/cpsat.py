@@ -433,6 +433,21 @@ def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSetti
             break
         space.evaluate_many(weak, processes=min(st.workers, len(weak)), deadline=deadline)
         refined = True
+    # 4. time left and still a gap: the intervals the bound rests on whose own solve left one (a load-row or
+    # packing solve cut by its budget) are evaluated again, with candidates.EFFORT_GROWTH times the budget
+    while time.perf_counter() < deadline:
+        out = solve_master(costs(True), max(1.0, min(10.0, deadline - time.perf_counter())))
+        if out is None:
+            break
+        bound = max(bound, out[1])
+        if bound >= _forward(n_ops, starts, costs(False), single)[0][n_ops][0]:
+            break
+        loose = [iv for iv in out[2] if iv in space.evaluated and space.evaluated[iv].bound < space.evaluated[iv].cost]
+        if not loose:
+            break
+        for iv in loose:
+            space.evaluate(*iv, full=True, deadline=deadline, effort=space.evaluated[iv].effort + 1)
+        refined = True
     if best_keys is None or refined:  # the best plan over evaluated intervals (refinement may improve it)
         known = costs(False)
         path = _cheapest(n_ops, starts, known, single)
