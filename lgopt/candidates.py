@@ -104,6 +104,8 @@ class CandidateSpace:
                 self.runs.append((s, k))
             k += 1
         self.cache: dict[tuple, Evaluation] = {}
+        self._pool: Any = None  # worker processes (see _workers)
+        self._pool_size = 0
         self.evaluated: dict[Key, Evaluation] = {}
         self.evaluations = 0
         self.slowest_full = 0.0  # wall seconds of the slowest full evaluation so far
@@ -408,19 +410,13 @@ class CandidateSpace:
         reps = [(sig, group[0]) for sig, group in todo.items()]
         results: list[tuple[tuple, Evaluation]] = []
         if processes > 1 and len(reps) >= 8:
-            import multiprocessing as mp
-
-            global _WORKER_SPACE, _WORKER_DEADLINE, _WORKER_FULL
-            _WORKER_SPACE, _WORKER_DEADLINE, _WORKER_FULL = self, deadline, full
             chunk = max(1, min(8, len(reps) // (processes * 8)))
-            batches = [reps[k:k + chunk] for k in range(0, len(reps), chunk)]
-            with mp.get_context("fork").Pool(processes) as pool:
-                for out in pool.imap(_evaluate_batch, batches):
-                    results.extend(out)
-                    if deadline is not None and time.perf_counter() > deadline:
-                        pool.terminate()
-                        break
-            _WORKER_SPACE = None
+            batches = [(reps[k:k + chunk], deadline, full, self.slowest_full) for k in range(0, len(reps), chunk)]
+            for out in self._workers(processes).imap(_evaluate_batch, batches):
+                results.extend(out)
+                if deadline is not None and time.perf_counter() > deadline:
+                    self.close()  # stop what the workers are still doing
+                    break
         else:
             for sig, iv in reps:
                 if deadline is not None and time.perf_counter() > deadline:
@@ -431,6 +427,29 @@ class CandidateSpace:
             self.cache[sig] = ev
             for iv in todo[sig]:
                 self.evaluated[iv] = ev
+
+    def _workers(self, processes: int) -> Any:
+        """A pool of worker processes forked once per space and kept: each worker's memoised per-op
+        figures (TIU cycles, sizes) then serve every batch, not just one."""
+        import multiprocessing as mp
+
+        global _WORKER_SPACE
+        if self._pool is None or self._pool_size != processes:
+            self.close()
+            _WORKER_SPACE = self  # what the workers fork (and any replacement worker)
+            self._pool = mp.get_context("fork").Pool(processes)
+            self._pool_size = processes
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the worker processes, if any."""
+        global _WORKER_SPACE
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+        if _WORKER_SPACE is self:
+            _WORKER_SPACE = None
 
     def _full_in_time(self, full: bool, deadline: float | None) -> bool:
         """A full evaluation only if one as slow as the slowest so far ends before ``deadline``: a time
@@ -561,19 +580,20 @@ class CandidateSpace:
         return replace(g, cost={**g.cost, **group_cost(self.chip, self.net, g)})
 
 
-_WORKER_SPACE: CandidateSpace | None = None  # set in the parent just before forking workers
-_WORKER_DEADLINE: float | None = None
-_WORKER_FULL = True
+_WORKER_SPACE: CandidateSpace | None = None  # set in the parent while its worker pool lives (workers fork it)
 
 
-def _evaluate_batch(batch: list[tuple[tuple, Key]]) -> list[tuple[tuple, Evaluation]]:
+def _evaluate_batch(task: tuple[list[tuple[tuple, Key]], float | None, bool, float]
+                    ) -> list[tuple[tuple, Evaluation]]:
     import time
 
+    batch, deadline, full, slowest = task
     space = _WORKER_SPACE
     assert space is not None
+    space.slowest_full = slowest  # the parent's view: a full evaluation is tried only if it can finish
     out = []
     for sig, iv in batch:
-        if _WORKER_DEADLINE is not None and time.perf_counter() > _WORKER_DEADLINE:
+        if deadline is not None and time.perf_counter() > deadline:
             break  # unevaluated intervals keep their lower bound: the result stays valid, only weaker
-        out.append((sig, space._evaluate(iv, space._full_in_time(_WORKER_FULL, _WORKER_DEADLINE), _WORKER_DEADLINE)))
+        out.append((sig, space._evaluate(iv, space._full_in_time(full, deadline), deadline)))
     return out

@@ -316,6 +316,14 @@ class _Master:
 def _decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
                 progress: Progress | None) -> Plan:
     space = CandidateSpace(net, chip, search, st.objective, st.pack_time, st.workers, st.seed, st.handover)
+    try:
+        return _search(net, chip, search, st, base, t0, progress, space)
+    finally:
+        space.close()
+
+
+def _search(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
+            progress: Progress | None, space: CandidateSpace) -> Plan:
     intervals = space.intervals()
     lb = {iv: space.lower_bound(*iv) for iv in intervals}
     n_ops = len(net.ops)
