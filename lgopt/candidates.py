@@ -26,9 +26,8 @@ tensor in LMEM from the previous group, or handing one over to the next.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from .alloc import Allocation, count_bank_conflicts, exact_pack, multi_start_allocate, pack_items, polish_banks
 from .build import n_unit, place, schedule
@@ -43,7 +42,7 @@ from .pack import peak_live_bytes
 from .plan import GroupPlan
 from .search import SearchSettings
 from .sizing import min_footprint, weight_bytes
-from .slicing import GroupSlicing, SliceError, group_io, slice_group
+from .slicing import SliceError, group_io, slice_group
 from .timestep import schedule_group
 
 INF = 1 << 62
@@ -269,27 +268,14 @@ class CandidateSpace:
         return packing_chip(self.chip, pin_offset(self.chip, whole_bytes(self.chip, self.net, kept)))
 
     def slicings(self, ops: Sequence[str], kin: tuple[str, ...] = (), kout: tuple[str, ...] = ()) -> list[Slicing]:
-        """Every legal (n, h) with its scheduled (unplaced) table, not refuted by bytes live in one row,
-        in the order :meth:`ordered_slicings` gives them.
+        """Every legal (n, h) with its scheduled (unplaced) table, not refuted by bytes live in one row.
 
         Tables hold the handed-over tensors ``kin`` / ``kout`` already pinned at the top of LMEM.
-        """
-        return list(self.ordered_slicings(ops, kin, kout))
-
-    def ordered_slicings(self, ops: Sequence[str], kin: tuple[str, ...] = (), kout: tuple[str, ...] = ()
-                         ) -> Iterator[Slicing]:
-        """The slicings of :meth:`slicings` in order of (key, n x h, n, h), each scheduled only when reached.
-
-        Every legal (n, h) is sliced first (that settles the space: H counts stop at the first that breaks
-        a slicing rule) and given a floor of its value without a table (:meth:`_floor`); a table is
-        built only when its floor comes before every table already built.  An evaluation stops at the
-        first key that cannot beat its best placed slicing, so most tables of long intervals are never
-        built (a table is about two thirds of the work of a slicing).
         """
         net, chip, st = self.net, self.chip, self.settings
         pchip = self.inner_chip(kin + kout)
         if pchip is None:
-            return
+            return []
         io = group_io(net, ops)
         batch = max(net.tensor(t).n for t in io.outputs)
         unit = n_unit(net, chip, ops)
@@ -297,9 +283,7 @@ class CandidateSpace:
         # necessary conditions (weights resident when sliced, every op's smallest row): skip what cannot pack
         first = net.op_index[ops[0]]
         whole_possible, slicing_possible = self._fits(first, first + len(ops) - 1, pchip.lmem_bytes)
-        pending: list[tuple[int, int, int, int, GroupSlicing]] = []  # (floor, n x h, n, h, slicing)
-        ready: list[tuple[tuple[int, int, int, int], Slicing]] = []
-        stop = False
+        out = []
         for n in range(1, cdiv(batch, unit) + 1):
             for h in range(1, max_h + 1):
                 if (n, h) != (1, 1) and not slicing_possible:
@@ -307,83 +291,26 @@ class CandidateSpace:
                 if (n, h) == (1, 1) and not whole_possible:
                     continue
                 try:
-                    sl = slice_group(net, list(ops), n, h, n_unit=unit, h_ratio=st.h_ratio)
+                    g = schedule(net, chip, ops, n, h, st.h_ratio, kept_in=kin, kept_out=kout)
                 except SliceError:
-                    stop = h == 1
+                    if h == 1:
+                        return out
                     break
-                pending.append((self._floor(sl, kin, kout), n * h, n, h, sl))
-            if stop or not slicing_possible:
-                break
-        heapq.heapify(pending)
-        while pending or ready:
-            if pending and (not ready or pending[0][:4] < ready[0][0]):
-                _, nh, n, h, sl = heapq.heappop(pending)
-                try:
-                    c = self._table(sl, kin, kout, pchip)
-                except SliceError:  # the table's rows do not depend on the counts: no sliced one exists either
-                    if nh == 1:
-                        return
-                    pending = [p for p in pending if p[1] == 1]
-                    heapq.heapify(pending)
+                pinned = pin_kept(chip, g)
+                assert pinned is not None  # pchip exists
+                g = pinned[0]
+                use = chosen_weights(g)
+                # the latest loads give every row its fewest live bytes: if they overflow, nothing packs
+                tightest = with_loads(g, {o: (u - 1, 1) for o, u in use.items() if u >= 1}) if use else g
+                if peak_live_bytes(pack_items(without_kept(tightest)), chip.align_bytes) > pchip.lmem_bytes:
                     continue
-                if c is not None:
-                    heapq.heappush(ready, ((c.key, nh, n, h), c))
-            else:
-                yield heapq.heappop(ready)[1]
-
-    def _table(self, sl: GroupSlicing, kin: tuple[str, ...], kout: tuple[str, ...], pchip: Chip) -> Slicing | None:
-        """The scheduled table of a slicing with its key; None when more bytes live in one row than fit."""
-        net, chip = self.net, self.chip
-        g = schedule_group(net, chip, sl, kept_in=kin, kept_out=kout)
-        pinned = pin_kept(chip, g)
-        assert pinned is not None  # pchip exists
-        g = pinned[0]
-        use = chosen_weights(g)
-        # the latest loads give every row its fewest live bytes: if they overflow, nothing packs
-        tightest = with_loads(g, {o: (u - 1, 1) for o, u in use.items() if u >= 1}) if use else g
-        if peak_live_bytes(pack_items(without_kept(tightest)), chip.align_bytes) > pchip.lmem_bytes:
-            return None
-        if use:
-            return Slicing(sl.n_slices, sl.h_slices, g, table_bound(chip, net, g, self.objective), True)
-        return Slicing(sl.n_slices, sl.h_slices, g, self.value(group_cost(chip, net, g)), False)
-
-    def _floor(self, sl: GroupSlicing, kin: tuple[str, ...], kout: tuple[str, ...]) -> int:
-        """A value no table of this slicing beats, from its windows alone (cycles; 0 for traffic).
-
-        Weights loaded before the loop (sliced), then the larger of: the pipeline's TIU work slice by
-        slice (what :func:`lgopt.cost.pipeline_cells` puts in its cells) plus the fill (slice 0 of what
-        the first op reads, with no compute beside it) and the drain (the last slice of what the last op
-        stores, after all compute); or every activation transfer's GDMA (each cell costs at least its
-        GDMA).
-        The unsliced table is scheduled at once (its key already is a bound), so it gets 0.
-        """
-        if self.objective != "cycles" or sl.num_slices == 1:
-            return 0
-        net, chip = self.net, self.chip
-        win = sl.windows
-        tiu = 0
-        seen: dict[tuple, int] = {}
-        for name in sl.ops:
-            op = net.op(name)
-            outs, ins = win[op.outputs[0]], win[op.inputs[0]] if op.inputs else None
-            for s, w in enumerate(outs):
-                key = (name, w.n_len, w.h_len, ins[s].h_len if ins is not None else w.h_len)
-                c = seen.get(key)
-                if c is None:
-                    c = seen[key] = tiu_cycles(chip, net, op, SliceShape(*key[1:]))
-                tiu += c
-        pre = sum(gdma_cycles(chip, weight_gmem_bytes(net.op(o))) for o in sl.ops if weight_bytes(chip, net.op(o)))
-        first, last = net.op(sl.ops[0]), net.op(sl.ops[-1])
-        fill = sum(gdma_cycles(chip, gmem_bytes(net, t, win[t][0].n_len, win[t][0].h_len))
-                   for t in dict.fromkeys(first.inputs) if t not in kin)
-        skipped = {t for t in kout if store_skipped(net, t, net.op_index[sl.ops[-1]] + 1)}
-        drain = sum(gdma_cycles(chip, gmem_bytes(net, t, sl.stores[t][-1].n_len, sl.stores[t][-1].h_len))
-                    for t in last.outputs if t in sl.stores and t not in skipped)
-        dma = sum(gdma_cycles(chip, gmem_bytes(net, t, w.n_len, w.h_len))
-                  for t in sl.io.inputs if t not in kin for w in win[t])
-        dma += sum(gdma_cycles(chip, gmem_bytes(net, t, w.n_len, w.h_len))
-                   for t, ws in sl.stores.items() if t not in skipped for w in ws)
-        return pre + max(tiu + fill + drain, dma)
+                if use:
+                    out.append(Slicing(n, h, g, table_bound(chip, net, g, self.objective), True))
+                else:
+                    out.append(Slicing(n, h, g, self.value(group_cost(chip, net, g)), False))
+            if not slicing_possible:
+                break
+        return out
 
     def evaluate_many(self, ivs: Sequence[Key], processes: int = 1,
                       deadline: float | None = None, full: bool = True) -> None:
@@ -502,15 +429,14 @@ class CandidateSpace:
         kin, kout = self.kept(*key)
         pchip = self.inner_chip(kin + kout)
         budget = self.pack_time * EFFORT_GROWTH ** effort
+        cands = sorted(self.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
         best: Evaluation | None = None
         bound = INF
         exact = unknown = 0
         partial = False
-        tried = 0
-        for c in self.ordered_slicings(ops, kin, kout):
+        for c in cands:
             if best is not None and c.key >= best.cost:
                 break
-            tried += 1
             if c.free_loads:
                 sl = slice_group(net, list(ops), 1, 1, n_unit=n_unit(net, chip, ops), h_ratio=st.h_ratio)
                 ahead = [without_kept(schedule_group(net, chip, sl, d, kin, kout)) for d in LOOKAHEAD]
@@ -546,8 +472,8 @@ class CandidateSpace:
                 continue
             best = Evaluation(c.key, 0, c.n, c.h, None, tuple(sorted(res.items())))
         if best is None:
-            return Evaluation(INF, bound, 0, 0, None, None, tried, exact, unknown, not partial, effort)
-        return replace(best, bound=min(bound, best.cost), tried=tried, packed_exactly=exact, unknown=unknown,
+            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown, not partial, effort)
+        return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
                        full=not partial, effort=effort)
 
     def materialize(self, i: int, j: int, v: str = "", polish: bool = False) -> GroupPlan:
