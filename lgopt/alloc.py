@@ -157,7 +157,7 @@ def pack_items(g: GroupPlan) -> list[PackItem]:
 
 def exact_pack(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft", time_limit: float = 2.0,
                seed: int = 0, workers: int = 1, conflict_time: float | None = 0.0,
-               hint: Mapping[int, int] | None = None, deadline: float | None = None) -> dict[int, int] | str | None:
+               deadline: float | None = None) -> dict[int, int] | str | None:
     """Offsets by buffer id, None when no packing exists, "unknown" when the packer ran out of time.
 
     ``time_limit`` is CP-SAT deterministic time; one worker is far faster than
@@ -170,8 +170,7 @@ def exact_pack(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft", 
     pairs = [tuple(str(x) for x in sorted(p)) for p in conflict_pairs(net, g)] if bank_rule != "off" else []
     res = pack(items, chip.lmem_bytes, align=chip.align_bytes, conflicts=pairs, bank_bytes=chip.bank_bytes,
                bank_rule=bank_rule, time_limit=time_limit, workers=1 if len(items) <= 400 else workers, seed=seed,
-               conflict_time=conflict_time, hint={str(k): v for k, v in hint.items()} if hint else None,
-               deadline=deadline)
+               conflict_time=conflict_time, deadline=deadline)
     if res.status == "infeasible":
         return None
     if not res.found:
