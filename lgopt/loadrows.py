@@ -151,6 +151,16 @@ class LoadInstance:
     weights: tuple[WeightLoad, ...]
     capacity: int  # bytes per lane
 
+    def cycles(self, loads: Mapping[str, Load]) -> int:
+        """The table's cycles with every weight loading where ``loads`` says: ``group_cost`` without
+        rebuilding the table (each weight adds its DMA to the cell of its load)."""
+        cells = dict(self.base.cells)
+        for w in self.weights:
+            k = _cell_of(loads[w.name])
+            t, d = cells.get(k, (0, 0))
+            cells[k] = (t, d + w.dma)
+        return self.base.preload + sum(max(t, d) for t, d in cells.values())
+
     def slack(self) -> list[int]:
         """TIU cycles of each row not already covered by GDMA (negative: GDMA already leads)."""
         out = [0] * self.rows
@@ -260,8 +270,8 @@ def lp_bound(inst: LoadInstance) -> int | None:
 
 # --- a constructive heuristic ---------------------------------------------------------------------
 
-def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = None, order: str = "dma"
-                 ) -> dict[str, Load]:
+def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = None, order: str = "dma",
+                 inst: LoadInstance | None = None) -> dict[str, Load]:
     """A constructive choice of load rows: hide each weight's DMA under spare compute, latest first.
 
     Weights biggest DMA first (``order="dma"``: the ones that hurt most when
@@ -271,9 +281,10 @@ def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = 
     from there to its use fit in ``capacity``; the fill when nothing hides it.
     Latest, because a shorter life leaves LMEM to the others.
     The greedy allocator may still fail on the result (fragmentation): callers
-    retry with less capacity.
+    retry with less capacity.  ``inst``: ``g``'s :func:`load_instance`, when the caller has it.
     """
-    inst = load_instance(chip, net, g, capacity)
+    cap = capacity if capacity is not None else chip.lmem_bytes
+    inst = load_instance(chip, net, g, cap) if inst is None else replace(inst, capacity=cap)
     if not inst.weights:
         return {}
     T, cap = inst.rows, inst.capacity
@@ -572,12 +583,13 @@ def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[Gro
     if objective == "cycles":
         for order in ("dma", "use"):
             for sixteenths in (16, 15, 14, 13, 12):
-                loads = greedy_loads(chip, net, g, chip.lmem_bytes * sixteenths // 16, order)
+                loads = greedy_loads(chip, net, g, chip.lmem_bytes * sixteenths // 16, order, inst)
                 tables.setdefault(tuple(sorted(loads.items())), with_loads(g, loads))
     else:  # load rows do not change traffic, only what fits: the latest loads leave the most room
         loads = {name: (u - 1, 1) if u >= 1 else (len(g.rows) - 1, 0) for name, u in chosen_weights(g).items()}
         tables.setdefault(tuple(sorted(loads.items())), with_loads(g, loads))
-    ranked = sorted((_value(chip, net, h, objective), k, h) for k, h in tables.items())
+    ranked = sorted((inst.cycles(dict(k)) if objective == "cycles" else _value(chip, net, h, objective), k, h)
+                    for k, h in tables.items())
     best: tuple[int, Mapping[str, Load], Mapping[int, int]] | None = None
     for v, _, h in ranked:
         alloc = multi_start_allocate(net, chip, h, bank_rule)

@@ -134,7 +134,9 @@ def test_model_cost_is_group_cost_for_every_choice():
         m.minimize(gv.cost)
         s = cp_model.CpSolver()
         assert s.solve(m) == cp_model.OPTIMAL
-        assert int(s.objective_value) == group_cost(CHIP, net, with_loads(g, dict(zip(names, choice))))["cycles"]
+        truth = group_cost(CHIP, net, with_loads(g, dict(zip(names, choice))))["cycles"]
+        assert int(s.objective_value) == truth
+        assert load_instance(CHIP, net, g).cycles(dict(zip(names, choice))) == truth
 
 
 def test_solve_matches_brute_force_and_beats_the_seed_rule():
