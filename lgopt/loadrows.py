@@ -161,6 +161,10 @@ class LoadInstance:
             cells[k] = (t, d + w.dma)
         return self.base.preload + sum(max(t, d) for t, d in cells.values())
 
+    def fluid(self) -> int:
+        """:func:`fluid_bound` of this table."""
+        return fluid_bound(self.base.cycles(), self.slack(), [(w.use, w.dma) for w in self.weights])
+
     def slack(self) -> list[int]:
         """TIU cycles of each row not already covered by GDMA (negative: GDMA already leads)."""
         out = [0] * self.rows
@@ -198,8 +202,7 @@ def table_bound(chip: Chip, net: Network, g: GroupPlan, objective: str = "cycles
     """The fluid bound of one scheduled unsliced group (traffic does not depend on load rows)."""
     if objective != "cycles":
         return int(group_cost(chip, net, g)["traffic_bytes"])
-    inst = load_instance(chip, net, g)
-    return fluid_bound(inst.base.cycles(), inst.slack(), [(w.use, w.dma) for w in inst.weights])
+    return load_instance(chip, net, g).fluid()
 
 
 def lp_bound(inst: LoadInstance) -> int | None:
@@ -576,7 +579,7 @@ def solve_loads(net: Network, chip: Chip, g: GroupPlan, heuristics: Sequence[Gro
     unless the wall-clock ``deadline`` (``time.perf_counter()``) cuts a solve.
     """
     inst = load_instance(chip, net, g)
-    bound = table_bound(chip, net, g, objective)
+    bound = inst.fluid() if objective == "cycles" else table_bound(chip, net, g, objective)
     if upper is not None and bound >= upper:
         return LoadPlan("unknown", None, bound)
     tables = {tuple(sorted(current_loads(h).items())): h for h in (g, *heuristics)}
