@@ -410,10 +410,9 @@ class CandidateSpace:
             old = ev
             ev = self._timed((i, j, v), full, deadline, effort)
             self.evaluations += 1
-            if old is not None and old.full and old.cost < ev.cost:
-                ev = replace(old, bound=min(old.cost, max(old.bound, ev.bound)), effort=effort)
-            elif old is not None and old.full:
-                ev = replace(ev, bound=min(ev.cost, max(old.bound, ev.bound)))
+            if old is not None and old.full:  # keep the better plan and the better bound
+                keep = old if old.cost < ev.cost else ev
+                ev = replace(keep, bound=min(keep.cost, max(old.bound, ev.bound)), effort=effort)
             self.cache[sig] = ev
         self.evaluated[(i, j, v)] = ev
         return ev
@@ -499,7 +498,8 @@ class CandidateSpace:
         else:
             offs.update(dict(ev.offsets))
         if polish and self.settings.bank_rule == "soft":
-            offs.update(polish_banks(self.net, pchip, without_kept(g), {b.id: offs[b.id] for b in without_kept(g).buffers}))
+            inner = without_kept(g)
+            offs.update(polish_banks(self.net, pchip, inner, {b.id: offs[b.id] for b in inner.buffers}))
         peak = max(offs[b.id] + b.size for b in g.buffers)
         conf = count_bank_conflicts(self.net, self.chip, g, offs) if self.settings.bank_rule != "off" else 0
         g = place(self.net, self.chip, g, Allocation(offs, peak, conf))

@@ -161,6 +161,14 @@ class LoadInstance:
             cells[k] = (t, d + w.dma)
         return self.base.preload + sum(max(t, d) for t, d in cells.values())
 
+    def held(self) -> list[int]:
+        """Bytes per lane every load choice holds in each row: the other buffers, and each weight in the
+        row of its use."""
+        out = list(self.live)
+        for w in self.weights:
+            out[w.use] += w.size
+        return out
+
     def fluid(self) -> int:
         """:func:`fluid_bound` of this table."""
         return fluid_bound(self.base.cycles(), self.slack(), [(w.use, w.dma) for w in self.weights])
@@ -220,19 +228,20 @@ def lp_bound(inst: LoadInstance) -> int | None:
     inf = pywraplp.Solver.infinity()
     solver = pywraplp.Solver.CreateSolver("GLOP")
     unit = 1024  # memory rows in KiB keep the LP well scaled
-    room = [(inst.capacity - inst.live[r]) / unit for r in range(T)]
+    room = [(inst.capacity - h) / unit for h in inst.held()]
     if min(room) < 0:
         return None
     mem = [solver.Constraint(-inf, room[r]) for r in range(T)]
     # cumulative form (sparse): y[w][q] = share of w loaded by the end of row q, y[w][-1] = its fill share;
-    # w occupies row q with y[w][q] (q < use), row use and (with the fill) the last row
+    # besides the row of its use (held), w occupies row q with y[w][q] (q < use) and the last row with the fill
     loaded: dict[tuple[int, int], list[tuple[int, object, object]]] = {}  # cell -> (dma, y_now, y_before)
     for w in inst.weights:
         fill = solver.NumVar(0.0, 1.0 if w.use <= T - 2 else 0.0, "")
         if w.use == 0:
             fill.SetLb(1.0)
         prev = fill
-        mem[T - 1].SetCoefficient(fill, w.size / unit) if w.use < T - 1 else None
+        if w.use < T - 1:
+            mem[T - 1].SetCoefficient(fill, w.size / unit)
         loaded.setdefault(_cell_of((T - 1, 0)), []).append((w.dma, fill, None))
         for q in range(w.use):
             y = solver.NumVar(1.0 if q == w.use - 1 else 0.0, 1.0, "")
@@ -242,7 +251,6 @@ def lp_bound(inst: LoadInstance) -> int | None:
             mem[q].SetCoefficient(y, w.size / unit)
             loaded.setdefault(_cell_of((q, 1)), []).append((w.dma, y, prev))
             prev = y
-        mem[w.use].SetCoefficient(solver.NumVar(1.0, 1.0, ""), w.size / unit)
     objective = solver.Objective()
     const = inst.base.preload + sum(max(t, d) for k, (t, d) in inst.base.cells.items() if k not in loaded)
     for k, loads in sorted(loaded.items()):
@@ -292,11 +300,9 @@ def greedy_loads(chip: Chip, net: Network, g: GroupPlan, capacity: int | None = 
         return {}
     T, cap = inst.rows, inst.capacity
     spare = inst.slack()
-    live = list(inst.live)
+    live = inst.held()
     use = {w.name: w.use for w in inst.weights}
     size = {w.name: w.size for w in inst.weights}
-    for w in inst.weights:  # every weight is live at least in the row of its use
-        live[w.use] += w.size
     loads: dict[str, Load] = {}
     dma = {w.name: w.dma for w in inst.weights}
     key = (lambda kv: (kv[1], kv[0])) if order == "use" else (lambda kv: (-dma[kv[0]], kv[1], kv[0]))
