@@ -4,7 +4,7 @@
 
 DIR holds CSVs in the MiniMalloc / TelaMalloc format, named NAME.CAPACITY.csv (e.g. the public
 minimalloc benchmarks/asplos2024/A.1048576.csv); the suites are not bundled.  Every answer is checked
-by an independent validator (lgopt.pack.check_packing).  Writes DIR/lgopt-pack.csv and prints a table.
+by an independent validator (lgopt.group.pack.check_packing).  Writes DIR/lgopt-pack.csv and prints a table.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lgopt.pack import check_packing, pack, peak_live_bytes, read_csv  # noqa: E402
+from lgopt.group.pack import check_packing, pack, peak_live_bytes  # noqa: E402
+from lgopt.group.pack_csv import read_csv  # noqa: E402
 
 
 def main() -> int:

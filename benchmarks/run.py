@@ -20,11 +20,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lgopt.chip import get_chip  # noqa: E402
-from lgopt.cpsat import CpsatSettings, optimise  # noqa: E402
-from lgopt.problem import load_problem  # noqa: E402
-from lgopt.search import greedy  # noqa: E402
-from lgopt.verify import verify_plan  # noqa: E402
+from lgopt.check.verify import verify_plan  # noqa: E402
+from lgopt.hw.chip import get_chip  # noqa: E402
+from lgopt.io.problem import load_problem  # noqa: E402
+from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise  # noqa: E402
+from lgopt.strategies.greedy import greedy  # noqa: E402
 
 
 def cold_caches() -> None:

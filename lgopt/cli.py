@@ -15,8 +15,13 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
-from .errors import LgoptError
+from lgopt import __version__
+from lgopt.errors import LgoptError
+
+
+def stderr_progress(msg: str) -> None:
+    if sys.stderr.isatty():
+        print(f"\r{msg:<70}", end="", file=sys.stderr, flush=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,7 +56,7 @@ def _chip_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_model(args: argparse.Namespace, path: str):
-    from .problem import load_model
+    from lgopt.io.problem import load_model
 
     opts = {}
     if getattr(args, "dtype", None):
@@ -64,13 +69,13 @@ def _load_model(args: argparse.Namespace, path: str):
 
 
 def _chip(args: argparse.Namespace):
-    from .chip import get_chip, parse_set
+    from lgopt.hw.chip import get_chip, parse_set
 
     return get_chip(args.chip, parse_set(args.set), args.chip_file)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .problem import save_problem
+    from lgopt.io.problem import save_problem
 
     net = _load_model(args, args.model)
     if args.name:
@@ -87,8 +92,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .plan import load_plan
-    from .verify import verify_plan
+    from lgopt.check.verify import verify_plan
+    from lgopt.io.planfile import load_plan
 
     plan = load_plan(args.plan)
     net = _load_model(args, args.model)
@@ -107,11 +112,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_solve(args: argparse.Namespace) -> int:
     import time
 
-    from .network import with_batch
-    from .plan import save_plan
-    from .report import collapse_globals, group_table, summary
-    from .search import SearchSettings, greedy, stderr_progress
-    from .verify import verify_plan
+    from lgopt.check.verify import verify_plan
+    from lgopt.cli import stderr_progress
+    from lgopt.io.planfile import save_plan
+    from lgopt.model.network import with_batch
+    from lgopt.report.tables import collapse_globals, group_table, summary
+    from lgopt.strategies.greedy import greedy
+    from lgopt.strategies.settings import SearchSettings
 
     net = _load_model(args, args.model)
     if args.batch:
@@ -127,7 +134,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.strategy == "greedy":
         plan = greedy(net, chip, settings, progress)
     else:
-        from .cpsat import CpsatSettings, optimise
+        from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
 
         plan = optimise(net, chip, settings, CpsatSettings(objective=args.objective, time_limit=args.time_limit,
                                                            workers=args.workers, seed=args.seed,
@@ -162,8 +169,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from .chip import parse_size
-    from .pack import check_packing, pack, peak_live_bytes, read_csv, write_csv
+    from lgopt.group.pack import check_packing, pack, peak_live_bytes
+    from lgopt.hw.chip import parse_size
+    from lgopt.group.pack_csv import read_csv, write_csv
 
     items = read_csv(args.csv)
     capacity = parse_size(args.capacity)
@@ -186,12 +194,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     import time
 
-    from .plan import load_plan
-    from .simulate import simulate
+    from lgopt.check.simulate import simulate
+    from lgopt.io.planfile import load_plan
 
     plan = load_plan(args.plan)
     net = _load_model(args, args.model)
-    from .problem import network_digest
+    from lgopt.model.network import network_digest
 
     if plan.model_digest and plan.model_digest != network_digest(net):
         raise LgoptError(f"{args.plan} was made for another model than {args.model}")
@@ -199,7 +207,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     res = simulate(net, plan, args.seed)
     print(f"{res.summary()} ({time.perf_counter() - t0:.1f} s, seed {args.seed})")
     if str(args.model).lower().endswith(".onnx"):
-        from .simulate import check_with_onnxruntime
+        from lgopt.check.simulate import check_with_onnxruntime
 
         verdict = check_with_onnxruntime(net, args.model, args.seed, _input_shapes(args.input_shape))
         print(verdict)
@@ -211,8 +219,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import compare, parse_strategies
-    from .search import SearchSettings, stderr_progress
+    from lgopt.cli import stderr_progress
+    from lgopt.report.compare import compare, parse_strategies
+    from lgopt.strategies.settings import SearchSettings
 
     strategies = parse_strategies(args.strategies)
     models = [(m, _load_model(args, m)) for m in args.models]
@@ -230,11 +239,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .compare import parse_sweep, sweep
-    from .search import stderr_progress
+    from lgopt.cli import stderr_progress
+    from lgopt.report.sweep import parse_sweep, sweep
 
     net = _load_model(args, args.model)
-    from .chip import get_chip
+    from lgopt.hw.chip import get_chip
 
     chip = get_chip(args.chip, {}, args.chip_file)
     axes = parse_sweep(args.set or [])
@@ -255,8 +264,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .plan import load_plan
-    from .report import draw_group
+    from lgopt.io.planfile import load_plan
+    from lgopt.report.tables import draw_group
 
     plan = load_plan(args.plan)
     out = draw_group(plan, args.group, args.output)
@@ -267,7 +276,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_chips(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from .chip import PRESETS, get_chip, parse_set, source_of
+    from lgopt.hw.chip import PRESETS, get_chip, parse_set, source_of
 
     if args.chip or args.set or args.chip_file:
         chip = get_chip(args.chip or "bm1684x", parse_set(args.set), args.chip_file)

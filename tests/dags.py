@@ -6,8 +6,8 @@ from math import ceil
 
 from hypothesis import strategies as st
 
-from lgopt.network import Network, Op, Tensor, Weight, check_network
-from lgopt.ops import classify
+from lgopt.model.network import Network, Op, Tensor, Weight, check_network
+from lgopt.model.ops import classify
 
 
 def _op(name, typ, ins, outs, attrs, weights=()):

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from lgopt.chip import PRESETS, SOURCES, get_chip, parse_set, parse_size, source_of, validate
 from lgopt.errors import LgoptError
+from lgopt.hw.chip import PRESETS, SOURCES, get_chip, parse_set, parse_size, source_of, validate
 
 
 def test_presets_valid_and_sourced():

@@ -3,10 +3,9 @@
 import json
 
 import pytest
+from conftest import PROBLEMS
 
 from lgopt.cli import main
-
-from conftest import PROBLEMS
 
 
 def run(capsys, *argv):

@@ -5,15 +5,15 @@ import subprocess
 
 import pandas as pd
 import pytest
-
-from lgopt.chip import get_chip
-from lgopt.cli import main
-from lgopt.problem import load_problem
-from lgopt.simulate import simulate
-from lgopt.tpumlir import map_groups, read_cache, score
-from lgopt.verify import verify_plan
-
 from conftest import PROBLEMS
+
+from lgopt.check.simulate import simulate
+from lgopt.check.verify import verify_plan
+from lgopt.cli import main
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_problem
+from lgopt.io.tpumlir_cache import map_groups, read_cache
+from lgopt.strategies.tpumlir import score
 
 CASES = [("fixture_resnet18", "resnet18_bm1684x_f16", "bm1684x"), ("fixture_resnet18", "resnet18_bm1688_f16", "bm1688"),
          ("fixture_yolov5s_like", "yolov5s_like_bm1684x_f16", "bm1684x")]
@@ -36,7 +36,7 @@ def test_tpu_mlir_caches_map_and_verify(problem, cache, chip, fixtures_dir):
 
 
 def test_tpu_mlir_plan_simulates(fixtures_dir):
-    from lgopt.onnx_import import import_onnx
+    from lgopt.io.onnx_import import import_onnx
 
     net = import_onnx(fixtures_dir / "onnx" / "resnet18.weightless.onnx", dtype="f16", name="fixture_resnet18",
                       input_shapes={"input": (1, 3, 64, 64)})

@@ -1,11 +1,11 @@
 """The cost model on small cases computed by hand (docs/cost-model.md)."""
 
-from lgopt.build import try_group
-from lgopt.chip import get_chip
-from lgopt.cost import SliceShape, gdma_cycles, group_cost, lower_bound, tiu_cycles
-from lgopt.network import Network, Tensor, Weight, check_network
-
 from dags import _op
+
+from lgopt.group.build import try_group
+from lgopt.group.cost import SliceShape, gdma_cycles, group_cost, lower_bound, tiu_cycles
+from lgopt.hw.chip import get_chip
+from lgopt.model.network import Network, Tensor, Weight, check_network
 
 CHIP = get_chip("bm1684x")  # 64 lanes, EU 64 B (32 f16), IC_PAR 32 f16, 128 f16 MACs/lane/cycle, 64 B/cycle
 

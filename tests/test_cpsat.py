@@ -3,24 +3,23 @@
 import itertools
 
 import pytest
-
-from lgopt.build import n_unit, schedule
-from lgopt.chip import get_chip
-from lgopt.cost import global_layer_cost, group_cost
-from lgopt.cpsat import CpsatSettings, optimise
-from lgopt.keep import handover, pin_offset
-from lgopt.layout import cdiv
-from lgopt.loadrows import chosen_weights, load_options, with_loads
-from lgopt.network import Network, Tensor, Weight, check_network
-from lgopt.pack import PackItem, pack
-from lgopt.problem import load_problem
-from lgopt.search import greedy
-from lgopt.simulate import simulate
-from lgopt.slicing import SliceError, group_io
-from lgopt.verify import verify_plan
-
 from conftest import PROBLEMS
 from dags import _op
+
+from lgopt.check.simulate import simulate
+from lgopt.check.verify import verify_plan
+from lgopt.group.build import n_unit, schedule
+from lgopt.group.cost import global_layer_cost, group_cost
+from lgopt.group.handover import handover, pin_offset
+from lgopt.group.pack import PackItem, pack
+from lgopt.group.slicing import SliceError, group_io
+from lgopt.hw.chip import get_chip
+from lgopt.hw.layout import cdiv
+from lgopt.io.problem import load_problem
+from lgopt.model.network import Network, Tensor, Weight, check_network
+from lgopt.strategies.cpsat.loadrows import chosen_weights, load_options, with_loads
+from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
+from lgopt.strategies.greedy import greedy
 
 
 def _tiny(kind: str) -> Network:
@@ -184,7 +183,7 @@ def test_time_limit_is_reported_not_optimal():
 def test_more_orders_reach_groups_one_order_cannot(fixtures_dir):
     """On the BM1688 ResNet-18 fixture TPU-MLIR groups ops that are contiguous only in its own order; with
     three orders lgopt's proven optimum is at least as good as TPU-MLIR's grouping."""
-    from lgopt.tpumlir import score
+    from lgopt.strategies.tpumlir import score
 
     net = load_problem(PROBLEMS / "fixture_resnet18.json")
     chip = get_chip("bm1688")
@@ -200,7 +199,7 @@ def test_more_orders_reach_groups_one_order_cannot(fixtures_dir):
 def test_interval_lower_bound_is_below_every_table(name, chip):
     """The master starts every unevaluated interval at CandidateSpace.lower_bound: it must not exceed the
     value of any slicing and load choice of the interval (packing only adds), or an optimum is missed."""
-    from lgopt.candidates import CandidateSpace
+    from lgopt.strategies.cpsat.candidates import CandidateSpace
 
     net = load_problem(PROBLEMS / f"{name}.json")
     space = CandidateSpace(net, get_chip(chip))

@@ -1,14 +1,13 @@
 """Every plan the greedy writes, for every bundled problem on every chip preset, passes the verifier."""
 
 import pytest
-
-from lgopt.chip import PRESETS, get_chip
-from lgopt.network import with_batch
-from lgopt.problem import load_problem
-from lgopt.search import greedy
-from lgopt.verify import verify_plan
-
 from conftest import PROBLEMS
+
+from lgopt.check.verify import verify_plan
+from lgopt.hw.chip import PRESETS, get_chip
+from lgopt.io.problem import load_problem
+from lgopt.model.network import with_batch
+from lgopt.strategies.greedy import greedy
 
 NAMES = sorted(p.stem for p in PROBLEMS.glob("*.json"))
 

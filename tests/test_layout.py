@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lgopt import layout as L
+from lgopt.hw import layout as L
 
 X4 = 4  # the seeds illustrate with 4 NPUs
 

@@ -4,23 +4,33 @@ import itertools
 from dataclasses import replace
 
 import pytest
+from dags import _op
 from ortools.sat.python import cp_model
 
-from lgopt.alloc import count_bank_conflicts, exact_pack, pack_items, polish_banks
-from lgopt.pack import check_packing
-from lgopt.build import place, schedule
-from lgopt.alloc import Allocation
-from lgopt.chip import get_chip
-from lgopt.cost import group_cost
-from lgopt.cpsat import CpsatSettings, optimise
-from lgopt.loadrows import (add_group, chosen_weights, current_loads, fluid_bound, greedy_loads, lifetime,
-                            load_instance, load_options, lp_bound, solve_loads, table_bound, whole_load_bound,
-                            with_loads)
-from lgopt.network import Network, Tensor, Weight, check_network
-from lgopt.search import greedy
-from lgopt.verify import verify_plan
-
-from dags import _op
+from lgopt.check.verify import verify_plan
+from lgopt.group.alloc import Allocation, count_bank_conflicts, exact_pack, pack_items, polish_banks
+from lgopt.group.build import place, schedule
+from lgopt.group.cost import group_cost
+from lgopt.group.pack import check_packing
+from lgopt.hw.chip import get_chip
+from lgopt.model.network import Network, Tensor, Weight, check_network
+from lgopt.strategies.cpsat.loadrows import (
+    add_group,
+    chosen_weights,
+    current_loads,
+    fluid_bound,
+    greedy_loads,
+    lifetime,
+    load_instance,
+    load_options,
+    lp_bound,
+    solve_loads,
+    table_bound,
+    whole_load_bound,
+    with_loads,
+)
+from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
+from lgopt.strategies.greedy import greedy
 
 CHIP = get_chip("bm1684x", {"lmem_bytes": "32K"})
 

@@ -4,12 +4,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnx_graphs import STYLES, G
 
 from lgopt.errors import LgoptError
-from lgopt.onnx_import import import_onnx
-from lgopt.problem import load_problem, network_from_dict, network_to_dict, save_problem
-
-from onnx_graphs import STYLES, G
+from lgopt.io.onnx_import import import_onnx
+from lgopt.io.problem import load_problem, network_from_dict, save_problem
+from lgopt.model.network import network_to_dict
 
 
 def _save(model, tmp_path, name="m.onnx"):
@@ -173,7 +173,7 @@ def test_bundled_problems_load(problems_dir):
 
 
 def test_bundled_problems_match_their_builders(problems_dir, tmp_path):
-    from lgopt.zoo import build_all
+    from lgopt.io.zoo import build_all
 
     build_all(tmp_path)
     for p in tmp_path.glob("*.json"):

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lgopt.cli import main
-from lgopt.pack import PackItem, check_packing, overlaps, pack, peak_live_bytes, read_csv, shared_banks, write_csv
+from lgopt.group.pack import PackItem, check_packing, overlaps, pack, peak_live_bytes, shared_banks
+from lgopt.group.pack_csv import read_csv, write_csv
 
 
 def _first_fit_exact(items, capacity):

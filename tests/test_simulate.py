@@ -4,18 +4,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import PROBLEMS
+from dags import dags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lgopt.build import assemble, try_group
-from lgopt.chip import get_chip
-from lgopt.cpsat import CpsatSettings, optimise
-from lgopt.onnx_import import import_onnx
-from lgopt.search import greedy
-from lgopt.simulate import reference, simulate
-
-from conftest import PROBLEMS
-from dags import dags
+from lgopt.check.simulate import reference, simulate
+from lgopt.group.build import assemble, try_group
+from lgopt.hw.chip import get_chip
+from lgopt.io.onnx_import import import_onnx
+from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
+from lgopt.strategies.greedy import greedy
 
 
 def _small(name: str):
@@ -136,7 +135,7 @@ def test_reference_matches_onnxruntime(tmp_path):
     import onnx
     from onnx import numpy_helper
 
-    from lgopt.simulate import make_inputs, make_weights
+    from lgopt.check.simulate import make_inputs, make_weights
 
     model = onnx.load(str(PROBLEMS / "onnx" / "unet.onnx"), load_external_data=False)
     net = import_onnx(PROBLEMS / "onnx" / "unet.onnx", fuse=False, input_shapes={"input": (1, 3, 32, 32)})

@@ -1,12 +1,11 @@
 import pytest
+from dags import _op, dags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lgopt.network import Network, Tensor, check_network
-from lgopt.slicing import SliceError, even_split, group_io, h_overlap, slice_group
-from lgopt.verify import _receptive_rows
-
-from dags import _op, dags
+from lgopt.check.verify import _receptive_rows
+from lgopt.group.slicing import SliceError, even_split, group_io, h_overlap, slice_group
+from lgopt.model.network import Network, Tensor, check_network
 
 
 # --- seed "LayerGroup": the h = 100 examples of the h/2 rule -----------------------------------------
@@ -21,7 +20,7 @@ def _conv_net(h: int, k: int, pad: int) -> Network:
     """x (h rows) -> conv k x 1, stride 1 -> y (h + 2*pad - k + 1 rows)."""
     oh = h + 2 * pad - k + 1
     t = {"x": Tensor("x", (1, 4, h, 4), "f16", (1, 4, h, 4)), "y": Tensor("y", (1, 4, oh, 4), "f16", (1, 4, oh, 4))}
-    from lgopt.network import Weight
+    from lgopt.model.network import Weight
 
     op = _op("conv", "Conv", ["x"], ["y"], {"kernel": (k, 1), "strides": (1, 1), "dilations": (1, 1),
                                            "pads": (pad, 0, pad, 0), "group": 1},
@@ -131,7 +130,7 @@ def test_windows_match_enumerated_receptive_fields(net, n_slices, h_slices, rati
 
 def test_fork_tensor_takes_union_window():
     """x feeds a 3-tap conv and a 5-tap conv: x's window is the union of what both read."""
-    from lgopt.network import Weight
+    from lgopt.model.network import Weight
 
     t = {n: Tensor(n, (1, 4, 32, 4), "f16", (1, 4, 32, 4)) for n in ("x", "a", "b", "y")}
     w = lambda n, k: [Weight(n, (4, 4, k, 1), "f16", "filter")]  # noqa: E731

@@ -1,17 +1,16 @@
 """Seed "Dividing the Mem Cycle" examples and the pipelined table's invariants."""
 
 import pytest
-
-from lgopt.build import schedule, try_group
-from lgopt.chip import get_chip
-from lgopt.network import Network, Tensor, Weight, check_network
-from lgopt.plan import Buffer
-from lgopt.problem import load_problem
-from lgopt.sizing import min_footprint
-from lgopt.slicing import SliceError
-
 from conftest import PROBLEMS
 from dags import _op
+
+from lgopt.group.build import schedule, try_group
+from lgopt.group.slicing import SliceError
+from lgopt.hw.chip import get_chip
+from lgopt.hw.sizing import min_footprint
+from lgopt.io.problem import load_problem
+from lgopt.model.network import Network, Tensor, Weight, check_network
+from lgopt.model.plan import Buffer
 
 CHIP = get_chip("bm1684x")
 
@@ -100,7 +99,7 @@ def test_group_places_and_records_peak():
 
 def test_scratch_buffers_live_in_their_row():
     """A table activation (SiLU) needs scratch (reference s6): two EU-aligned input copies plus a table."""
-    from lgopt.sizing import scratch_bytes
+    from lgopt.hw.sizing import scratch_bytes
 
     tensors = {n: Tensor(n, (1, 64, 8, 8), "f16", (1, 64, 8, 8)) for n in ("x", "y")}
     net = check_network(Network("s", tensors, (_op("act", "SiLU", ["x"], ["y"], {}),), ("x",), ("y",)))

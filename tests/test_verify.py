@@ -3,16 +3,15 @@
 from dataclasses import replace
 
 import pytest
+from dags import dags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lgopt.build import assemble, try_group
-from lgopt.chip import get_chip
-from lgopt.plan import load_plan, plan_from_dict, plan_to_dict, save_plan
-from lgopt.problem import load_problem
-from lgopt.verify import verify_plan
-
-from dags import dags
+from lgopt.check.verify import verify_plan
+from lgopt.group.build import assemble, try_group
+from lgopt.hw.chip import get_chip
+from lgopt.io.planfile import load_plan, plan_from_dict, plan_to_dict, save_plan
+from lgopt.io.problem import load_problem
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +132,7 @@ def test_non_convex_group_rejected(resnet):
     add = next(op for op in resnet.ops if op.type == "Add")
     # a group holding maxpool and the first Add but not the convs in between is not convex
     members = [names[1], add.name]
-    from lgopt.plan import GroupPlan
+    from lgopt.model.plan import GroupPlan
 
     g = GroupPlan(tuple(members), 1, 1, (), (), (), {}, {})
     steps = [("group", 0)] + [("global", n) for n in names if n not in members]
@@ -183,9 +182,10 @@ def test_every_plan_the_planner_builds_verifies(net, n, h, chip_name, bank_rule)
 @pytest.fixture(scope="module")
 def handover_plan():
     """Two groups of the head/tail net that meet in LMEM: the head hands its output to the tail."""
-    from lgopt.candidates import CandidateSpace
-    from lgopt.search import finish
     from test_cpsat import SMALL, _tiny
+
+    from lgopt.group.totals import finish
+    from lgopt.strategies.cpsat.candidates import CandidateSpace
 
     net = _tiny("head_tail")
     space = CandidateSpace(net, SMALL)
@@ -194,7 +194,7 @@ def handover_plan():
 
 
 def test_handover_plan_passes_and_round_trips(handover_plan):
-    from lgopt.simulate import simulate
+    from lgopt.check.simulate import simulate
 
     net, plan = handover_plan
     assert plan.groups[0].kept_out == plan.groups[1].kept_in == ("b",)
@@ -205,7 +205,7 @@ def test_handover_plan_passes_and_round_trips(handover_plan):
 
 
 def test_handover_mismatches_rejected(handover_plan):
-    from lgopt.simulate import simulate
+    from lgopt.check.simulate import simulate
 
     net, plan = handover_plan
     step = get_chip(plan.chip["name"]).align_bytes

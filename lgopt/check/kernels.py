@@ -1,0 +1,245 @@
+"""Numpy kernels that compute an op on a *window* of rows, for the plan simulator and its reference.
+
+Every kernel takes its operands as windows (the rows ``[start, start + rows)`` of each input that LMEM
+holds for a slice) and computes output rows ``[a, b)``.  A row the op needs but the window does not
+hold is NaN, so a plan with a short halo produces NaN instead of silently plausible numbers.  The
+unsliced reference calls the same kernels with whole tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lgopt.model.network import Network, Op
+from lgopt.model.ops import resize_coord, resize_source
+
+
+@dataclass(frozen=True)
+class Win:
+    """Rows ``[h0, h0 + data.shape[2])`` and batches ``[n0, ...)`` of a tensor of full height ``H``."""
+
+    data: np.ndarray  # (n, c, h, w)
+    n0: int
+    h0: int
+    H: int
+
+
+def rows(x: Win, lo: int, hi: int, pad: float) -> np.ndarray:
+    """Rows ``[lo, hi)`` in tensor coordinates: padding outside the tensor, NaN where the window ends."""
+    n, c, _, w = x.data.shape
+    out = np.full((n, c, hi - lo, w), np.nan)
+    for r in range(lo, hi):
+        if r < 0 or r >= x.H:
+            out[:, :, r - lo] = pad
+        elif x.h0 <= r < x.h0 + x.data.shape[2]:
+            out[:, :, r - lo] = x.data[:, :, r - x.h0]
+    return out
+
+
+def _pad_w(a: np.ndarray, left: int, right: int, pad: float) -> np.ndarray:
+    if left == right == 0:
+        return a
+    return np.pad(a, ((0, 0), (0, 0), (0, 0), (left, right)), constant_values=pad)
+
+
+def _batch(x: Win, n0: int, n1: int) -> np.ndarray:
+    """Batches [n0, n1) of a window; a batch-1 (broadcast) operand stays as it is."""
+    if x.data.shape[0] == 1:
+        return x.data
+    return x.data[n0 - x.n0:n1 - x.n0]
+
+
+def _geometry(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, ...], int]:
+    """(kernel, strides, dilations, pads (t, l, b, r), group) of a conv or pool."""
+    a = op.attrs
+    return a["kernel"], a["strides"], a.get("dilations", (1, 1)), a["pads"], a.get("group", 1)
+
+
+def conv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: int, ow: int) -> np.ndarray:
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, pr), g = _geometry(op)
+    lo = a * sh - pt
+    hi = (b - 1) * sh - pt + (kh - 1) * dh + 1
+    xin = _pad_w(rows(x, lo, hi, 0.0), pl, pr, 0.0)
+    n, c, _, _ = xin.shape
+    oc = w.shape[0]
+    out = np.zeros((n, oc, b - a, ow))
+    icg, ocg = c // g, oc // g
+    for i in range(kh):
+        for j in range(kw):
+            tap = xin[:, :, i * dh:i * dh + (b - a - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            for gi in range(g):
+                out[:, gi * ocg:(gi + 1) * ocg] += np.einsum(
+                    "nchw,oc->nohw", tap[:, gi * icg:(gi + 1) * icg], w[gi * ocg:(gi + 1) * ocg, :, i, j])
+    if bias is not None:
+        out += bias.reshape(1, -1, 1, 1)
+    return out
+
+
+def deconv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: int, ow: int) -> np.ndarray:
+    """ONNX ConvTranspose: out[o] += in[i] * w[k] where o = i*s - pad + k*d (filter [ic, oc/g, kh, kw])."""
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _), g = _geometry(op)
+    n, c, _, iw = x.data.shape
+    ocg = w.shape[1]
+    out = np.zeros((n, ocg * g, b - a, ow))
+    icg = c // g
+    ilo = max(0, -(-(a + pt - (kh - 1) * dh) // sh))
+    ihi = min(x.H - 1, (b - 1 + pt) // sh)
+    xin = rows(x, ilo, ihi + 1, 0.0) if ihi >= ilo else np.zeros((n, c, 0, iw))
+    for i in range(ilo, ihi + 1):
+        for ki in range(kh):
+            o = i * sh - pt + ki * dh
+            if not a <= o < b:
+                continue
+            for j in range(iw):
+                for kj in range(kw):
+                    oc_ = j * sw - pl + kj * dw
+                    if not 0 <= oc_ < ow:
+                        continue
+                    for gi in range(g):
+                        out[:, gi * ocg:(gi + 1) * ocg, o - a, oc_] += np.einsum(
+                            "nc,co->no", xin[:, gi * icg:(gi + 1) * icg, i - ilo, j],
+                            w[gi * icg:(gi + 1) * icg, :, ki, kj])
+    if bias is not None:
+        out += bias.reshape(1, -1, 1, 1)
+    return out
+
+
+def pool(op: Op, x: Win, a: int, b: int, ow: int) -> np.ndarray:
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, pr), _ = _geometry(op)
+    is_max = op.type == "MaxPool"
+    lo = a * sh - pt
+    hi = (b - 1) * sh - pt + (kh - 1) * dh + 1
+    extra_r = max(0, (ow - 1) * sw - pl + (kw - 1) * dw + 1 - x.data.shape[3] - pr)  # ceil_mode overhang
+    src = rows(x, lo, hi, -np.inf if is_max else 0.0)
+    xin = _pad_w(src, pl, pr + extra_r, -np.inf if is_max else 0.0)
+    ones = np.ones((1, 1, x.H, x.data.shape[3]))
+    valid = _pad_w(rows(Win(ones, 0, 0, x.H), lo, hi, 0.0), pl, pr + extra_r, 0.0)
+    outs, counts = [], []
+    for i in range(kh):
+        for j in range(kw):
+            sl = (slice(None), slice(None), slice(i * dh, i * dh + (b - a - 1) * sh + 1, sh),
+                  slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+            outs.append(xin[sl])
+            counts.append(valid[sl])
+    stack = np.stack(outs)
+    if is_max:
+        return stack.max(axis=0)
+    if op.attrs.get("count_include_pad", 0):
+        return stack.sum(axis=0) / (kh * kw)
+    return stack.sum(axis=0) / np.maximum(np.stack(counts).sum(axis=0), 1)
+
+
+def resize(op: Op, x: Win, a: int, b: int, out_h: int, out_w: int) -> np.ndarray:
+    in_w = x.data.shape[3]
+    attrs_h = {**op.attrs, "coord": op.attrs.get("coord_h", op.attrs.get("coord"))}
+    lo = min(resize_source(a, x.H, out_h, attrs_h)[0], x.H - 1)
+    hi = max(resize_source(b - 1, x.H, out_h, attrs_h)[1], lo) + 1
+    src = rows(x, lo, hi, np.nan)
+
+    def axis_plan(n_out: int, n_in: int, attrs) -> list[tuple[int, int, float]]:
+        plan = []
+        for o in range(n_out):
+            i0, i1 = resize_source(o, n_in, n_out, attrs)
+            if attrs.get("mode") == "nearest":
+                plan.append((i0, i0, 0.0))
+            else:
+                xf = resize_coord(o, n_in, n_out, attrs)
+                frac = float(xf - math.floor(xf)) if 0 <= xf < n_in - 1 else (0.0 if xf < 0 else 1.0)
+                plan.append((i0, i1, frac if i1 != i0 else 0.0))
+        return plan
+
+    hp = axis_plan(out_h, x.H, attrs_h)[a:b]
+    wp = axis_plan(out_w, in_w, op.attrs)
+    r0 = np.stack([src[:, :, i0 - lo] for i0, _, _ in hp], axis=2)
+    r1 = np.stack([src[:, :, i1 - lo] for _, i1, _ in hp], axis=2)
+    fh = np.array([f for _, _, f in hp]).reshape(1, 1, -1, 1)
+    vert = r0 * (1 - fh) + r1 * fh if op.attrs.get("mode") != "nearest" else r0
+    c0 = vert[..., [i0 for i0, _, _ in wp]]
+    c1 = vert[..., [i1 for _, i1, _ in wp]]
+    fw = np.array([f for _, _, f in wp]).reshape(1, 1, 1, -1)
+    return c0 * (1 - fw) + c1 * fw if op.attrs.get("mode") != "nearest" else c0
+
+
+_ERF = np.vectorize(math.erf, otypes=[float])
+
+
+def activation(name: str, y: np.ndarray, attrs: dict, prefix: str = "") -> np.ndarray:
+    if name == "Relu":
+        return np.maximum(y, 0)
+    if name == "Clip":
+        lo, hi = attrs.get(prefix + "min"), attrs.get(prefix + "max")
+        return np.clip(y, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+    if name == "LeakyRelu":
+        alpha = attrs.get(prefix + "alpha", 0.01)
+        return np.where(y >= 0, y, alpha * y)
+    if name == "Sigmoid":
+        return 1 / (1 + np.exp(-y))
+    if name == "SiLU":
+        return y / (1 + np.exp(-y))
+    if name == "HardSigmoid":
+        return np.clip(attrs.get("alpha", 0.2) * y + attrs.get("beta", 0.5), 0, 1)
+    if name == "HardSwish":
+        return y * np.clip(y / 6 + 0.5, 0, 1)
+    if name == "Tanh":
+        return np.tanh(y)
+    if name == "Erf":
+        return _ERF(y)
+    raise NotImplementedError(name)
+
+
+def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarray], n: tuple[int, int],
+              a: int, b: int) -> np.ndarray:
+    """Output rows [a, b) and batches ``n`` of a local op from its input windows."""
+    out = net.tensor(op.outputs[0])
+    t = op.type
+    filt = next((weights[w.name] for w in op.weights if w.role == "filter"), None)
+    bias = next((weights[w.name] for w in op.weights if w.role == "bias"), None)
+    xs = [Win(_batch(x, *n), n[0], x.h0, x.H) for x in ins]
+    if t == "Conv":
+        y = conv(op, xs[0], filt, bias, a, b, out.w)
+    elif t == "ConvTranspose":
+        y = deconv(op, xs[0], filt, bias, a, b, out.w)
+    elif t in ("MaxPool", "AveragePool"):
+        y = pool(op, xs[0], a, b, out.w)
+    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
+        full = rows(xs[0], 0, xs[0].H, np.nan)
+        y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
+    elif t == "Resize":
+        y = resize(op, xs[0], a, b, out.h, out.w)
+    elif t == "Concat":
+        y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=1)
+    elif t in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
+        operands = [rows(x, a, b, np.nan) if x.H == out.h else rows(x, 0, 1, np.nan) for x in xs]
+        operands += [_const(weights[w.name], out.c) for w in op.weights]
+        f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
+             "Min": np.minimum}[t]
+        y = operands[0]
+        for z in operands[1:]:
+            y = f(y, z)
+        y = np.broadcast_to(y, (n[1] - n[0], out.c, b - a, out.w)).copy()
+    elif t == "PRelu":
+        x = rows(xs[0], a, b, np.nan)
+        slope = _const(weights[op.weights[0].name], out.c)
+        y = np.where(x >= 0, x, slope * x)
+    elif t == "BatchNormalization":
+        x = rows(xs[0], a, b, np.nan)
+        p = {w.role: weights[w.name].reshape(1, -1, 1, 1) for w in op.weights}
+        y = (x - p.get("mean", 0)) / np.sqrt(p.get("var", 1) + op.attrs.get("epsilon", 1e-5)) * p.get("scale", 1) \
+            + p.get("bias", 0)
+    else:
+        y = activation(t, rows(xs[0], a, b, np.nan), dict(op.attrs))
+    for act in op.fused:
+        y = activation(act, y, dict(op.attrs), prefix="act_")
+    return y
+
+
+def _const(v: np.ndarray, channels: int) -> np.ndarray:
+    """A constant operand broadcast NCHW-style: per-channel vectors become (1, C, 1, 1)."""
+    if v.ndim == 1 and v.size == channels:
+        return v.reshape(1, -1, 1, 1)
+    if v.ndim <= 4:
+        return v.reshape((1,) * (4 - v.ndim) + v.shape)
+    return v

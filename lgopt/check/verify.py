@@ -1,0 +1,551 @@
+"""An independent checker for plans: trust nothing the planner computed.
+
+It re-derives from the network and the chip everything a plan must satisfy
+and compares: op coverage and execution order, group convexity, slice legality
+and windows (by enumerating each op's receptive rows, not by the closed-form
+backward formulas the planner uses), exact coverage of group outputs by stores,
+the h/2 rule, the timestep table's causality, buffer sizes and lifetimes,
+(timestep x address) non-overlap with wrap-around lifetimes, capacity,
+alignment and bank rules.  It shares with the planner only the problem model
+(network, chip) and the seed-tested sizing formulas.
+
+Like MiniMalloc's validator it is deliberately small and slow-but-obvious.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import chip_from_dict
+from lgopt.hw.layout import activation_lane_bytes
+from lgopt.hw.sizing import weight_bytes
+from lgopt.model.network import Network, Op
+from lgopt.model.ops import resize_source
+from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupPlan, Plan
+
+
+@dataclass(frozen=True)
+class Violation:
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+class _Fail(Exception):
+    pass
+
+
+def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int) -> set[int]:
+    """Input rows of operand ``k`` that output ``rows`` read, by enumeration."""
+    a = op.attrs
+    t = op.type
+    need: set[int] = set()
+    if t in ("Conv", "MaxPool", "AveragePool"):
+        kh, s, p = a["kernel"][0], a["strides"][0], a["pads"][0]
+        d = a.get("dilations", (1, 1))[0]
+        for o in rows:
+            need.update(r for r in (o * s - p + i * d for i in range(kh)) if 0 <= r < in_h)
+    elif t == "ConvTranspose":
+        kh, s, p = a["kernel"][0], a["strides"][0], a["pads"][0]
+        d = a.get("dilations", (1, 1))[0]
+        outs = set(rows)
+        need.update(i for i in range(in_h) if any(i * s - p + j * d in outs for j in range(kh)))
+    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
+        need.update(range(in_h)) if len(rows) else None
+    elif t == "Resize":
+        attrs = {**a, "coord": a.get("coord_h", a.get("coord"))}
+        for o in rows:
+            lo, hi = resize_source(o, in_h, out_h, attrs)
+            need.update(range(lo, hi + 1))
+    elif in_h == 1:
+        need.update({0} if len(rows) else set())
+    else:
+        need.update(rows)
+    return need
+
+
+def _contains(win: tuple[int, int], rows: set[int]) -> bool:
+    return not rows or (win[0] <= min(rows) and max(rows) < win[1])
+
+
+class Verifier:
+    def __init__(self, net: Network, plan: Plan) -> None:
+        self.net = net
+        self.plan = plan
+        self.violations: list[Violation] = []
+        self.next_ops: dict[int, set[str]] = {}  # a group handing over -> the ops of the group receiving
+
+    def fail(self, where: str, what: str) -> None:
+        self.violations.append(Violation(where, what))
+
+    # --- whole plan ----------------------------------------------------------------------------
+    def run(self, stop_at_first: bool = False) -> list[Violation]:
+        try:
+            self.chip = chip_from_dict(self.plan.chip)
+        except LgoptError as e:
+            self.fail("chip", str(e))
+            return self.violations
+        if self.plan.bank_rule not in BANK_RULES:
+            self.fail("settings", f"unknown bank rule {self.plan.bank_rule!r}")
+        if not 0 <= self.plan.h_ratio:
+            self.fail("settings", f"h_ratio {self.plan.h_ratio} is negative")
+        self.check_cover_and_order()
+        self.check_handovers()
+        for gi, g in enumerate(self.plan.groups):
+            if stop_at_first and self.violations:
+                break
+            before = len(self.violations)
+            try:
+                self.check_group(gi, g)
+            except _Fail:
+                pass
+            except (KeyError, IndexError, TypeError, ValueError) as e:
+                if len(self.violations) == before:
+                    self.fail(f"group {gi}", f"malformed group ({type(e).__name__}: {e})")
+        return self.violations
+
+    def check_cover_and_order(self) -> None:
+        net = self.net
+        seen: dict[str, str] = {}
+        step_ops: list[tuple[str, list[str]]] = []
+        group_idx_seen: set[int] = set()
+        for kind, v in self.plan.steps:
+            if kind == "group":
+                if not isinstance(v, int) or not 0 <= v < len(self.plan.groups):
+                    self.fail("steps", f"step names group {v}, which does not exist")
+                    continue
+                if v in group_idx_seen:
+                    self.fail("steps", f"group {v} is executed twice")
+                group_idx_seen.add(v)
+                step_ops.append((f"group {v}", list(self.plan.groups[v].ops)))
+            else:
+                step_ops.append((f"global layer {v}", [v]))
+        for gi in range(len(self.plan.groups)):
+            if gi not in group_idx_seen:
+                self.fail("steps", f"group {gi} is never executed")
+        for where, names in step_ops:
+            for n in names:
+                if n not in net.op_by_name:
+                    self.fail(where, f"op {n!r} is not in the model")
+                elif n in seen:
+                    self.fail(where, f"op {n} appears twice (also in {seen[n]})")
+                else:
+                    seen[n] = where
+        missing = [op.name for op in net.ops if op.name not in seen]
+        if missing:
+            self.fail("plan", f"op {missing[0]} is missing ({len(missing)} ops not in any group or global layer)")
+        available = set(net.inputs)
+        for where, names in step_ops:
+            members = set(names)
+            for n in names:
+                if n not in net.op_by_name:
+                    continue
+                for t in net.op(n).inputs:
+                    if t not in available and not any(t in net.op(m).outputs for m in members if m in net.op_by_name):
+                        self.fail(where, f"op {n} reads {t} before any earlier step produced it")
+            for n in names:
+                if n in net.op_by_name:
+                    available.update(net.op(n).outputs)
+            if where.startswith("group") and all(n in net.op_by_name for n in names):
+                self.check_convex(where, members)
+
+    def check_handovers(self) -> None:
+        """A tensor kept in LMEM passes from a group to the very next step, which must be a group that
+        expects it, in a resident whole-tensor buffer at the same offset in both."""
+        plan = self.plan
+        steps = list(plan.steps)
+        for k, (kind, v) in enumerate(steps):
+            if kind != "group" or not isinstance(v, int) or not 0 <= v < len(plan.groups):
+                continue
+            g = plan.groups[v]
+            nxt = steps[k + 1] if k + 1 < len(steps) else None
+            prv = steps[k - 1] if k > 0 else None
+            if g.kept_out and nxt is not None and nxt[0] == "group" and isinstance(nxt[1], int) \
+                    and 0 <= nxt[1] < len(plan.groups):
+                self.next_ops[v] = set(plan.groups[nxt[1]].ops)
+            if g.kept_out:
+                if nxt is None or nxt[0] != "group" or not 0 <= nxt[1] < len(plan.groups):
+                    self.fail(f"group {v}", f"keeps {g.kept_out[0]} in LMEM but the next step is not a group")
+                    continue
+                h = plan.groups[nxt[1]]
+                if set(h.kept_in) != set(g.kept_out):
+                    self.fail(f"group {v}", f"hands over {sorted(g.kept_out)} in LMEM, but group {nxt[1]} "
+                                            f"expects {sorted(h.kept_in)}")
+                    continue
+                mine = {b.name: b for b in g.buffers if b.kind == "activation"}
+                theirs = {b.name: b for b in h.buffers if b.kind == "activation"}
+                for t in g.kept_out:
+                    a, b = mine.get(t), theirs.get(t)
+                    if a is None or b is None:
+                        continue  # the per-group checks report the missing buffer
+                    if (a.offset, a.size) != (b.offset, b.size):
+                        self.fail(f"group {v}", f"hands over {t} at [{a.offset}, {a.offset + a.size}) but group "
+                                                f"{nxt[1]} reads it at [{b.offset}, {b.offset + b.size})")
+            if g.kept_in and (prv is None or prv[0] != "group" or not 0 <= prv[1] < len(plan.groups)
+                              or set(plan.groups[prv[1]].kept_out) != set(g.kept_in)):
+                self.fail(f"group {v}", f"expects {sorted(g.kept_in)} in LMEM, which the previous step does not "
+                                        "hand over")
+
+    def check_convex(self, where: str, members: set[str]) -> None:
+        g = self.net.graph
+        down: set[str] = set()
+        for n in members:
+            down |= nx.descendants(g, n)
+        up: set[str] = set()
+        for n in members:
+            up |= nx.ancestors(g, n)
+        between = (down & up) - members
+        if between:
+            self.fail(where, f"not convex: a path leaves the group through {sorted(between)[0]} and comes back")
+
+    # --- one group -----------------------------------------------------------------------------
+    def check_group(self, gi: int, g: GroupPlan) -> None:
+        where = f"group {gi}"
+        net = self.net
+        if any(n not in net.op_by_name for n in g.ops):
+            raise _Fail
+        ops = [net.op(n) for n in g.ops]
+        if g.n_slices < 1 or g.h_slices < 1:
+            self.fail(where, f"slice counts must be positive (n={g.n_slices}, h={g.h_slices})")
+            raise _Fail
+        for op in ops:
+            if not op.local:
+                self.fail(where, f"op {op.name} ({op.type}) cannot run in a group: {op.reason}")
+            if g.h_slices > 1 and not op.h_split:
+                self.fail(where, f"op {op.name} ({op.type}) does not allow slicing H, but h_slices={g.h_slices}")
+            if g.n_slices > 1 and not op.n_split:
+                self.fail(where, f"op {op.name} ({op.type}) does not allow slicing N, but n_slices={g.n_slices}")
+        members = set(g.ops)
+        produced = {t for op in ops for t in op.outputs}
+        inputs = list(dict.fromkeys(t for op in ops for t in op.inputs if t not in produced))
+        outputs = [t for op in ops for t in op.outputs
+                   if t in net.outputs or any(c.name not in members for c in net.consumers.get(t, ()))]
+        tensors = inputs + [t for op in ops for t in op.outputs]
+        for t in g.kept_in:
+            if t not in inputs:
+                self.fail(where, f"expects {t} in LMEM, but it is not an input of the group")
+                raise _Fail
+        nxt = self.next_ops.get(gi, set())
+        optional = set()  # handed over, and every other reader is in the receiving group
+        for t in g.kept_out:
+            if t not in outputs:
+                self.fail(where, f"hands over {t}, which is not an output of the group")
+                raise _Fail
+            if t not in net.outputs and all(c.name in members or c.name in nxt for c in net.consumers.get(t, ())):
+                optional.add(t)
+        S = g.n_slices * g.h_slices
+        for t in tensors:
+            ws = g.windows.get(t)
+            if ws is None or len(ws) != S:
+                self.fail(where, f"tensor {t} needs {S} slice windows, plan has {0 if ws is None else len(ws)}")
+                raise _Fail
+        for t in g.windows:
+            if t not in tensors:
+                self.fail(where, f"window given for {t}, which the group does not touch")
+        self.check_stores(where, g, outputs, S, optional)
+        self.check_windows(where, g, ops, S)
+        self.check_h_rule(where, g, tensors)
+        stored = [t for t in outputs if t not in optional or t in g.stores]
+        self.check_table_and_buffers(where, g, ops, inputs, stored, tensors)
+
+    def check_stores(self, where: str, g: GroupPlan, outputs: list[str], S: int, optional: set[str]) -> None:
+        for t in g.stores:
+            if t not in outputs:
+                self.fail(where, f"stores {t}, which is not a group output")
+        for t in outputs:
+            if t in optional and t not in g.stores:
+                continue
+            parts = g.stores.get(t)
+            ten = self.net.tensor(t)
+            if parts is None or len(parts) != S:
+                self.fail(where, f"group output {t} needs {S} stored parts")
+                continue
+            cover = np.zeros((ten.n, ten.h), dtype=np.int32)
+            for s, (n0, n1, h0, h1) in enumerate(parts):
+                if not (0 <= n0 <= n1 <= ten.n and 0 <= h0 <= h1 <= ten.h):
+                    self.fail(where, f"slice {s} stores {t}[n {n0}:{n1}, h {h0}:{h1}] outside its shape")
+                    return
+                w = g.windows[t][s]
+                if not (w[0] <= n0 and n1 <= w[1] and w[2] <= h0 and h1 <= w[3]):
+                    self.fail(where, f"slice {s} stores rows of {t} it does not hold")
+                cover[n0:n1, h0:h1] += 1
+            if (cover != 1).any():
+                n, h = map(int, np.argwhere(cover != 1)[0])
+                self.fail(where, f"stores of {t} cover element (n={n}, h={h}) {int(cover[n, h])} times, not once")
+
+    def check_windows(self, where: str, g: GroupPlan, ops: list[Op], S: int) -> None:
+        net = self.net
+        for t, ws in g.windows.items():
+            ten = net.tensors.get(t)
+            if ten is None:
+                continue
+            for s, (n0, n1, h0, h1) in enumerate(ws):
+                if not (0 <= n0 < n1 <= ten.n and 0 <= h0 < h1 <= ten.h):
+                    self.fail(where, f"slice {s} of {t} is empty or outside the tensor (n {n0}:{n1}, h {h0}:{h1})")
+                    raise _Fail
+        for op in ops:
+            out = op.outputs[0]
+            ot = net.tensor(out)
+            for s in range(S):
+                n0, n1, h0, h1 = g.windows[out][s]
+                for k, t in enumerate(op.inputs):
+                    it = net.tensor(t)
+                    rows = _receptive_rows(op, k, range(h0, h1), it.h, ot.h)
+                    batches = {0} if it.n == 1 else set(range(n0, n1))
+                    w = g.windows[t][s]
+                    if not _contains((w[2], w[3]), rows):
+                        self.fail(where, f"slice {s}: {op.name} computes {out} rows {h0}:{h1}, which read rows "
+                                         f"{min(rows)}:{max(rows) + 1} of {t}, but the window holds {w[2]}:{w[3]}")
+                        return
+                    if not _contains((w[0], w[1]), batches):
+                        self.fail(where, f"slice {s}: {op.name} needs batches {min(batches)}:{max(batches) + 1} "
+                                         f"of {t}, window holds {w[0]}:{w[1]}")
+                        return
+
+    def check_h_rule(self, where: str, g: GroupPlan, tensors: list[str]) -> None:
+        if g.h_slices <= 1:
+            return
+        for t in tensors:
+            H = self.net.tensor(t).h
+            if H <= 1:
+                continue
+            ws = g.windows[t]
+            for ni in range(g.n_slices):
+                run = ws[ni * g.h_slices:(ni + 1) * g.h_slices]
+                for i in range(1, len(run)):
+                    if run[i][2] < run[i - 1][2] or run[i][3] <= run[i - 1][3]:
+                        self.fail(where, f"H slices of {t} do not advance (slice {i}: {run[i][2]}:{run[i][3]} "
+                                         f"after {run[i - 1][2]}:{run[i - 1][3]})")
+                        return
+                dup = sum(w[3] - w[2] for w in run) - H
+                if dup > self.plan.h_ratio * H:
+                    self.fail(where, f"h/2 rule: {t} repeats {dup} of its {H} rows (limit {self.plan.h_ratio:g} x H)")
+                    return
+
+    def check_table_and_buffers(self, where: str, g: GroupPlan, ops: list[Op], inputs: list[str],
+                                outputs: list[str], tensors: list[str]) -> None:
+        net, chip = self.net, self.chip
+        T = len(g.rows)
+        if T == 0:
+            self.fail(where, "empty timestep table")
+            raise _Fail
+        sliced = g.n_slices * g.h_slices > 1
+        off = {0: -T, 1: 0, 2: T}
+        # events on the unrolled timeline of one slice: (time, what)
+        ev: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        op_time: dict[str, int] = {}
+        for r, row in enumerate(g.rows):
+            for pos, name in enumerate(row.ops):
+                if name not in {o.name for o in ops}:
+                    self.fail(where, f"row {r} runs {name}, which is not in the group")
+                    raise _Fail
+                if name in op_time:
+                    self.fail(where, f"op {name} runs twice in the table")
+                    raise _Fail
+                op_time[name] = r
+            for tr in row.loads + row.stores:
+                if tr.stage not in off:
+                    self.fail(where, f"row {r}: transfer of {tr.name} has stage {tr.stage}")
+                    raise _Fail
+            for tr in row.loads:
+                ev.setdefault((tr.kind, tr.name), []).append((off[tr.stage] + r, "load"))
+            for tr in row.stores:
+                ev.setdefault((tr.kind, tr.name), []).append((off[tr.stage] + r, "store"))
+        for op in ops:
+            if op.name not in op_time:
+                self.fail(where, f"op {op.name} is in no timestep row")
+                raise _Fail
+        for r, row in enumerate(g.rows):  # several ops in one row run in the listed order
+            for pos, name in enumerate(row.ops):
+                for t in net.op(name).inputs:
+                    p = net.producer.get(t)
+                    if p is not None and p.name in op_time:
+                        pr = op_time[p.name]
+                        if pr > r or (pr == r and g.rows[r].ops.index(p.name) > pos):
+                            self.fail(where, f"op {name} (row {r}) runs before {p.name} (row {pr}) produces {t}")
+                            raise _Fail
+        for op in ops:
+            r = op_time[op.name]
+            for t in op.inputs:
+                ev.setdefault(("activation", t), []).append((r, "use"))
+            for t in op.outputs:
+                ev.setdefault(("activation", t), []).append((r, "produce"))
+            if weight_bytes(chip, op):
+                ev.setdefault(("weight", op.name), []).append((r, "use"))
+        # what must be loaded, stored and held
+        for t in inputs:
+            loads = [x for x in ev.get(("activation", t), []) if x[1] == "load"]
+            if t in g.kept_in:
+                if loads:
+                    self.fail(where, f"{t} is handed over in LMEM but also loaded")
+                continue
+            if len(loads) != 1:
+                self.fail(where, f"group input {t} is loaded {len(loads)} times per slice, not once")
+                raise _Fail
+        for t in tensors:
+            if t in inputs:
+                continue
+            if any(x[1] == "load" for x in ev.get(("activation", t), [])):
+                self.fail(where, f"{t} is produced in the group but also loaded")
+        for t in outputs:
+            stores = [x for x in ev.get(("activation", t), []) if x[1] == "store"]
+            if len(stores) != 1:
+                self.fail(where, f"group output {t} is stored {len(stores)} times per slice, not once")
+                raise _Fail
+        for (kind, name), es in ev.items():
+            if kind == "activation" and name not in tensors:
+                self.fail(where, f"the table moves {name}, which the group does not touch")
+            if kind == "activation" and name not in outputs and any(x[1] == "store" for x in es):
+                self.fail(where, f"the table stores {name}, which is not a group output")
+        preloaded = set(g.preloads)
+        for op in ops:
+            if not weight_bytes(chip, op):
+                continue
+            n_loads = sum(1 for x in ev.get(("weight", op.name), []) if x[1] == "load")
+            if n_loads + (op.name in preloaded) != 1:
+                self.fail(where, f"weights of {op.name} are loaded {n_loads + (op.name in preloaded)} times, not once")
+                raise _Fail
+        for key, es in ev.items():
+            if key[0] == "weight" and key[1] in preloaded or key[0] == "activation" and key[1] in g.kept_in:
+                continue
+            first = min(es)
+            if first[1] not in ("load", "produce"):
+                self.fail(where, f"{key[0]} {key[1]} is {first[1]}d at time {first[0]} before it is loaded or produced")
+                raise _Fail
+            for t_, what in es:
+                if what in ("use", "store") and t_ == first[0]:
+                    self.fail(where, f"{key[0]} {key[1]} is {what}d in the row it is {first[1]}ed")
+                    raise _Fail
+        # buffers
+        bufs: dict[tuple[str, str], Buffer] = {}
+        ids: set[int] = set()
+        for b in g.buffers:
+            if b.id in ids:
+                self.fail(where, f"buffer id {b.id} is used twice")
+            ids.add(b.id)
+            if b.kind not in BUFFER_KINDS:
+                self.fail(where, f"buffer {b.id} has unknown kind {b.kind!r}")
+            if (b.kind, b.name) in bufs:
+                self.fail(where, f"two buffers hold {b.kind} {b.name}")
+            bufs[(b.kind, b.name)] = b
+            if not (0 <= b.start < T and 0 <= b.end < T):
+                self.fail(where, f"buffer {b.id} ({b.name}) lifetime {b.start}..{b.end} is outside rows 0..{T - 1}")
+                raise _Fail
+        for t in tensors:
+            ten = net.tensor(t)
+            b = bufs.get(("activation", t))
+            if b is None:
+                self.fail(where, f"no buffer holds {t}")
+                raise _Fail
+            need = max(activation_lane_bytes((w[1] - w[0], ten.c, w[3] - w[2], ten.w), ten.dtype, chip.npu_num,
+                                             chip.eu_bytes, chip.align_4n) for w in g.windows[t])
+            if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
+                need = activation_lane_bytes((ten.n, ten.c, ten.h, ten.w), ten.dtype, chip.npu_num, chip.eu_bytes,
+                                             chip.align_4n)
+                if not b.resident:
+                    self.fail(where, f"buffer {b.id} holds {t}, handed over in LMEM, but is not resident")
+            if b.size < need:
+                self.fail(where, f"buffer {b.id} for {t} has {b.size} bytes, its largest slice needs {need}")
+        for op in ops:
+            wb = weight_bytes(chip, op)
+            if wb:
+                b = bufs.get(("weight", op.name))
+                if b is None:
+                    self.fail(where, f"no buffer holds the weights of {op.name}")
+                    raise _Fail
+                if b.size < wb:
+                    self.fail(where, f"weight buffer of {op.name} has {b.size} bytes, needs {wb}")
+                if op.name in preloaded and sliced and not b.resident:
+                    self.fail(where, f"weights of {op.name} are loaded once but not resident across slices")
+        for (kind, name), b in bufs.items():
+            if kind == "scratch":
+                if name not in op_time:
+                    self.fail(where, f"scratch buffer {b.id} belongs to {name}, which is not in the group")
+                elif op_time[name] not in b.rows(T):
+                    self.fail(where, f"scratch buffer {b.id} of {name} is not live in row {op_time[name]}")
+                continue
+            es = ev.get((kind, name))
+            if not es or b.resident:
+                continue
+            lo, hi = min(x[0] for x in es), max(x[0] for x in es)
+            if hi - lo + 1 > T:
+                self.fail(where, f"{kind} {name} must live {hi - lo + 1} rows, more than one iteration ({T}); "
+                                 "the next slice would overwrite it")
+                continue
+            need_rows = {x % T for x in range(lo, hi + 1)}
+            have = b.rows(T)
+            if not need_rows <= have:
+                r = min(need_rows - have)
+                self.fail(where, f"buffer {b.id} ({kind} {name}) is freed before row {r} where it is still needed "
+                                 f"(lifetime {b.start}..{b.end})")
+        # placement
+        align = chip.align_bytes
+        for b in g.buffers:
+            if b.offset < 0:
+                self.fail(where, f"buffer {b.id} ({b.name}) has no LMEM offset")
+                raise _Fail
+            if b.offset % align:
+                self.fail(where, f"buffer {b.id} ({b.name}) offset {b.offset} is not {align}-byte aligned")
+            if b.offset + b.size > chip.lmem_bytes:
+                self.fail(where, f"buffer {b.id} ({b.name}) ends at {b.offset + b.size}, past LMEM "
+                                 f"({chip.lmem_bytes} bytes per lane)")
+        blist = list(g.buffers)
+        rows = {b.id: b.rows(T) for b in blist}
+        for i, a in enumerate(blist):
+            for b in blist[i + 1:]:
+                if rows[a.id] & rows[b.id] and a.offset < b.offset + b.size and b.offset < a.offset + a.size:
+                    r = min(rows[a.id] & rows[b.id])
+                    self.fail(where, f"buffers {a.id} ({a.name}) and {b.id} ({b.name}) overlap in LMEM at row {r} "
+                                     f"([{a.offset}, {a.offset + a.size}) vs [{b.offset}, {b.offset + b.size}))")
+                    raise _Fail
+        self.check_banks(where, g, ops, bufs, op_time)
+
+    def check_banks(self, where: str, g: GroupPlan, ops: list[Op], bufs: dict[tuple[str, str], Buffer],
+                    op_time: dict[str, int]) -> None:
+        rule = self.plan.bank_rule
+        if rule == "off":
+            return
+        bank = self.chip.bank_bytes
+
+        def banks(b: Buffer) -> set[int]:
+            return set(range(b.offset // bank, (b.offset + max(1, b.size) - 1) // bank + 1))
+
+        pairs: set[frozenset[int]] = set()
+        for r, row in enumerate(g.rows):
+            npu: set[int] = set()
+            for name in row.ops:
+                op = self.net.op(name)
+                for t in op.inputs + op.outputs:
+                    if ("activation", t) in bufs:
+                        npu.add(bufs[("activation", t)].id)
+                for kind in ("weight", "scratch"):
+                    if (kind, name) in bufs:
+                        npu.add(bufs[(kind, name)].id)
+            dma = {bufs[(t.kind, t.name)].id for t in row.loads + row.stores if (t.kind, t.name) in bufs}
+            pairs |= {frozenset((a, b)) for a in npu for b in npu | dma if a != b}
+        by_id = {b.id: b for b in g.buffers}
+        conflicts = [p for p in pairs if banks(by_id[min(p)]) & banks(by_id[max(p)])]
+        if rule == "hard" and conflicts:
+            a, b = sorted(min(conflicts, key=sorted))
+            self.fail(where, f"bank conflict: buffers {a} ({by_id[a].name}) and {b} ({by_id[b].name}) share a bank "
+                             "while one op or DMA uses both")
+        claimed = g.cost.get("bank_conflicts")
+        if rule == "soft" and claimed is not None and int(claimed) != len(conflicts):
+            self.fail(where, f"plan reports {claimed} bank conflicts, the verifier counts {len(conflicts)}")
+
+
+def verify_plan(net: Network, plan: Plan, stop_at_first: bool = False) -> list[Violation]:
+    """All violations found (empty when the plan holds)."""
+    from lgopt.model.network import network_digest
+
+    v = Verifier(net, plan)
+    if plan.model_digest and plan.model_digest != network_digest(net):
+        return [Violation("plan", f"was made for another model (digest {plan.model_digest}, "
+                                  f"this model is {network_digest(net)})")]
+    return v.run(stop_at_first)

@@ -1,0 +1,68 @@
+"""Decisions -> plan: slice a group, lay out its timesteps, place its buffers.
+
+Every strategy (greedy, CP-SAT, a compiler's cached grouping) decides *which*
+ops form groups and with how many slices; this module turns such decisions
+into a :class:`~lgopt.model.plan.Plan` the same way for all of them, so strategies
+are compared on equal terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from lgopt.group.alloc import Allocation, greedy_allocate
+from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, slice_group
+from lgopt.group.timestep import schedule_group
+from lgopt.hw.chip import Chip
+from lgopt.hw.layout import n_packing
+from lgopt.model.network import Network, network_digest
+from lgopt.model.plan import GroupPlan, Plan
+
+
+def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
+    """Smallest N slice: one batch, or a whole 4N/2N word on chips that pack batches."""
+    dts = {net.tensor(t).dtype for o in ops for t in net.op(o).inputs + net.op(o).outputs}
+    return max((n_packing(dt, chip.align_4n) for dt in dts), default=1)
+
+
+def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
+             h_ratio: float = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
+             kept_out: tuple[str, ...] = ()) -> GroupPlan:
+    """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
+    sl = slice_group(net, list(ops), n_slices, h_slices, n_unit=n_unit(net, chip, ops), h_ratio=h_ratio)
+    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out)
+
+
+def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:
+    g = g.with_offsets(alloc.offsets)
+    return replace(g, cost={**g.cost, "lmem_peak": alloc.peak, "bank_conflicts": alloc.bank_conflicts})
+
+
+def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
+              h_ratio: float = DEFAULT_H_RATIO, bank_rule: str = "soft") -> tuple[GroupPlan | None, str]:
+    """A placed group, or (None, why not)."""
+    try:
+        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio)
+    except SliceError as e:
+        return None, str(e)
+    alloc = greedy_allocate(net, chip, g, bank_rule)
+    if alloc is None:
+        return None, "LMEM allocation failed"
+    return place(net, chip, g, alloc), ""
+
+
+def assemble(net: Network, chip: Chip, groups: Sequence[GroupPlan], strategy: str, *, h_ratio: float,
+             bank_rule: str, status: str = "feasible", solver: dict | None = None) -> Plan:
+    """Groups plus every op not in a group as a global layer, in network order."""
+    index = net.op_index
+    grouped = {o for g in groups for o in g.ops}
+    items: list[tuple[int, tuple[str, object]]] = []
+    for gi, g in enumerate(groups):
+        items.append((min(index[o] for o in g.ops), ("group", gi)))
+    for op in net.ops:
+        if op.name not in grouped:
+            items.append((index[op.name], ("global", op.name)))
+    steps = tuple(s for _, s in sorted(items, key=lambda x: x[0]))
+    return Plan(net.name, network_digest(net), chip.to_dict(), strategy, steps, tuple(groups), status, h_ratio,
+                bank_rule, {}, solver or {})

@@ -1,0 +1,235 @@
+"""Analytic cost model: TIU cycles from work and lane parallelism, GDMA cycles from bytes.
+
+Formulas and the source of each constant are in ``docs/cost-model.md``.  In
+short:
+
+* an op's TIU cycles are the work one lane does (its share of output channels,
+  H*W rounded up to whole EU vectors, input channels rounded up to the IC
+  parallelism) divided by what one lane does per cycle (``macs_per_lane`` for
+  the MAC array, ``eu_elems`` for the vector unit), plus a fixed issue cost;
+* a transfer's GDMA cycles are ``latency + bytes / (bandwidth / TIU clock)``
+  with GMEM-side (compact) bytes;
+* a timestep row costs ``max(TIU, GDMA)``; a group runs its table once per
+  slice with the software pipeline's fill and drain, every slice at its own
+  size; resident weights load once before the loop;
+* a global layer costs ``max(compute, load + store of all its operands)``.
+
+The same functions give the network's lower bound: all compute at full size
+with no halo, or every byte that must cross GMEM once, whichever is larger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from lgopt.hw.chip import Chip
+from lgopt.hw.layout import align_up, cdiv, channels_per_lane
+from lgopt.hw.sizing import is_depthwise
+from lgopt.model import ops as opsem
+from lgopt.model.dtype import dtype_bytes
+from lgopt.model.network import Network, Op
+from lgopt.model.plan import GroupPlan, Plan
+
+ISSUE_CYCLES = 30  # assumption: fixed cost to issue one TIU instruction (docs/cost-model.md)
+ACT_OPS_PER_ELEM = {"Sigmoid": 6, "SiLU": 7, "Tanh": 6, "Erf": 8, "HardSigmoid": 2, "HardSwish": 3, "PRelu": 2,
+                    "LeakyRelu": 2, "Relu": 1, "Clip": 1, "BatchNormalization": 2}
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """The part of an op one slice computes: batches and rows of its output and of input 0."""
+
+    n: int
+    out_h: int
+    in_h: int
+
+
+def tiu_cycles(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """Cycles the TIU spends on ``op`` for one slice (or the whole op)."""
+    return _tiu_cached(chip, net, op, sl)
+
+
+@lru_cache(maxsize=1 << 16)
+def _tiu_cached(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    out = net.tensor(op.outputs[0])
+    dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
+    eu = chip.eu_elems(dt)
+    cpl_out = channels_per_lane(out.c, chip.npu_num)
+    ohw = align_up(sl.out_h * out.w, eu)
+    t = op.type
+    if t in ("Conv", "ConvTranspose"):
+        f = next(w for w in op.weights if w.role == "filter")
+        kh, kw = f.shape[2], f.shape[3]
+        if is_depthwise(op):
+            work = sl.n * cpl_out * ohw * kh * kw
+            return ISSUE_CYCLES + cdiv(work, eu)
+        g = op.attrs.get("group", 1)
+        icg = f.shape[1] if t == "Conv" else f.shape[0] // g
+        ic_par = max(1, chip.ic_parallel // dtype_bytes(dt))
+        if t == "ConvTranspose":  # work scales with input pixels x full kernel
+            inp = net.tensor(op.inputs[0])
+            ohw = align_up(sl.in_h * inp.w, eu)
+        work = sl.n * cpl_out * ohw * align_up(icg, ic_par) * kh * kw
+        return ISSUE_CYCLES + cdiv(work, chip.macs_per_lane[dt])
+    if t in opsem.POOL_TYPES:
+        kh, kw = op.attrs["kernel"]
+        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
+    if t in opsem.GLOBAL_POOL_TYPES:
+        inp = net.tensor(op.inputs[0])
+        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * align_up(sl.in_h * inp.w, eu), eu)
+    if t == "Resize":
+        per = 4 if op.attrs.get("mode") == "linear" else 1
+        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * per, eu)
+    per = ACT_OPS_PER_ELEM.get(t, 1) + sum(ACT_OPS_PER_ELEM.get(a, 1) for a in op.fused)
+    if t == "Concat":
+        per = 1
+    return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * per, eu)
+
+
+def gdma_cycles(chip: Chip, nbytes: int) -> int:
+    return chip.gdma_latency_cycles + cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+
+
+def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int) -> int:
+    t = net.tensor(tensor)
+    return n_len * t.c * h_len * t.w * dtype_bytes(t.dtype)
+
+
+def weight_gmem_bytes(op: Op) -> int:
+    return sum(w.elems * (4 if w.role == "bias" else dtype_bytes(w.dtype)) for w in op.weights
+               if w.role not in ("mean", "var"))
+
+
+# --- global layers --------------------------------------------------------------------------------
+
+def _global_compute(chip: Chip, net: Network, op: Op) -> int:
+    outs = [net.tensor(t) for t in op.outputs]
+    dt = outs[0].dtype if outs and outs[0].dtype in chip.macs_per_lane else "f32"
+    if op.local:
+        o = outs[0]
+        i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
+        return tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
+    if op.type in ("Gemm", "MatMul") and op.inputs:
+        a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
+        k = a[-1] if a else 1
+        macs = sum(t.elems for t in outs) * k
+        return ISSUE_CYCLES + cdiv(macs, chip.npu_num * chip.macs_per_lane[dt])
+    elems = sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
+    return ISSUE_CYCLES + cdiv(elems, chip.npu_num * chip.eu_elems(dt))
+
+
+def global_layer_cost(chip: Chip, net: Network, op: Op) -> dict[str, int]:
+    moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
+    moved.append(weight_gmem_bytes(op))
+    traffic = sum(moved)
+    dma = sum(gdma_cycles(chip, b) for b in moved if b)
+    compute = _global_compute(chip, net, op)
+    return {"cycles": max(compute, dma), "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
+
+
+# --- groups ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PipelineCells:
+    """A group's run as (iteration, row) cells with their TIU and GDMA cycles.
+
+    Iteration -1 is the pipeline fill, ``num_slices`` the drain.  A cell costs
+    ``max(tiu, gdma)``; ``preload`` (resident weights, before the loop) costs
+    its GDMA alone.  Kept separate from the total so that an optimiser can add
+    transfers to cells and cost the result exactly as :func:`group_cost` does.
+    """
+
+    cells: dict[tuple[int, int], tuple[int, int]]
+    preload: int
+    traffic: int
+
+    def cycles(self) -> int:
+        return self.preload + sum(max(t, d) for t, d in self.cells.values())
+
+
+STAGE_SERVES = {0: 1, 1: 0, 2: -1}  # a stage-k transfer in iteration i serves slice i + STAGE_SERVES[k]
+
+
+def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
+    S = g.num_slices
+    windows = g.windows
+
+    def win(t: str, s: int) -> tuple[int, int]:
+        n0, n1, h0, h1 = windows[t][s]
+        return n1 - n0, h1 - h0
+
+    def transfer_bytes(name: str, kind: str, s: int) -> int:
+        if kind == "weight":
+            return weight_gmem_bytes(net.op(name))
+        if name in g.stores:
+            n0, n1, h0, h1 = g.stores[name][s]
+            return gmem_bytes(net, name, n1 - n0, h1 - h0)
+        return gmem_bytes(net, name, *win(name, s))
+
+    tiu = [[0] * len(g.rows) for _ in range(S)]
+    seen: dict[tuple, int] = {}  # slices mostly repeat one shape
+    for s in range(S):
+        for r, row in enumerate(g.rows):
+            for name in row.ops:
+                op = net.op(name)
+                n, oh = win(op.outputs[0], s)
+                ih = win(op.inputs[0], s)[1] if op.inputs else oh
+                key = (name, n, oh, ih)
+                c = seen.get(key)
+                if c is None:
+                    c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih))
+                tiu[s][r] += c
+    traffic = pre = 0
+    for name in g.preloads:
+        b = weight_gmem_bytes(net.op(name))
+        traffic += b
+        pre += gdma_cycles(chip, b)
+    cells: dict[tuple[int, int], tuple[int, int]] = {}
+    dma: dict[int, int] = {}  # bytes -> cycles
+    for i in range(-1, S + 1):
+        for r, row in enumerate(g.rows):
+            t_cyc = tiu[i][r] if 0 <= i < S else 0
+            d_cyc = 0
+            for tr in row.loads + row.stores:
+                s = i + STAGE_SERVES[tr.stage]
+                if 0 <= s < S:
+                    b = transfer_bytes(tr.name, tr.kind, s)
+                    traffic += b
+                    c = dma.get(b)
+                    if c is None:
+                        c = dma[b] = gdma_cycles(chip, b)
+                    d_cyc += c
+            if t_cyc or d_cyc:
+                cells[(i, r)] = (t_cyc, d_cyc)
+    return PipelineCells(cells, pre, traffic)
+
+
+def group_cost(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
+    """Cycles and GMEM traffic of a scheduled group, slice by slice through the pipeline."""
+    pc = pipeline_cells(chip, net, g)
+    return {"cycles": pc.cycles(), "tiu_cycles": sum(t for t, _ in pc.cells.values()),
+            "gdma_cycles": pc.preload + sum(d for _, d in pc.cells.values()), "traffic_bytes": pc.traffic}
+
+
+def plan_cost(chip: Chip, net: Network, plan: Plan) -> dict[str, int]:
+    cycles = traffic = 0
+    for kind, v in plan.steps:
+        c = group_cost(chip, net, plan.groups[v]) if kind == "group" else global_layer_cost(chip, net, net.op(v))
+        cycles += c["cycles"]
+        traffic += c["traffic_bytes"]
+    return {"cycles": cycles, "traffic_bytes": traffic}
+
+
+def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
+    """No plan beats this: full-size compute with no halo and one GDMA stream of the unavoidable bytes."""
+    compute = sum(_global_compute(chip, net, op) for op in net.ops)
+    must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
+    must += sum(weight_gmem_bytes(op) for op in net.ops)
+    # global layers move all their operands no matter what
+    for op in net.ops:
+        if not op.local:
+            must += sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs
+                        if t not in net.inputs and t not in net.outputs)
+    dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+    return {"cycles": max(compute, dma), "compute_cycles": compute, "traffic_bytes": must}

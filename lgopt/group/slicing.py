@@ -1,0 +1,192 @@
+"""Slicing a candidate group along N and H, and the h/2 rule.
+
+The group outputs are split as evenly as possible (slice sizes differ by at
+most one unit); every other tensor's per-slice window is inferred backwards
+through the ops (:func:`lgopt.model.ops.backward_h`), a tensor with several in-group
+consumers taking the union of what they need.  Slices run N-major: slice
+``s = ni * h_slices + hi``.
+
+The **h/2 rule** (seed "LayerGroup"): a group fails when, for some tensor, the
+rows loaded or computed more than once, ``sum(slice heights) - H``, exceed
+``ratio * H`` (default ratio 0.5).  With h = 100, windows [0,80) and [20,100)
+duplicate 60 rows and fail; [0,60) and [20,100) duplicate 40 and pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from lgopt.errors import LgoptError
+from lgopt.hw.layout import cdiv
+from lgopt.model import ops as opsem
+from lgopt.model.network import Network, Op
+
+Window = tuple[int, int]
+DEFAULT_H_RATIO = 0.5
+
+
+class SliceError(LgoptError):
+    """This (group, n_slices, h_slices) cannot be sliced; the message says why."""
+
+
+@dataclass(frozen=True)
+class SliceWindow:
+    """What one slice of one tensor covers: batches ``n`` and rows ``h`` (half-open)."""
+
+    n: Window
+    h: Window
+
+    @property
+    def n_len(self) -> int:
+        return self.n[1] - self.n[0]
+
+    @property
+    def h_len(self) -> int:
+        return self.h[1] - self.h[0]
+
+
+@dataclass(frozen=True)
+class GroupIO:
+    inputs: tuple[str, ...]  # activations the group loads from GMEM
+    outputs: tuple[str, ...]  # activations the group stores to GMEM
+    internal: tuple[str, ...]  # activations that never leave LMEM
+
+
+@dataclass(frozen=True)
+class GroupSlicing:
+    ops: tuple[str, ...]
+    n_slices: int
+    h_slices: int
+    io: GroupIO
+    windows: Mapping[str, tuple[SliceWindow, ...]]  # every group tensor, one window per slice
+    stores: Mapping[str, tuple[SliceWindow, ...]]  # group outputs: the part each slice writes back
+
+    @property
+    def num_slices(self) -> int:
+        return self.n_slices * self.h_slices
+
+    def max_window(self, tensor: str) -> tuple[int, int]:
+        """(batches, rows) of the largest slice: LMEM buffers are sized for it."""
+        ws = self.windows[tensor]
+        return max(w.n_len for w in ws), max(w.h_len for w in ws)
+
+
+def even_split(length: int, parts: int, unit: int = 1) -> list[Window]:
+    """``parts`` half-open ranges covering [0, length), sizes in whole ``unit``s differing by at most one unit.
+
+    >>> even_split(10, 3)
+    [(0, 4), (4, 7), (7, 10)]
+    """
+    units = cdiv(length, unit)
+    if parts < 1 or parts > units:
+        raise SliceError(f"cannot split {length} into {parts} non-empty parts of unit {unit}")
+    base, extra = divmod(units, parts)
+    out, start = [], 0
+    for i in range(parts):
+        size = (base + (1 if i < extra else 0)) * unit
+        out.append((start, min(length, start + size)))
+        start += size
+    return out
+
+
+def group_io(net: Network, ops: Iterable[str]) -> GroupIO:
+    names = list(ops)
+    members = set(names)
+    produced: list[str] = []
+    consumed: list[str] = []
+    for name in names:
+        op = net.op(name)
+        consumed.extend(op.inputs)
+        produced.extend(op.outputs)
+    prod_set = set(produced)
+    inputs = tuple(dict.fromkeys(t for t in consumed if t not in prod_set))
+    net_out = set(net.outputs)
+    outputs = tuple(t for t in produced
+                    if t in net_out or any(c.name not in members for c in net.consumers.get(t, ())))
+    out_set = set(outputs)
+    internal = tuple(t for t in produced if t not in out_set)
+    return GroupIO(inputs, outputs, internal)
+
+
+def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: int) -> list[Op]:
+    if not names:
+        raise SliceError("empty group")
+    if n_slices < 1 or h_slices < 1:
+        raise SliceError(f"slice counts must be positive (n={n_slices}, h={h_slices})")
+    ops = [net.op(n) for n in names]
+    order = net.op_index
+    if [order[o.name] for o in ops] != sorted(order[o.name] for o in ops):
+        raise SliceError("group ops are not in the network's topological order")
+    for op in ops:
+        if not op.local:
+            raise SliceError(f"op {op.name} ({op.type}) is a global layer: {op.reason}")
+        if h_slices > 1 and not op.h_split:
+            raise SliceError(f"op {op.name} ({op.type}) does not allow slicing H")
+        if n_slices > 1 and not op.n_split:
+            raise SliceError(f"op {op.name} ({op.type}) does not allow slicing N")
+    return ops
+
+
+def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int, *, n_unit: int = 1,
+                h_ratio: float = DEFAULT_H_RATIO) -> GroupSlicing:
+    """Per-slice windows of every tensor in the group, or :class:`SliceError` naming the rule broken."""
+    ops = _check_members(net, names, n_slices, h_slices)
+    io = group_io(net, names)
+    batch = max(net.tensor(t).n for t in io.outputs)
+    n_parts = even_split(batch, n_slices, n_unit)
+    stores: dict[str, tuple[SliceWindow, ...]] = {}
+    for t in io.outputs:
+        ten = net.tensor(t)
+        if ten.h < h_slices:
+            raise SliceError(f"h_slices={h_slices} exceeds the height {ten.h} of group output {t}")
+        hs = even_split(ten.h, h_slices)
+        ns = n_parts if ten.n == batch else [(0, ten.n)] * n_slices
+        stores[t] = tuple(SliceWindow(n, h) for n in ns for h in hs)
+    num = n_slices * h_slices
+    need: dict[str, list[SliceWindow | None]] = {t: list(w) for t, w in stores.items()}
+    for op in reversed(ops):
+        out = op.outputs[0]
+        out_t = net.tensor(out)
+        wins = need.get(out)
+        if wins is None:
+            raise SliceError(f"op {op.name} has an output nobody in or after the group uses")
+        for k, t in enumerate(op.inputs):
+            ten = net.tensor(t)
+            cur = need.setdefault(t, [None] * num)
+            for s, w in enumerate(wins):
+                assert w is not None
+                hw = opsem.backward_h(op, k, w.h, ten.h, out_t.h)
+                nw = opsem.backward_n(op, k, w.n, ten.n)
+                prev = cur[s]
+                cur[s] = SliceWindow(nw, hw) if prev is None else SliceWindow(
+                    opsem.window_union(prev.n, nw), opsem.window_union(prev.h, hw))
+    windows = {t: tuple(w for w in ws if w is not None) for t, ws in need.items()}
+    for t, ws in windows.items():
+        check_windows(t, net.tensor(t).h, ws, h_slices, h_ratio)
+    return GroupSlicing(tuple(names), n_slices, h_slices, io, windows, stores)
+
+
+def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices: int,
+                  h_ratio: float = DEFAULT_H_RATIO) -> None:
+    """Empty, non-advancing and h/2 checks for one tensor's windows (N-major slice order)."""
+    for s, w in enumerate(ws):
+        if w.n_len <= 0 or w.h_len <= 0:
+            raise SliceError(f"slice {s} of tensor {tensor} is empty (n={w.n}, h={w.h})")
+    if h_slices <= 1 or height <= 1:
+        return
+    for start in range(0, len(ws), h_slices):
+        run = ws[start:start + h_slices]
+        for i in range(1, len(run)):
+            if run[i].h[0] < run[i - 1].h[0] or run[i].h[1] <= run[i - 1].h[1]:
+                raise SliceError(f"tensor {tensor}: H slice {i} ({run[i].h}) does not advance past slice {i - 1} "
+                                 f"({run[i - 1].h})")
+        dup = h_overlap(height, [w.h for w in run])
+        if dup > h_ratio * height:
+            raise SliceError(f"h/2 rule: tensor {tensor} repeats {dup} of its {height} rows over {h_slices} "
+                             f"H slices (limit {h_ratio:g} x H)")
+
+
+def h_overlap(height: int, windows: Sequence[Window]) -> int:
+    """Rows loaded or computed more than once: sum of slice heights minus H."""
+    return sum(b - a for a, b in windows) - height

@@ -1,0 +1,204 @@
+"""The timestep table of a group and the lifetimes of its buffers.
+
+Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, as one function:
+
+* one op per row; a load sits one row before the first use of what it loads,
+  a store one row after production (later if an op still reads the tensor in
+  that row: GDMA and the NPU do not touch one tensor in the same row);
+* the 3-stage software pipeline: loads for the first op go in the last row and
+  serve the *next* slice (stage 0); stores that fall past the last row wrap to
+  the first rows and serve the *previous* slice (stage 2).  An extra row is
+  appended when a wrap would make a buffer collide with its own next slice;
+* lifetimes are wrap-around intervals over the rows;
+* weights: resident for the whole loop when the group is sliced (the seed's end
+  point "corrected to positive infinity", loaded once before the loop); in an
+  unsliced group they are ordinary buffers, loaded while the previous weighted
+  op computes (the seed's w4 moved from [T5,T5] to [T2,T5]);
+* scratch lives in its op's row;
+* buffer ids are assigned breadth-first over the group's DAG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lgopt.group.handover import store_skipped
+from lgopt.group.slicing import GroupSlicing, SliceError
+from lgopt.hw.chip import Chip
+from lgopt.hw.sizing import activation_bytes, scratch_bytes, weight_bytes
+from lgopt.model.network import Network
+from lgopt.model.plan import Buffer, GroupPlan, Row, Transfer
+
+STAGE_OFFSET = {0: -1, 1: 0, 2: 1}
+
+
+@dataclass(frozen=True)
+class Event:
+    row: int
+    stage: int  # 0, 1 or 2, as in Transfer.stage; op events are stage 1
+    what: str  # load | use | produce | store
+
+    def time(self, num_rows: int) -> int:
+        """Position on the unrolled timeline of the slice this event serves."""
+        return STAGE_OFFSET[self.stage] * num_rows + self.row
+
+
+def interval(events: list[Event], num_rows: int, name: str) -> tuple[int, int]:
+    """(start row, end row) of the wrap-around interval covering ``events``."""
+    times = [e.time(num_rows) for e in events]
+    lo, hi = min(times), max(times)
+    if hi - lo + 1 > num_rows:
+        raise SliceError(f"timestep table: {name} would live {hi - lo + 1} rows, longer than one iteration "
+                         f"({num_rows} rows)")
+    return lo % num_rows, hi % num_rows
+
+
+def _breadth_first_ops(net: Network, ops: tuple[str, ...]) -> list[str]:
+    """Ops by depth from the group's inputs (a breadth-first layering), ties in network order."""
+    depth: dict[str, int] = {}
+    producer_in_group: dict[str, str] = {}
+    for name in ops:
+        op = net.op(name)
+        depth[name] = 1 + max((depth[producer_in_group[t]] for t in op.inputs if t in producer_in_group), default=-1)
+        for t in op.outputs:
+            producer_in_group[t] = name
+    return sorted(ops, key=lambda n: (depth[n], net.op_index[n]))
+
+
+def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], num_rows: int
+                  ) -> dict[str, tuple[int, int]] | None:
+    """Store row and stage per group output; None when a wrap needs one more row."""
+    users = {t: {i for i, o in enumerate(ops) if t in net.op(o).inputs} for t in outputs}
+    prod = {t: i for i, o in enumerate(ops) for t in net.op(o).outputs}
+    placed: dict[str, tuple[int, int]] = {}
+    for t in outputs:
+        j = prod[t]
+        r = j + 1
+        while r < len(ops) and r in users[t]:
+            r += 1
+        if r < num_rows:
+            placed[t] = (r, 1)
+        else:
+            wrapped = r - num_rows
+            if wrapped >= j:  # would still be live when the next slice produces it
+                return None
+            placed[t] = (wrapped, 2)
+    return placed
+
+
+def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1,
+                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = ()) -> GroupPlan:
+    """Timestep table and sized, unplaced buffers for one sliced group.
+
+    ``prefetch`` (unsliced groups): a weight is loaded in the row of the
+    ``prefetch``-th previous weighted op, so larger values hide weight DMA under
+    more compute at the price of LMEM; 1 is the seed's rule.
+    ``kept_in`` / ``kept_out``: tensors the previous group hands over in LMEM
+    (not loaded) and that this group hands to the next (stored only if someone
+    else reads them); both held whole and resident (:mod:`lgopt.group.handover`).
+    """
+    ops = sl.ops
+    k = len(ops)
+    sliced = sl.num_slices > 1
+    kept = set(kept_in) | set(kept_out)
+    if kept_out:
+        after = net.op_index[ops[-1]] + 1
+        skipped = {t for t in kept_out if store_skipped(net, t, after)}
+    else:
+        skipped = set()
+    loaded = tuple(t for t in sl.io.inputs if t not in kept_in)
+    stored = tuple(t for t in sl.io.outputs if t not in skipped)
+    uses: dict[str, list[int]] = {}
+    for i, name in enumerate(ops):
+        for t in dict.fromkeys(net.op(name).inputs):
+            uses.setdefault(t, []).append(i)
+    weighted = [i for i, name in enumerate(ops) if weight_bytes(chip, net.op(name))]
+
+    # rows: one per op, plus a tail row when the next slice's first loads cannot share the last op's row
+    extra = int(k == 1 or any(uses[t][0] == 0 and uses[t][-1] == k - 1 for t in loaded))
+    if not sliced and weighted and weighted[0] == 0 and k == 1:
+        extra = 1
+    stores = None
+    while stores is None:
+        num_rows = k + extra
+        stores = _place_stores(net, ops, stored, num_rows)
+        extra += stores is None
+        if extra > 3:
+            raise SliceError("timestep table: cannot place the group's stores")
+    loads: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
+    st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
+    events: dict[tuple[str, str], list[Event]] = {}
+
+    for t in kept_in:  # already in LMEM when the group starts
+        events[("activation", t)] = [Event(u, 1, "use") for u in uses[t]]
+    for t in loaded:
+        j = uses[t][0]
+        row, stage = (j - 1, 1) if j >= 1 else (num_rows - 1, 0)
+        loads[row].append(Transfer(t, "activation", stage))
+        events[("activation", t)] = [Event(row, stage, "load")] + [Event(u, 1, "use") for u in uses[t]]
+    for i, name in enumerate(ops):
+        for t in net.op(name).outputs:
+            events[("activation", t)] = [Event(i, 1, "produce")] + [Event(u, 1, "use") for u in uses.get(t, [])]
+    for t, (row, stage) in stores.items():
+        st[row].append(Transfer(t, "activation", stage))
+        events[("activation", t)].append(Event(row, stage, "store"))
+
+    preloads: list[str] = []
+    for w, i in enumerate(weighted):
+        name = ops[i]
+        if sliced:
+            preloads.append(name)
+            continue
+        # unsliced: load while the prefetch-th previous weighted op computes (the seed's w4 at T2)
+        row = weighted[w - prefetch] if w >= prefetch else weighted[0] - 1
+        stage = 1
+        if row < 0:
+            row, stage = (num_rows - 1, 0) if i <= num_rows - 2 else (0, 1)
+        loads[row].append(Transfer(name, "weight", stage))
+        events[("weight", name)] = [Event(row, stage, "load"), Event(i, 1, "use")]
+
+    # sizes: every buffer is sized for the largest slice it holds
+    def act_size(t: str) -> int:
+        ten = net.tensor(t)
+        if t in kept:
+            return activation_bytes(chip, ten, ten.n, ten.h)
+        return max(activation_bytes(chip, ten, n, h) for n, h in {(w.n_len, w.h_len) for w in sl.windows[t]})
+
+    buffers: list[Buffer] = []
+    seen: set[tuple[str, str]] = set()
+    position = {name: i for i, name in enumerate(ops)}
+
+    def add(kind: str, name: str, size: int) -> None:
+        if size <= 0 or (kind, name) in seen:
+            return
+        seen.add((kind, name))
+        bid = len(buffers)
+        if kind == "weight" and sliced or kind == "activation" and name in kept:
+            buffers.append(Buffer(bid, kind, name, size, 0, num_rows - 1, resident=True))
+            return
+        if kind == "scratch":
+            i = position[name]
+            buffers.append(Buffer(bid, kind, name, size, i, i))
+            return
+        start, end = interval(events[(kind, name)], num_rows, f"{kind} {name}")
+        buffers.append(Buffer(bid, kind, name, size, start, end))
+
+    for t in sl.io.inputs:
+        add("activation", t, act_size(t))
+    for name in _breadth_first_ops(net, ops):
+        op = net.op(name)
+        add("weight", name, weight_bytes(chip, op))
+        for t in op.outputs:
+            add("activation", t, act_size(t))
+        i_win = sl.windows[op.inputs[0]] if op.inputs else ()
+        o_win = sl.windows[op.outputs[0]]
+        shapes = {((a.n_len, a.h_len), (b.n_len, b.h_len)) for a, b in zip(i_win, o_win)}  # slices repeat
+        scratch = max((scratch_bytes(chip, net, op, a, b) for a, b in shapes), default=0)
+        add("scratch", name, scratch)
+
+    rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
+    return GroupPlan(ops, sl.n_slices, sl.h_slices, rows, tuple(preloads), tuple(buffers),
+                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.windows.items()},
+                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.stores.items()
+                      if t not in skipped},
+                     kept_in=tuple(kept_in), kept_out=tuple(kept_out))

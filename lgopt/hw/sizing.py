@@ -1,0 +1,127 @@
+"""Bytes per LMEM lane of every buffer a group needs: activations, weights, scratch.
+
+Activations use the EU-aligned layout from lane 0 (:func:`lgopt.hw.layout.activation_lane_bytes`).
+Weights follow the seed "Weight Reorder": conv filters with input channels
+interleaved in IC_PARALLEL units and output channels over lanes, the 32-bit
+bias merged compactly in front (one buffer, one DMA).  Scratch follows the
+per-op ``getBufferSize`` rules summarised in shared/reference s6, which makes
+it slice-dependent.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from lgopt.hw.chip import Chip
+from lgopt.hw.layout import (
+    activation_lane_bytes,
+    align_up,
+    bias_lane_bytes,
+    channels_per_lane,
+    conv_filter_lane_bytes,
+    depthwise_filter_lane_bytes,
+    merged_coeff_lane_bytes,
+)
+from lgopt.model import ops as opsem
+from lgopt.model.dtype import dtype_bytes, is_integer
+from lgopt.model.network import Network, Op, Tensor, to_nchw
+
+
+def activation_bytes(chip: Chip, t: Tensor, n_len: int, h_len: int) -> int:
+    """One slice of ``t`` with ``n_len`` batches and ``h_len`` rows, aligned layout."""
+    return activation_lane_bytes((n_len, t.c, h_len, t.w), t.dtype, chip.npu_num, chip.eu_bytes, chip.align_4n)
+
+
+@lru_cache(maxsize=1 << 14)
+def is_depthwise(op: Op) -> bool:
+    if op.type != "Conv":
+        return False
+    f = next(w for w in op.weights if w.role == "filter")
+    return op.attrs.get("group", 1) > 1 and f.shape[1] == 1 and op.attrs["group"] == f.shape[0]
+
+
+@lru_cache(maxsize=1 << 14)
+def weight_bytes(chip: Chip, op: Op) -> int:
+    """One merged coefficient buffer per op (0 when it has no weights)."""
+    if not op.weights:
+        return 0
+    if op.type in ("Conv", "ConvTranspose"):
+        f = next(w for w in op.weights if w.role == "filter")
+        has_bias = any(w.role == "bias" for w in op.weights)
+        if op.type == "Conv":
+            oc, icg, kh, kw = f.shape
+        else:  # ONNX ConvTranspose filter is [ic, oc/group, kh, kw]
+            icg, ocg, kh, kw = f.shape
+            oc = ocg * op.attrs.get("group", 1)
+            icg = icg // op.attrs.get("group", 1)
+        if is_depthwise(op):
+            filt = depthwise_filter_lane_bytes(oc, kh, kw, f.dtype, chip.npu_num)
+        else:
+            filt = conv_filter_lane_bytes(oc, icg, kh, kw, f.dtype, chip.npu_num, chip.ic_parallel)
+        bias = bias_lane_bytes(oc, chip.npu_num, 4) if has_bias else 0
+        return merged_coeff_lane_bytes(filt, bias, chip.eu_bytes)
+    # per-channel parameters (BN scale/bias, PRelu slope, broadcast constants): compact, one after another
+    total = 0
+    for w in op.weights:
+        if w.role in ("mean", "var"):
+            continue  # folded into scale/bias offline
+        n, c, h, ww = to_nchw(w.shape if len(w.shape) != 1 else (1, w.shape[0]))
+        total += align_up(n * channels_per_lane(c, chip.npu_num) * h * ww * dtype_bytes(w.dtype), 4)
+    return align_up(total, chip.eu_bytes) if total else 0
+
+
+def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int], out_slice: tuple[int, int]) -> int:
+    """Op scratch for one slice (``(n_len, h_len)`` of input 0 and output), reference s6.
+
+    * grouped (non-depthwise) conv: a re-laid-out input plus ``2 * ic_per_lane * bytes``;
+    * depthwise conv on narrow types: an int32 copy of the output;
+    * table activations (Sigmoid, SiLU, Tanh, ...): two EU-aligned copies of the input slice
+      plus a 32-entry table;
+    * int8 Add: an int16 intermediate of the output, twice.
+    """
+    if not op.inputs or not op.outputs:
+        return 0
+    tin = net.tensor(op.inputs[0])
+    tout = net.tensor(op.outputs[0])
+    if op.type == "Conv" and op.attrs.get("group", 1) > 1:
+        if is_depthwise(op):
+            if dtype_bytes(tout.dtype) < 4:
+                return activation_lane_bytes((out_slice[0], tout.c, out_slice[1], tout.w), "int32", chip.npu_num,
+                                             chip.eu_bytes)
+            return 0
+        relaid = activation_bytes(chip, tin, *in_slice)
+        return relaid + align_up(2 * channels_per_lane(tin.c, chip.npu_num) * dtype_bytes(tin.dtype), chip.eu_bytes)
+    if op.type in opsem.TABLE_ACTIVATIONS:
+        per_slice = activation_bytes(chip, tin, *in_slice) // max(1, in_slice[0])
+        return 2 * align_up(per_slice, chip.eu_bytes) + align_up(32 * dtype_bytes(tin.dtype), chip.eu_bytes)
+    if op.type == "Add" and is_integer(tout.dtype) and dtype_bytes(tout.dtype) == 1:
+        return 2 * activation_lane_bytes((out_slice[0], tout.c, out_slice[1], tout.w), "int16", chip.npu_num,
+                                         chip.eu_bytes)
+    return 0
+
+
+def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
+    """Fewest bytes per lane the row of ``op`` holds in any group (``sliced``: in any sliced group).
+
+    Why: whatever the group and slicing, the row where ``op`` computes holds its
+    weight and a buffer for its output and for each input, each at least the
+    smallest window ``op`` can work on: the whole tensors when unsliced, one
+    output row (one batch) where the op lets H (N) be sliced.  Bytes grow with
+    the window, so if this exceeds LMEM no such group packs, and the candidate
+    space drops it without scheduling it (scratch is left out: the test stays
+    a necessary condition).
+    """
+    if not op.outputs:
+        return weight_bytes(chip, op)
+    out = net.tensor(op.outputs[0])
+    o_n = 1 if sliced and op.n_split else out.n
+    o_rows = [(r, r + 1) for r in range(out.h)] if sliced and op.h_split else [(0, out.h)]
+    total = weight_bytes(chip, op) + activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0])
+    for k, t in enumerate(op.inputs):
+        if t in op.inputs[:k]:
+            continue
+        ten = net.tensor(t)
+        n0, n1 = opsem.backward_n(op, k, (0, o_n), ten.n)
+        rows = min(b - a for a, b in (opsem.backward_h(op, k, w, ten.h, out.h) for w in o_rows))
+        total += activation_bytes(chip, ten, n1 - n0, max(1, rows))
+    return total

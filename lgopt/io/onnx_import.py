@@ -1,0 +1,458 @@
+"""ONNX -> :class:`~lgopt.model.network.Network`, needing shapes only, never weight bytes.
+
+The importer does what a TPU compiler's front end does before layer grouping:
+
+* runs ONNX shape inference (with data propagation),
+* folds constant shape arithmetic (``Shape -> Gather -> Concat -> Reshape`` ...)
+  with ONNX's own reference evaluator, re-inferring until nothing changes,
+* folds BatchNormalization into a preceding Conv, fuses Relu / Clip / LeakyRelu
+  into their producer and Sigmoid*x into SiLU (``fuse=False`` keeps them apart),
+* drops Identity/Dropout, and turns every op lgopt cannot group into a global
+  layer instead of failing.
+
+Errors in the file itself (unreadable, truncated, unknown shapes) are
+:class:`~lgopt.errors.LgoptError` with one line naming the cause.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from lgopt.errors import LgoptError
+from lgopt.model import ops as opsem
+from lgopt.model.dtype import COMPUTE_DTYPES
+from lgopt.model.network import Network, Op, Tensor, Weight, check_network, to_nchw
+
+ONNX_DTYPES = {
+    onnx.TensorProto.FLOAT: "f32",
+    onnx.TensorProto.FLOAT16: "f16",
+    onnx.TensorProto.BFLOAT16: "bf16",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.DOUBLE: "f64",
+    onnx.TensorProto.BOOL: "bool",
+}
+FLOAT_DTYPES = {"f32", "f16", "bf16", "f64"}
+ALIAS_TYPES = {"Identity", "Dropout"}
+NO_FOLD_TYPES = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+MAX_FOLD_ELEMS = 1 << 16  # fold shape arithmetic, not weight math
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+def load_onnx(path: str | Path) -> onnx.ModelProto:
+    p = Path(path)
+    if not p.is_file():
+        raise LgoptError(f"model file {path} does not exist")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as e:  # protobuf raises DecodeError, RuntimeWarning-wrapped errors, ...
+        raise LgoptError(f"{path} is not a readable ONNX model ({type(e).__name__}: {str(e)[:120]})") from None
+    if not model.graph.node:
+        raise LgoptError(f"{path} is not a readable ONNX model (the graph has no nodes; truncated file?)")
+    return model
+
+
+def _has_data(init: onnx.TensorProto) -> bool:
+    if init.data_location == onnx.TensorProto.EXTERNAL:
+        return False
+    return bool(init.raw_data) or any(len(getattr(init, f)) for f in (
+        "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"))
+
+
+def _dims(vi: onnx.ValueInfoProto) -> tuple[Any, ...] | None:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
+
+
+def _infer(model: onnx.ModelProto, path: str) -> onnx.ModelProto:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as e:
+        raise LgoptError(f"{path}: ONNX shape inference failed ({str(e).splitlines()[0][:160]})") from None
+
+
+def _set_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    names = {i.name for i in model.graph.input}
+    for name, shape in shapes.items():
+        if name not in names:
+            raise LgoptError(f"--input-shape names {name!r}, which is not a model input ({', '.join(sorted(names))})")
+    # shapes recorded for intermediate tensors were inferred from the old input shapes: drop them
+    del model.graph.value_info[:]
+    for vi in model.graph.output:
+        vi.type.tensor_type.ClearField("shape")
+    for vi in model.graph.input:
+        if vi.name in shapes:
+            shape = shapes[vi.name]
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) and len(dims) != len(shape):
+                raise LgoptError(f"--input-shape {vi.name}: rank {len(shape)} does not match the model's {len(dims)}")
+            del dims[:]
+            for d in shape:
+                dims.add().dim_value = int(d)
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            v = onnx.helper.get_attribute_value(a)
+            return v.decode() if isinstance(v, bytes) else v
+    return default
+
+
+def _fold_constants(model: onnx.ModelProto, path: str) -> tuple[onnx.ModelProto, bool]:
+    """Evaluate every node whose inputs are all known small constants; return the rewritten model."""
+    from onnx.reference import ReferenceEvaluator
+
+    g = model.graph
+    values: dict[str, np.ndarray] = {}
+    for init in g.initializer:
+        if _has_data(init):
+            values[init.name] = numpy_helper.to_array(init)
+    shapes: dict[str, tuple[Any, ...]] = {}
+    for vi in list(g.value_info) + list(g.input) + list(g.output):
+        d = _dims(vi)
+        if d is not None:
+            shapes[vi.name] = d
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    kept: list[onnx.NodeProto] = []
+    for node in g.node:
+        ins = [i for i in node.input if i]
+        out_val: list[np.ndarray] | None = None
+        if node.op_type == "Constant" and not node.domain:
+            try:
+                out_val = [ReferenceEvaluator(node, opsets=opsets).run(None, {})[0]]
+            except Exception as e:
+                raise LgoptError(f"{path}: cannot read Constant node {node.name or node.output[0]!r} ({e})") from None
+        elif node.op_type == "Shape" and ins and ins[0] in shapes and all(isinstance(d, int) for d in shapes[ins[0]]):
+            shp = np.array(shapes[ins[0]], dtype=np.int64)
+            start, end = _attr(node, "start", 0), _attr(node, "end", None)
+            out_val = [shp[start:end]]
+        elif node.op_type == "Size" and ins and ins[0] in shapes and all(isinstance(d, int) for d in shapes[ins[0]]):
+            out_val = [np.array(int(np.prod(shapes[ins[0]])), dtype=np.int64)]
+        elif (ins and all(i in values for i in ins) and not node.domain and node.op_type not in NO_FOLD_TYPES
+              and all(values[i].size <= MAX_FOLD_ELEMS for i in ins)):
+            try:
+                res = ReferenceEvaluator(node, opsets=opsets).run(None, {i: values[i] for i in ins})
+                out_val = [np.asarray(r) for r in res]
+            except Exception:
+                out_val = None  # leave it to the network as a (global) op
+        if out_val is not None and len(out_val) == len(node.output):
+            for name, v in zip(node.output, out_val):
+                if name:
+                    values[name] = v
+            continue
+        kept.append(node)
+    if len(kept) == len(g.node):
+        return model, False
+    used = {i for n in kept for i in n.input} | {o.name for o in g.output}
+    new_inits = [init for init in g.initializer if init.name in used and init.name not in values]
+    for name, v in values.items():
+        if name in used:
+            new_inits.append(numpy_helper.from_array(np.asarray(v), name))
+    graph = onnx.helper.make_graph(kept, g.name, [i for i in g.input if i.name not in values or i.name in used],
+                                   list(g.output), new_inits, value_info=[])
+    new = onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+    return new, True
+
+
+# --- conversion ---------------------------------------------------------------------------------
+
+def _pair(v: Any, default: int) -> tuple[int, int]:
+    if v is None:
+        return (default, default)
+    v = list(v)
+    if len(v) == 1:
+        return (int(v[0]), int(v[0]))
+    return (int(v[0]), int(v[1]))
+
+
+def _spatial_attrs(node: onnx.NodeProto, in_hw: tuple[int, int], wshape: tuple[int, ...] | None) -> dict[str, Any]:
+    kernel = _attr(node, "kernel_shape")
+    if kernel is None and wshape is not None:
+        kernel = wshape[2:]
+    kernel = _pair(kernel, 1)
+    strides = _pair(_attr(node, "strides"), 1)
+    dil = _pair(_attr(node, "dilations"), 1)
+    pads = _attr(node, "pads")
+    auto_pad = _attr(node, "auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER") and node.op_type != "ConvTranspose":
+        p: list[int] = []
+        for i in range(2):
+            k_ext = (kernel[i] - 1) * dil[i] + 1
+            out = -(-in_hw[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + k_ext - in_hw[i])
+            p.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
+            p.append(total - p[-1])
+        pads = (p[0], p[2], p[1], p[3])
+    elif pads is None or auto_pad == "VALID":
+        pads = (0, 0, 0, 0)
+    pads = tuple(int(x) for x in pads)
+    if len(pads) == 2:  # 1-D given for a 2-D op
+        pads = (pads[0], 0, pads[1], 0)
+    return {"kernel": kernel, "strides": strides, "dilations": dil, "pads": pads}
+
+
+class _Builder:
+    """Turns inferred, folded ONNX nodes into lgopt ops, fusing as it goes."""
+
+    def __init__(self, model: onnx.ModelProto, path: str, fuse: bool, dtype: str | None) -> None:
+        self.g = model.graph
+        self.path = path
+        self.fuse = fuse
+        self.dtype = dtype
+        self.inits = {i.name: i for i in self.g.initializer}
+        self.info: dict[str, tuple[tuple[Any, ...] | None, str]] = {}
+        for vi in list(self.g.input) + list(self.g.value_info) + list(self.g.output):
+            et = vi.type.tensor_type.elem_type
+            self.info[vi.name] = (_dims(vi), ONNX_DTYPES.get(et, f"onnx-type-{et}"))
+        self.alias: dict[str, str] = {}
+        self.ops: list[Op] = []
+        self.producer: dict[str, int] = {}  # tensor -> index in self.ops
+        self.uses: dict[str, int] = {}
+        for n in self.g.node:
+            for i in n.input:
+                if i:
+                    self.uses[i] = self.uses.get(i, 0) + 1
+        for o in self.g.output:
+            self.uses[o.name] = self.uses.get(o.name, 0) + 1
+        self.graph_outputs = {o.name for o in self.g.output}
+
+    def res(self, name: str) -> str:
+        while name in self.alias:
+            name = self.alias[name]
+        return name
+
+    def _dt(self, dt: str) -> str:
+        return self.dtype if (self.dtype and dt in FLOAT_DTYPES) else dt
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        dims, _ = self.info.get(name, (None, ""))
+        if name in self.inits:
+            return tuple(self.inits[name].dims)
+        if dims is None or any(not isinstance(d, int) or d <= 0 for d in dims):
+            shown = "unknown" if dims is None else "[" + ",".join(str(d) for d in dims) + "]"
+            raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown} after shape inference "
+                             "(give static input shapes with --input-shape NAME=N,C,H,W)")
+        return dims
+
+    def weight(self, name: str, role: str) -> Weight:
+        init = self.inits[name]
+        dt = ONNX_DTYPES.get(init.data_type, "f32")
+        return Weight(name, tuple(int(d) for d in init.dims), self._dt(dt), role)
+
+    def add(self, op: Op) -> None:
+        self.ops.append(op)
+        for t in op.outputs:
+            self.producer[t] = len(self.ops) - 1
+
+    def single_use(self, tensor: str) -> bool:
+        return self.uses.get(tensor, 0) == 1 and tensor not in self.graph_outputs
+
+    def convert(self, node: onnx.NodeProto) -> None:
+        t = node.op_type
+        ins = [self.res(i) for i in node.input]
+        outs = [o for o in node.output if o]
+        name = node.name or outs[0]
+        if t in ALIAS_TYPES and ins and ins[0] not in self.inits:
+            self.alias[outs[0]] = ins[0]
+            self.uses[ins[0]] = self.uses.get(ins[0], 0) + self.uses.get(outs[0], 0) - 1
+            if outs[0] in self.graph_outputs:
+                self.graph_outputs.add(ins[0])
+            return
+        if self.fuse and self._try_fuse(node, t, ins, outs):
+            return
+        acts = [i for i in ins if i and i not in self.inits]
+        consts = [i for i in ins if i and i in self.inits]
+        attrs: dict[str, Any] = {}
+        weights: list[Weight] = []
+        op_type = t
+        if t in ("Conv", "ConvTranspose"):
+            wshape = tuple(self.inits[ins[1]].dims) if len(ins) > 1 and ins[1] in self.inits else None
+            if wshape is None or len(wshape) != 4:
+                return self._global(node, name, acts, consts, outs, f"{t} with non-constant or non-2-D weights")
+            in_hw = tuple(self.shape(acts[0])[2:4]) if len(self.shape(acts[0])) == 4 else (1, 1)
+            attrs = _spatial_attrs(node, in_hw, wshape)
+            attrs["group"] = int(_attr(node, "group", 1))
+            if t == "ConvTranspose":
+                attrs["output_padding"] = _pair(_attr(node, "output_padding"), 0)
+            weights = [self.weight(ins[1], "filter")]
+            if len(ins) > 2 and ins[2]:
+                weights.append(self.weight(ins[2], "bias"))
+        elif t in ("MaxPool", "AveragePool"):
+            in_hw = tuple(self.shape(acts[0])[2:4]) if len(self.shape(acts[0])) == 4 else (1, 1)
+            attrs = _spatial_attrs(node, in_hw, None)
+            attrs["ceil_mode"] = int(_attr(node, "ceil_mode", 0))
+            attrs["count_include_pad"] = int(_attr(node, "count_include_pad", 0))
+            outs = outs[:1]
+        elif t in ("GlobalAveragePool", "GlobalMaxPool"):
+            pass
+        elif t == "ReduceMean":
+            axes = _attr(node, "axes")
+            if axes is None and len(ins) > 1 and ins[1] in self.inits:
+                axes = numpy_helper.to_array(self.inits[ins[1]]).tolist()
+                consts = []
+            rank = len(self.shape(acts[0]))
+            attrs = {"axes": tuple(sorted(int(a) % rank for a in (axes or range(rank)))),
+                     "keepdims": int(_attr(node, "keepdims", 1))}
+            if not attrs["keepdims"]:
+                return self._global(node, name, acts, consts, outs, "ReduceMean without keepdims")
+        elif t == "Concat":
+            rank = len(self.shape(outs[0]))
+            attrs = {"axis": int(_attr(node, "axis", 1)) % rank}
+            if consts:
+                return self._global(node, name, acts, consts, outs, "Concat with a constant operand")
+        elif t in ("Resize", "Upsample"):
+            op_type = "Resize"
+            mode = _attr(node, "mode", "nearest")
+            attrs = {"mode": mode, "coord": _attr(node, "coordinate_transformation_mode",
+                                                 "asymmetric" if t == "Upsample" else "half_pixel"),
+                     "nearest_mode": _attr(node, "nearest_mode", "floor" if t == "Upsample" else "round_prefer_floor")}
+            consts = []  # roi/scales/sizes are shape data, not weights
+            acts = acts[:1]
+        elif t == "Clip":
+            attrs = {"min": _scalar(self.inits, ins, 1, _attr(node, "min")), "max": _scalar(self.inits, ins, 2, _attr(node, "max"))}
+            consts = []
+        elif t in ("LeakyRelu",):
+            attrs = {"alpha": float(_attr(node, "alpha", 0.01))}
+        elif t in ("HardSigmoid",):
+            attrs = {"alpha": float(_attr(node, "alpha", 0.2)), "beta": float(_attr(node, "beta", 0.5))}
+        elif t == "BatchNormalization":
+            attrs = {"epsilon": float(_attr(node, "epsilon", 1e-5))}
+            weights = [self.weight(c, r) for c, r in zip(ins[1:5], ("scale", "bias", "mean", "var")) if c in self.inits]
+            consts = []
+            outs = outs[:1]
+        elif t in opsem.BINARY_TYPES or t == "PRelu":
+            weights = [self.weight(c, "const") for c in consts]
+            consts = []
+            if not acts:
+                return self._global(node, name, acts, [c for c in ins if c], outs, "constant-only op")
+        if t not in opsem.LOCAL_TYPES and t not in ("Upsample",):
+            return self._global(node, name, acts, consts, outs, f"{t} is not a layer-group op")
+        try:
+            in_ranks = [len(self.shape(a)) for a in acts]
+            out_ranks = [len(self.shape(o)) for o in outs]
+        except LgoptError:
+            raise
+        local, h_split, n_split, reason = opsem.classify(op_type, attrs, in_ranks, out_ranks)
+        dts = {self._dt(self.info.get(a, (None, "f32"))[1]) for a in acts + outs}
+        if local and not dts <= set(COMPUTE_DTYPES):
+            local, h_split, n_split, reason = False, False, False, f"dtype {sorted(dts)}"
+        self.add(Op(name, op_type, tuple(acts), tuple(outs), tuple(weights), attrs, (), local, h_split, n_split,
+                    (node.name or outs[0],), reason))
+
+    def _global(self, node: onnx.NodeProto, name: str, acts: list[str], consts: list[str], outs: list[str],
+                reason: str) -> None:
+        weights = tuple(self.weight(c, "const") for c in consts if c in self.inits)
+        for a in acts + outs:
+            self.shape(a)
+        self.add(Op(name, node.op_type, tuple(acts), tuple(outs), weights, {}, (), False, False, False,
+                    (node.name or outs[0],), reason))
+
+    def _try_fuse(self, node: onnx.NodeProto, t: str, ins: list[str], outs: list[str]) -> bool:
+        """Fold BN into Conv, an activation into its producer, Sigmoid(x)*x into SiLU."""
+        if not ins or not ins[0] or ins[0] in self.inits:
+            return False
+        src = ins[0]
+        pi = self.producer.get(src)
+        prod = self.ops[pi] if pi is not None else None
+        if t == "BatchNormalization" and prod is not None and prod.type == "Conv" and prod.local \
+                and self.single_use(src) and not prod.fused:
+            weights = list(prod.weights)
+            if not any(w.role == "bias" for w in weights):
+                oc = prod.weights[0].shape[0]
+                weights.append(Weight(f"{ins[2]}", (oc,), weights[0].dtype, "bias"))
+            self._replace(pi, replace(prod, outputs=(outs[0],), weights=tuple(weights),
+                                      sources=prod.sources + ((node.name or outs[0]),)))
+            return True
+        if t in opsem.FUSABLE_ACTIVATIONS and prod is not None and prod.local and self.single_use(src) \
+                and prod.type in ("Conv", "ConvTranspose", "Add", "Sub", "Mul", "BatchNormalization") \
+                and len(prod.outputs) == 1 and not prod.fused:
+            attrs = dict(prod.attrs)
+            if t == "Clip":
+                attrs["act_min"] = _scalar(self.inits, ins, 1, _attr(node, "min"))
+                attrs["act_max"] = _scalar(self.inits, ins, 2, _attr(node, "max"))
+            if t == "LeakyRelu":
+                attrs["act_alpha"] = float(_attr(node, "alpha", 0.01))
+            self._replace(pi, replace(prod, outputs=(outs[0],), fused=prod.fused + (t,), attrs=attrs,
+                                      sources=prod.sources + ((node.name or outs[0]),)))
+            return True
+        if t == "Mul" and len(ins) == 2 and all(i and i not in self.inits for i in ins):
+            for x, s in ((ins[0], ins[1]), (ins[1], ins[0])):
+                si = self.producer.get(s)
+                if si is not None and self.ops[si].type == "Sigmoid" and self.ops[si].inputs == (x,) \
+                        and self.single_use(s):
+                    sig = self.ops[si]
+                    self.ops[si] = replace(sig, name="", outputs=())  # tombstone, removed at the end
+                    self.add(replace(sig, name=node.name or outs[0], type="SiLU", outputs=(outs[0],),
+                                     sources=sig.sources + ((node.name or outs[0]),)))
+                    return True
+        return False
+
+    def _replace(self, i: int, op: Op) -> None:
+        self.ops[i] = op
+        for t in op.outputs:
+            self.producer[t] = i
+
+    def network(self, name: str) -> Network:
+        ops: list[Op] = []
+        names: set[str] = set()
+        for op in self.ops:  # ONNX allows duplicate node names; lgopt needs unique ones
+            if not op.name:
+                continue  # a Sigmoid that became part of a SiLU
+            if op.name in names:
+                op = replace(op, name=f"{op.name}#{op.outputs[0]}")
+            names.add(op.name)
+            ops.append(op)
+        inputs = tuple(i.name for i in self.g.input if i.name not in self.inits)
+        outputs = tuple(dict.fromkeys(self.res(o.name) for o in self.g.output))
+        tensors: dict[str, Tensor] = {}
+        needed = dict.fromkeys(list(inputs) + [t for op in ops for t in op.inputs + op.outputs] + list(outputs))
+        for t in needed:  # ordered: problem files must not depend on the hash seed
+            shp = self.shape(t)
+            dt = self._dt(self.info.get(t, (None, "f32"))[1])
+            tensors[t] = Tensor(t, to_nchw(shp), dt, tuple(shp))
+        used_inputs = tuple(i for i in inputs if i in tensors)
+        return check_network(Network(name, tensors, tuple(ops), used_inputs, outputs))
+
+
+def _scalar(inits: Mapping[str, onnx.TensorProto], ins: list[str], k: int, default: Any) -> float | None:
+    if len(ins) > k and ins[k] and ins[k] in inits and _has_data(inits[ins[k]]):
+        return float(numpy_helper.to_array(inits[ins[k]]).reshape(-1)[0])
+    return None if default is None else float(default)
+
+
+def import_onnx(path: str | Path, *, fuse: bool = True, dtype: str | None = None,
+                input_shapes: Mapping[str, tuple[int, ...]] | None = None, name: str | None = None) -> Network:
+    """Read an ONNX file into a Network (see the module docstring for what it folds)."""
+    if dtype is not None and dtype not in COMPUTE_DTYPES:
+        raise LgoptError(f"unknown compute dtype {dtype!r} (choose from {', '.join(COMPUTE_DTYPES)})")
+    spath = str(path)
+    model = load_onnx(path)
+    if input_shapes:
+        _set_input_shapes(model, input_shapes)
+    model = _infer(model, spath)
+    for _ in range(16):
+        model, changed = _fold_constants(model, spath)
+        model = _infer(model, spath)
+        if not changed:
+            break
+    b = _Builder(model, spath, fuse, dtype)
+    for node in model.graph.node:
+        b.convert(node)
+    net_name = name or Path(path).name.split(".")[0]
+    return b.network(net_name)

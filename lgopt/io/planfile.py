@@ -1,0 +1,123 @@
+"""The plan file (``docs/plan-format.md``): a :class:`~lgopt.model.plan.Plan` to and from JSON.
+
+Reading never trusts the file: every field is type-checked and a bad one is one :class:`LgoptError` line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from lgopt.errors import LgoptError
+from lgopt.io.jsonio import read_json, write_json
+from lgopt.model.plan import Buffer, GroupPlan, Plan, Row, Transfer, Window4
+
+FORMAT = "lgopt-plan"
+VERSION = 1
+
+
+def _transfer(t: Transfer) -> dict[str, Any]:
+    return {"name": t.name, "kind": t.kind, "stage": t.stage}
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": plan.model,
+        "model_digest": plan.model_digest,
+        "strategy": plan.strategy,
+        "status": plan.status,
+        "settings": {"h_ratio": plan.h_ratio, "bank_rule": plan.bank_rule},
+        "chip": dict(plan.chip),
+        "steps": [{"group": v} if k == "group" else {"global": v} for k, v in plan.steps],
+        "groups": [
+            {
+                "ops": list(g.ops),
+                "n_slices": g.n_slices,
+                "h_slices": g.h_slices,
+                "timesteps": [{"ops": list(r.ops), "loads": [_transfer(t) for t in r.loads],
+                               "stores": [_transfer(t) for t in r.stores]} for r in g.rows],
+                "preloads": list(g.preloads),
+                "buffers": [{"id": b.id, "kind": b.kind, "name": b.name, "size": b.size, "start": b.start,
+                             "end": b.end, "resident": b.resident, "offset": b.offset} for b in g.buffers],
+                "windows": {t: [list(w) for w in ws] for t, ws in g.windows.items()},
+                "stores": {t: [list(w) for w in ws] for t, ws in g.stores.items()},
+                "cost": dict(g.cost),
+                **({"kept_in": list(g.kept_in)} if g.kept_in else {}),
+                **({"kept_out": list(g.kept_out)} if g.kept_out else {}),
+            }
+            for g in plan.groups
+        ],
+        "cost": dict(plan.cost),
+        "solver": dict(plan.solver),
+    }
+
+
+def _get(d: Mapping[str, Any], key: str, where: str, typ: type | tuple[type, ...] | None = None) -> Any:
+    if not isinstance(d, Mapping) or key not in d:
+        raise LgoptError(f"{where}: missing field {key!r}")
+    v = d[key]
+    if typ is not None and (not isinstance(v, typ) or (typ is int and isinstance(v, bool))):
+        raise LgoptError(f"{where}: field {key!r} has the wrong type ({type(v).__name__})")
+    return v
+
+
+def _windows(d: Any, where: str) -> dict[str, tuple[Window4, ...]]:
+    if not isinstance(d, Mapping):
+        raise LgoptError(f"{where}: windows must be an object")
+    out: dict[str, tuple[Window4, ...]] = {}
+    for t, ws in d.items():
+        if not isinstance(ws, list) or not all(isinstance(w, list) and len(w) == 4 for w in ws):
+            raise LgoptError(f"{where}: windows of {t} must be lists of [n0, n1, h0, h1]")
+        out[t] = tuple(tuple(int(x) for x in w) for w in ws)  # type: ignore[misc]
+    return out
+
+
+def _transfers(items: Any, where: str) -> tuple[Transfer, ...]:
+    if not isinstance(items, list):
+        raise LgoptError(f"{where}: expected a list of transfers")
+    return tuple(Transfer(str(_get(t, "name", where)), str(t.get("kind", "activation")), int(t.get("stage", 1)))
+                 for t in items)
+
+
+def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
+    if not isinstance(d, Mapping) or d.get("format") != FORMAT:
+        raise LgoptError(f"{where}: not an lgopt plan (expected \"format\": \"{FORMAT}\")")
+    if d.get("version") != VERSION:
+        raise LgoptError(f"{where}: plan format version {d.get('version')!r} is not supported (this lgopt reads {VERSION})")
+    groups = []
+    for gi, g in enumerate(_get(d, "groups", where, list)):
+        w = f"{where}: group {gi}"
+        rows = tuple(Row(tuple(_get(r, "ops", w, list)), _transfers(r.get("loads", []), w),
+                         _transfers(r.get("stores", []), w)) for r in _get(g, "timesteps", w, list))
+        bufs = tuple(Buffer(int(_get(b, "id", w, int)), str(_get(b, "kind", w, str)), str(_get(b, "name", w, str)),
+                            int(_get(b, "size", w, int)), int(_get(b, "start", w, int)), int(_get(b, "end", w, int)),
+                            bool(b.get("resident", False)), int(b.get("offset", -1)))
+                     for b in _get(g, "buffers", w, list))
+        groups.append(GroupPlan(tuple(_get(g, "ops", w, list)), int(_get(g, "n_slices", w, int)),
+                                int(_get(g, "h_slices", w, int)), rows, tuple(g.get("preloads", [])), bufs,
+                                _windows(_get(g, "windows", w), w), _windows(_get(g, "stores", w), w),
+                                g.get("cost", {}), tuple(str(t) for t in g.get("kept_in", [])),
+                                tuple(str(t) for t in g.get("kept_out", []))))
+    steps = []
+    for s in _get(d, "steps", where, list):
+        if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):
+            steps.append(("group", s["group"]))
+        elif isinstance(s, Mapping) and "global" in s:
+            steps.append(("global", str(s["global"])))
+        else:
+            raise LgoptError(f"{where}: bad step {s!r}")
+    settings = d.get("settings", {})
+    return Plan(str(_get(d, "model", where)), str(d.get("model_digest", "")), _get(d, "chip", where, dict),
+                str(d.get("strategy", "?")), tuple(steps), tuple(groups), str(d.get("status", "feasible")),
+                float(settings.get("h_ratio", 0.5)), str(settings.get("bank_rule", "soft")), d.get("cost", {}),
+                d.get("solver", {}))
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    write_json(path, plan_to_dict(plan))
+
+
+def load_plan(path: str | Path) -> Plan:
+    return plan_from_dict(read_json(path, "plan"), str(path))

@@ -1,0 +1,322 @@
+"""The network as lgopt sees it: NCHW tensors, ops with weights, and their DAG.
+
+A :class:`Network` is immutable and keeps its ops in one topological order
+(the order the model file gave, which is what today's compilers group over).
+Whether an op can run inside a layer group, and which axes it lets a group
+slice, is decided once at import (:func:`lgopt.model.ops.classify`) and stored on the
+op, so every later stage and the verifier agree on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Mapping
+
+import networkx as nx
+
+from lgopt.errors import LgoptError
+
+Shape4 = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An activation.  ``shape`` is NCHW; tensors of other rank are folded into 4-D
+    (see :func:`to_nchw`) and keep their true shape in ``orig_shape``."""
+
+    name: str
+    shape: Shape4
+    dtype: str
+    orig_shape: tuple[int, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return self.shape[0]
+
+    @property
+    def c(self) -> int:
+        return self.shape[1]
+
+    @property
+    def h(self) -> int:
+        return self.shape[2]
+
+    @property
+    def w(self) -> int:
+        return self.shape[3]
+
+    @property
+    def elems(self) -> int:
+        n, c, h, w = self.shape
+        return n * c * h * w
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A constant operand (filter, bias, scale...): lives in GMEM, loaded into LMEM whole."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: str = "weight"  # filter | bias | scale | const
+
+    @property
+    def elems(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Op:
+    """One layer after fusion.  ``attrs`` are normalised per type by the importer."""
+
+    name: str
+    type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    weights: tuple[Weight, ...] = ()
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    fused: tuple[str, ...] = ()  # activations folded into this op, e.g. ("Relu",)
+    local: bool = False  # may run inside a layer group
+    h_split: bool = False  # a group containing it may slice H
+    n_split: bool = False  # a group containing it may slice N
+    sources: tuple[str, ...] = ()  # model-file node names this op stands for
+    reason: str = ""  # why it is a global layer, when it is one
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    tensors: Mapping[str, Tensor]
+    ops: tuple[Op, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def __hash__(self) -> int:
+        return hash((self.name, len(self.ops)))
+
+    @cached_property
+    def op_index(self) -> dict[str, int]:
+        return {op.name: i for i, op in enumerate(self.ops)}
+
+    @cached_property
+    def op_by_name(self) -> dict[str, Op]:
+        return {op.name: op for op in self.ops}
+
+    @cached_property
+    def producer(self) -> dict[str, Op]:
+        return {t: op for op in self.ops for t in op.outputs}
+
+    @cached_property
+    def consumers(self) -> dict[str, tuple[Op, ...]]:
+        out: dict[str, list[Op]] = {t: [] for t in self.tensors}
+        for op in self.ops:
+            for t in dict.fromkeys(op.inputs):
+                out.setdefault(t, []).append(op)
+        return {t: tuple(v) for t, v in out.items()}
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """Op-level DAG; an edge carries the tensor names flowing along it."""
+        g = nx.DiGraph()
+        g.add_nodes_from(op.name for op in self.ops)
+        for op in self.ops:
+            for t in op.inputs:
+                p = self.producer.get(t)
+                if p is not None:
+                    if g.has_edge(p.name, op.name):
+                        g.edges[p.name, op.name]["tensors"].append(t)
+                    else:
+                        g.add_edge(p.name, op.name, tensors=[t])
+        return g
+
+    def tensor(self, name: str) -> Tensor:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise LgoptError(f"network {self.name}: unknown tensor {name!r}") from None
+
+    def op(self, name: str) -> Op:
+        try:
+            return self.op_by_name[name]
+        except KeyError:
+            raise LgoptError(f"network {self.name}: unknown op {name!r}") from None
+
+    @property
+    def local_ops(self) -> list[Op]:
+        return [op for op in self.ops if op.local]
+
+    @property
+    def global_ops(self) -> list[Op]:
+        return [op for op in self.ops if not op.local]
+
+
+def to_nchw(shape: Iterable[int]) -> Shape4:
+    """Fold any rank into NCHW: () -> 1111, (C) -> 1C11, (N,C) -> NC11, (N,C,L) -> NC1L,
+    (N,C,D...,W) -> (N, C, prod(D...), W).  Only global layers see non-4-D tensors."""
+    s = tuple(int(d) for d in shape)
+    if len(s) == 0:
+        return (1, 1, 1, 1)
+    if len(s) == 1:
+        return (1, s[0], 1, 1)
+    if len(s) == 2:
+        return (s[0], s[1], 1, 1)
+    if len(s) == 3:
+        return (s[0], s[1], 1, s[2])
+    mid = 1
+    for d in s[2:-1]:
+        mid *= d
+    return (s[0], s[1], mid, s[-1])
+
+
+def with_batch(net: Network, batch: int) -> Network:
+    """The same network at another batch size: every tensor carrying the input batch scales with it."""
+    from dataclasses import replace
+
+    if batch < 1:
+        raise LgoptError(f"batch must be at least 1, got {batch}")
+    old = max((net.tensors[t].n for t in net.inputs), default=1)
+    tensors = {}
+    for name, t in net.tensors.items():
+        if t.n == old and t.orig_shape and t.orig_shape[0] == old:
+            orig = (batch,) + tuple(t.orig_shape[1:])
+            tensors[name] = replace(t, shape=(batch,) + t.shape[1:], orig_shape=orig)
+        else:
+            tensors[name] = t
+    return replace(net, tensors=tensors)
+
+
+def reorder(net: Network, names: list[str]) -> Network:
+    """The same network with its ops in another topological order."""
+    from dataclasses import replace
+
+    if sorted(names) != sorted(op.name for op in net.ops):
+        raise ValueError("an order must list every op once")
+    return check_network(replace(net, ops=tuple(net.op_by_name[n] for n in names)))
+
+
+def topological_orders(net: Network) -> dict[str, list[str]]:
+    """The given order and two others that group branches differently.
+
+    * ``depth-first``: among ready ops, the one whose inputs were produced most recently
+      (finish a branch before starting the next);
+    * ``breadth-first``: the one whose latest input is oldest (start every branch, e.g. a
+      residual block's shortcut conv, before going deeper).
+    Ties go to the given order.  Any convex set of ops is a contiguous run of *some* topological
+    order, so searching several orders reaches groups one fixed order cannot.
+    """
+    import heapq
+
+    index = net.op_index
+    preds = {op.name: {net.producer[t].name for t in op.inputs if t in net.producer} for op in net.ops}
+    succs: dict[str, list[str]] = {op.name: [] for op in net.ops}
+    for n, ps in preds.items():
+        for p in ps:
+            succs[p].append(n)
+    out = {"given": [op.name for op in net.ops]}
+    for kind in ("depth-first", "breadth-first"):
+        pos: dict[str, int] = {}
+        missing = {n: len(ps) for n, ps in preds.items()}
+        heap: list[tuple[int, int, str]] = []
+
+        def push(n: str) -> None:
+            latest = max((pos[p] for p in preds[n]), default=-1)
+            heapq.heappush(heap, (-latest if kind == "depth-first" else latest, index[n], n))
+
+        for n, k in missing.items():
+            if k == 0:
+                push(n)
+        order: list[str] = []
+        while heap:
+            _, _, n = heapq.heappop(heap)
+            pos[n] = len(order)
+            order.append(n)
+            for m in succs[n]:
+                missing[m] -= 1
+                if missing[m] == 0:
+                    push(m)
+        out[kind] = order
+    return out
+
+
+def check_network(net: Network) -> Network:
+    """Structural sanity: unique names, every consumed tensor produced once, ops topologically ordered."""
+    seen_ops: set[str] = set()
+    produced: set[str] = set(net.inputs)
+    for t in net.inputs:
+        if t not in net.tensors:
+            raise LgoptError(f"network {net.name}: input {t!r} has no tensor entry")
+    for op in net.ops:
+        if op.name in seen_ops:
+            raise LgoptError(f"network {net.name}: duplicate op name {op.name!r}")
+        seen_ops.add(op.name)
+        for t in op.inputs:
+            if t not in net.tensors:
+                raise LgoptError(f"network {net.name}: op {op.name} reads unknown tensor {t!r}")
+            if t not in produced:
+                raise LgoptError(f"network {net.name}: op {op.name} reads {t!r} before it is produced "
+                                 "(ops must be in topological order)")
+        for t in op.outputs:
+            if t not in net.tensors:
+                raise LgoptError(f"network {net.name}: op {op.name} writes unknown tensor {t!r}")
+            if t in produced:
+                raise LgoptError(f"network {net.name}: tensor {t!r} is produced twice")
+            produced.add(t)
+    for t in net.outputs:
+        if t not in produced:
+            raise LgoptError(f"network {net.name}: output {t!r} is never produced")
+    return net
+
+
+# --- the canonical form (the problem file's content) and its digest ---------------------------------
+
+PROBLEM_FORMAT = "lgopt-problem"
+PROBLEM_VERSION = 1
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def network_to_dict(net: Network) -> dict[str, Any]:
+    return {
+        "format": PROBLEM_FORMAT,
+        "version": PROBLEM_VERSION,
+        "name": net.name,
+        "inputs": list(net.inputs),
+        "outputs": list(net.outputs),
+        "tensors": {t.name: {"shape": list(t.orig_shape or t.shape), "dtype": t.dtype} for t in net.tensors.values()},
+        "ops": [
+            {
+                "name": op.name,
+                "type": op.type,
+                "inputs": list(op.inputs),
+                "outputs": list(op.outputs),
+                "weights": [{"name": w.name, "shape": list(w.shape), "dtype": w.dtype, "role": w.role}
+                            for w in op.weights],
+                "attrs": _jsonable(dict(op.attrs)),
+                **({"fused": list(op.fused)} if op.fused else {}),
+                **({"sources": list(op.sources)} if op.sources and op.sources != (op.name,) else {}),
+                **({"global_reason": op.reason} if not op.local else {}),
+            }
+            for op in net.ops
+        ],
+    }
+
+
+def network_digest(net: Network) -> str:
+    """Content hash a plan records, so a plan is never verified against another model."""
+    blob = json.dumps(network_to_dict(net), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,105 @@
+"""The plan: what lgopt emits and what the verifier checks (``docs/plan-format.md``).
+
+A plan is plain data.  It records every decision (groups, slice counts,
+timestep table, buffer lifetimes and offsets) and enough of the problem
+(model digest, chip parameters, rule settings) for :mod:`lgopt.check.verify` to
+re-check it without trusting whoever wrote it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+BUFFER_KINDS = ("activation", "weight", "scratch")
+BANK_RULES = ("off", "soft", "hard")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A GDMA move in a timestep row.
+
+    ``stage`` says which slice it serves relative to the slice whose ops run in
+    the row: 0 = the next slice (prefetch), 1 = the same slice, 2 = the previous
+    slice (write-back).  ``name`` is a tensor, or the op whose weights move.
+    """
+
+    name: str
+    kind: str = "activation"  # activation | weight
+    stage: int = 1
+
+
+@dataclass(frozen=True)
+class Row:
+    ops: tuple[str, ...] = ()
+    loads: tuple[Transfer, ...] = ()
+    stores: tuple[Transfer, ...] = ()
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """An LMEM block, per lane.  Lives over rows ``start..end`` of the table,
+    wrapping past the last row when ``start > end``; ``resident`` means every row
+    of every slice (weights of a sliced group)."""
+
+    id: int
+    kind: str  # activation | weight | scratch
+    name: str  # tensor name, or the op owning the weights / scratch
+    size: int
+    start: int
+    end: int
+    resident: bool = False
+    offset: int = -1  # -1 until allocated
+
+    def rows(self, num_rows: int) -> set[int]:
+        if self.resident:
+            return set(range(num_rows))
+        if self.start <= self.end:
+            return set(range(self.start, self.end + 1))
+        return set(range(self.start, num_rows)) | set(range(0, self.end + 1))
+
+
+Window4 = tuple[int, int, int, int]  # n0, n1, h0, h1
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    ops: tuple[str, ...]
+    n_slices: int
+    h_slices: int
+    rows: tuple[Row, ...]
+    preloads: tuple[str, ...]  # ops whose weights are loaded once before the slice loop
+    buffers: tuple[Buffer, ...]
+    windows: Mapping[str, tuple[Window4, ...]]  # tensor -> per-slice window
+    stores: Mapping[str, tuple[Window4, ...]]  # group output -> per-slice stored part
+    cost: Mapping[str, Any] = field(default_factory=dict)
+    # tensors handed over in LMEM between this group and the previous / next step (both groups):
+    # whole-tensor resident buffers at the same offset in both, no store-and-reload through GMEM
+    kept_in: tuple[str, ...] = ()
+    kept_out: tuple[str, ...] = ()
+
+    @property
+    def num_slices(self) -> int:
+        return self.n_slices * self.h_slices
+
+    def with_offsets(self, offsets: Mapping[int, int]) -> GroupPlan:
+        return replace(self, buffers=tuple(replace(b, offset=offsets.get(b.id, b.offset)) for b in self.buffers))
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    model_digest: str
+    chip: Mapping[str, Any]
+    strategy: str
+    steps: tuple[tuple[str, Any], ...]  # ("group", index) or ("global", op name), in execution order
+    groups: tuple[GroupPlan, ...]
+    status: str = "feasible"
+    h_ratio: float = 0.5
+    bank_rule: str = "soft"
+    cost: Mapping[str, Any] = field(default_factory=dict)
+    solver: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def global_layers(self) -> tuple[str, ...]:
+        return tuple(v for k, v in self.steps if k == "global")

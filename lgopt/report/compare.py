@@ -1,0 +1,223 @@
+"""Strategies side by side: one pandas table per run, written as Markdown, CSV and a self-contained HTML
+page with its plots embedded (``lgopt compare``), plus chip-parameter sweeps (``lgopt sweep``)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from lgopt.check.verify import verify_plan
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import Chip
+from lgopt.model.network import Network
+from lgopt.model.plan import Plan
+from lgopt.strategies.greedy import greedy
+from lgopt.strategies.settings import Progress, SearchSettings
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str  # greedy | cpsat | tpu-mlir
+    cache: str | None = None  # TPU-MLIR layer_group_cache.json
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+def parse_strategies(text: str) -> list[Strategy]:
+    out = []
+    for item in [x.strip() for x in text.split(",") if x.strip()]:
+        name, _, arg = item.partition("=")
+        if name not in ("greedy", "cpsat", "tpu-mlir"):
+            raise LgoptError(f"unknown strategy {name!r} (greedy, cpsat, tpu-mlir=CACHE.json)")
+        if name == "tpu-mlir" and not arg:
+            raise LgoptError("tpu-mlir needs its cache: tpu-mlir=MODEL_CHIP.layer_group_cache.json")
+        out.append(Strategy(name, arg or None))
+    if not out:
+        raise LgoptError("no strategies given")
+    return out
+
+
+def run_strategy(net: Network, chip: Chip, s: Strategy, search: SearchSettings, time_limit: float,
+                 workers: int) -> tuple[Plan, float, dict[str, Any]]:
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if s.name == "greedy":
+        plan = greedy(net, chip, search)
+    elif s.name == "cpsat":
+        from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
+
+        plan = optimise(net, chip, search, CpsatSettings(time_limit=time_limit, workers=workers))
+    else:
+        from lgopt.strategies.tpumlir import score
+
+        plan, extra = score(net, chip, str(s.cache), search)
+    seconds = time.perf_counter() - t0
+    bad = verify_plan(net, plan)
+    if bad:
+        raise RuntimeError(f"{s.name} plan for {net.name} fails verification: {bad[0]}")
+    return plan, seconds, extra
+
+
+def _slices(plan: Plan) -> str:
+    if not plan.groups:
+        return "-"
+    ns = sorted({g.n_slices for g in plan.groups})
+    hs = sorted({g.h_slices for g in plan.groups})
+    return f"N {ns[0]}-{ns[-1]}, H {hs[0]}-{hs[-1]}"
+
+
+def plan_row(net: Network, chip: Chip, s: Strategy, plan: Plan, seconds: float) -> dict[str, Any]:
+    c = plan.cost
+    return {
+        "model": net.name, "chip": chip.name, "strategy": s.label,
+        "groups": len(plan.groups), "ops in groups": sum(len(g.ops) for g in plan.groups),
+        "global layers": len(plan.global_layers), "slices": _slices(plan),
+        "cycles": int(c["cycles"]), "traffic MB": round(c["traffic_bytes"] / 1e6, 3),
+        "peak LMEM %": round(100 * c.get("lmem_peak", 0) / chip.lmem_bytes, 1),
+        "bank conflicts": int(c.get("bank_conflicts", 0)), "seconds": round(seconds, 2),
+        "status": plan.status, "gap %": round(100 * plan.solver["gap"], 2) if "gap" in plan.solver else None,
+        "lower bound": int(c["lower_bound_cycles"]),
+        "x LB": round(c["cycles"] / max(1, c["lower_bound_cycles"]), 3),
+    }
+
+
+def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """cycles relative to the greedy plan of the same model and chip."""
+    base = df[df["strategy"] == "greedy"].set_index(["model", "chip"])["cycles"]
+    key = list(zip(df["model"], df["chip"]))
+    df["x greedy"] = [round(c / base[k], 4) if k in base.index else None for c, k in zip(df["cycles"], key)]
+    return df
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _plots_compare(df: pd.DataFrame, plans: dict[tuple[str, str, str], Plan], nets: dict[str, Network]
+                   ) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for metric, unit in (("cycles", "cycles"), ("traffic MB", "MB")):
+        piv = df.pivot_table(index=["model", "chip"], columns="strategy", values=metric)
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(piv) + 3), 4))
+        piv.plot.bar(ax=ax)
+        ax.set_ylabel(unit)
+        ax.set_title(f"{metric} per strategy")
+        ax.tick_params(axis="x", rotation=30)
+        out.append((f"{metric} per strategy", _png(fig)))
+    # each plan's groups along the network
+    for (model, chip), sub in df.groupby(["model", "chip"]):
+        net = nets[model]
+        n = len(net.ops)
+        fig, ax = plt.subplots(figsize=(10, 0.5 * len(sub) + 1.2))
+        for y, strat in enumerate(sub["strategy"]):
+            plan = plans[(model, chip, strat)]
+            ax.broken_barh([(net.op_index[o], 1) for o in plan.global_layers], (y - 0.4, 0.8), color="#bbbbbb")
+            for k, g in enumerate(plan.groups):
+                idx = sorted(net.op_index[o] for o in g.ops)
+                ax.broken_barh([(i, 1) for i in idx], (y - 0.4, 0.8), color=plt.cm.tab20(k % 20))
+        ax.set_yticks(range(len(sub)))
+        ax.set_yticklabels(list(sub["strategy"]))
+        ax.set_xlim(0, n)
+        ax.set_xlabel("op index in the network's order (grey: global layers; a colour per group)")
+        ax.set_title(f"groups along {model} on {chip}")
+        out.append((f"groups along {model} on {chip}", _png(fig)))
+    return out
+
+
+def _allocation_pictures(plans: dict[tuple[str, str, str], Plan], limit: int = 4) -> list[tuple[str, str]]:
+    from lgopt.report.tables import draw_group
+
+    cands = []
+    for key, plan in plans.items():
+        for k, g in enumerate(plan.groups):
+            cands.append((len(g.ops) * g.num_slices, key, k))
+    out = []
+    for _, (model, chip, strat), k in sorted(cands, key=lambda x: (-x[0], x[1], x[2]))[:limit]:
+        buf = io.BytesIO()
+        draw_group(plans[(model, chip, strat)], k, buf)
+        out.append((f"LMEM allocation: {model} on {chip}, {strat}, group {k}", base64.b64encode(buf.getvalue()).decode()))
+    return out
+
+
+def write_html(path: Path, title: str, tables: list[tuple[str, pd.DataFrame]], images: list[tuple[str, str]],
+               notes: list[str]) -> None:
+    css = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
+           "font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f0f0f0}"
+           "td:nth-child(-n+3){text-align:left}img{max-width:100%;margin:8px 0}h2{margin-top:28px}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{css}</style></head>"
+             f"<body><h1>{title}</h1>"]
+    for h, df in tables:
+        parts.append(f"<h2>{h}</h2>" + df.to_html(index=False, na_rep="-", border=0))
+    if notes:
+        parts.append("<h2>notes</h2><ul>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>")
+    for caption, b64 in images:
+        parts.append(f"<h2>{caption}</h2><img alt='{caption}' src='data:image/png;base64,{b64}'>")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts))
+
+
+def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Sequence[Strategy], out: str | None,
+            search: SearchSettings = SearchSettings(), time_limit: float = 60.0, workers: int = 2,
+            progress: Progress | None = None, save_plans: bool = False) -> pd.DataFrame:
+    rows, plans, nets, notes = [], {}, {}, []
+    for path, net in models:
+        nets[net.name] = net
+        for s in strategies:
+            if s.name == "tpu-mlir" and not _cache_fits(s.cache, net):
+                if len(models) == 1:
+                    notes.append(f"{net.name}: no op of TPU-MLIR cache {Path(str(s.cache)).name} is in this model")
+                continue
+            if progress:
+                progress(f"compare: {net.name} on {chip.name} with {s.label}")
+            plan, secs, extra = run_strategy(net, chip, s, search, time_limit, workers)
+            rows.append(plan_row(net, chip, s, plan, secs))
+            plans[(net.name, chip.name, s.label)] = plan
+            if extra:
+                un = extra["unmapped"]
+                notes.append(f"{net.name}: TPU-MLIR cache {Path(str(s.cache)).name}: {extra['groups_scored']} of "
+                             f"{extra['groups_in_cache']} groups scored, {extra['ops_mapped']} ops mapped, "
+                             f"{len(un)} names not found{(': ' + ', '.join(un[:8])) if un else ''}, "
+                             f"{extra['casts_skipped']} inserted casts skipped")
+                notes += [f"{net.name}: {x}" for x in extra["adjusted"] + extra["dropped"]]
+    df = add_ratios(pd.DataFrame(rows))
+    if out:
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        df.to_csv(d / "results.csv", index=False)
+        md = [f"# lgopt compare on {chip.name}\n", df.astype(object).fillna("-").to_markdown(index=False), ""]
+        md += [f"- {n}" for n in notes]
+        (d / "report.md").write_text("\n".join(md) + "\n")
+        images = _plots_compare(df, plans, nets) + _allocation_pictures(plans)
+        write_html(d / "report.html", f"lgopt: strategies on {chip.name}", [("results", df)], images, notes)
+        if save_plans:
+            from lgopt.io.planfile import save_plan
+
+            for (model, chipname, strat), plan in plans.items():
+                save_plan(plan, d / "plans" / f"{model}.{chipname}.{strat}.json")
+    return df
+
+
+def _cache_fits(cache: str | None, net: Network) -> bool:
+    """A cache belongs to a model when most of its (non-cast) op names are the model's tensors."""
+    from lgopt.io.tpumlir_cache import map_groups, read_cache
+
+    m = map_groups(net, read_cache(str(cache)))
+    return sum(len(ops) for ops, _ in m.groups) > len(m.unmapped)

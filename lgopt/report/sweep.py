@@ -1,0 +1,152 @@
+"""Chip-parameter sweeps (``lgopt sweep``): the cross product of ``--set`` values, solved in parallel
+worker processes, cached on disk by configuration; table, plots, Pareto front and knee."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import Chip, get_chip
+from lgopt.model.network import Network, network_digest
+from lgopt.report.compare import Strategy, _png, run_strategy, write_html
+from lgopt.strategies.settings import Progress, SearchSettings
+
+# --- sweeps -------------------------------------------------------------------------------------------
+
+def parse_sweep(sets: Sequence[str]) -> dict[str, list[str]]:
+    axes: dict[str, list[str]] = {}
+    for item in sets:
+        if "=" not in item:
+            raise LgoptError(f"bad --set {item!r}: expected key=v1,v2,...")
+        k, v = item.split("=", 1)
+        vals = [x.strip() for x in v.split(",") if x.strip()]
+        if not vals:
+            raise LgoptError(f"--set {k} has no values")
+        axes[k.strip()] = vals
+    return axes
+
+
+def _sweep_one(args: tuple[str, dict[str, Any], dict[str, str], str, float, int, str]) -> dict[str, Any]:
+    model_json, chip_base, point, strategy, time_limit, workers, cache_dir = args
+    from lgopt.io.problem import network_from_dict
+
+    net = network_from_dict(json.loads(model_json))
+    chip = get_chip(chip_base["name"], point)
+    key = hashlib.sha256(json.dumps([network_digest(net), chip.to_dict(), strategy, time_limit],
+                                    sort_keys=True).encode()).hexdigest()[:20]
+    cfile = Path(cache_dir) / f"{key}.json"
+    if cfile.exists():
+        return {**json.loads(cfile.read_text()), "cached": True}
+    plan, secs, _ = run_strategy(net, chip, Strategy(strategy), SearchSettings(), time_limit, workers)
+    row = {**point, "strategy": strategy, "cycles": int(plan.cost["cycles"]),
+           "traffic MB": round(plan.cost["traffic_bytes"] / 1e6, 3), "groups": len(plan.groups),
+           "global layers": len(plan.global_layers), "status": plan.status, "seconds": round(secs, 2)}
+    cfile.write_text(json.dumps(row))
+    return {**row, "cached": False}
+
+
+def pareto(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Points no other point beats on both x and y (smaller is better on both)."""
+    pts = df.sort_values([x, y])
+    keep, best = [], float("inf")
+    for _, r in pts.iterrows():
+        if r[y] < best:
+            keep.append(r)
+            best = r[y]
+    return pd.DataFrame(keep)
+
+
+def sweep(path: str, net: Network, chip: Chip, axes: dict[str, list[str]], strategies: Sequence[str], out: str,
+          time_limit: float = 10.0, workers: int = 1, jobs: int = 2, progress: Progress | None = None
+          ) -> pd.DataFrame:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from lgopt.hw.chip import with_overrides
+    from lgopt.model.network import network_to_dict
+
+    keys = list(axes)
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
+    for p in points:  # validate every configuration up front: one bad value is a one-line error
+        with_overrides(chip, p)
+    d = Path(out)
+    cache = d / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    model_json = json.dumps(network_to_dict(net))
+    tasks = [(model_json, {"name": chip.name}, p, s, time_limit, workers, str(cache)) for p in points
+             for s in strategies]
+    rows = []
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=mp.get_context("fork")) as ex:
+        for k, row in enumerate(ex.map(_sweep_one, tasks)):
+            rows.append(row)
+            if progress:
+                progress(f"sweep: {k + 1}/{len(tasks)} configurations")
+    df = pd.DataFrame(rows)
+    for k in keys:
+        num = pd.to_numeric(df[k].map(_num), errors="coerce")
+        if num.notna().all():
+            df[k + " (value)"] = num
+    df.drop(columns=["cached"]).to_csv(d / "sweep.csv", index=False)
+    tables = [("sweep", df.drop(columns=["cached"]))]
+    notes = [f"{int(df['cached'].sum())} of {len(df)} configurations served from the cache in {cache}"]
+    images = _plots_sweep(df, keys)
+    lmem = "lmem_bytes (value)" if "lmem_bytes (value)" in df else None
+    if lmem:
+        for s in strategies:
+            sub = df[df["strategy"] == s]
+            front = pareto(sub, lmem, "cycles")
+            tables.append((f"Pareto front, LMEM bytes vs cycles ({s})", front.drop(columns=["cached"])))
+            best = sub["cycles"].min()
+            knee = sub[sub["cycles"] <= 1.05 * best].sort_values(lmem).iloc[0]
+            notes.append(f"{s}: knee = smallest LMEM within 5 % of the best cycles ({best:,}): "
+                         f"lmem_bytes={knee['lmem_bytes']} at {int(knee['cycles']):,} cycles"
+                         + "".join(f", {k}={knee[k]}" for k in keys if k != "lmem_bytes"))
+    md = [f"# lgopt sweep: {net.name} on {chip.name}\n"] + [f"## {h}\n\n{t.astype(object).fillna('-').to_markdown(index=False)}\n"
+                                                            for h, t in tables] + [f"- {n}" for n in notes]
+    (d / "sweep.md").write_text("\n".join(md) + "\n")
+    write_html(d / "sweep.html", f"lgopt sweep: {net.name} on {chip.name}", tables, images, notes)
+    return df
+
+
+def _num(v: str) -> float | None:
+    from lgopt.hw.chip import parse_size
+
+    try:
+        return float(parse_size(v))
+    except LgoptError:
+        try:
+            return float(v)
+        except ValueError:
+            return None
+
+
+def _plots_sweep(df: pd.DataFrame, keys: list[str]) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for k in keys:
+        col = k + " (value)" if k + " (value)" in df else k
+        for metric in ("cycles", "traffic MB"):
+            fig, ax = plt.subplots(figsize=(6, 3.6))
+            others = [x for x in keys if x != k]
+            for (strat, *rest), sub in df.groupby(["strategy"] + others):
+                agg = sub.groupby(col)[metric].min().sort_index()
+                label = strat + "".join(f", {o}={v}" for o, v in zip(others, rest))
+                ax.plot(agg.index, agg.values, marker="o", label=label)
+            ax.set_xlabel(k)
+            ax.set_ylabel(metric)
+            if col.endswith("(value)"):
+                ax.set_xscale("log", base=2)
+            ax.legend(fontsize=7)
+            ax.set_title(f"{metric} against {k}")
+            out.append((f"{metric} against {k}", _png(fig)))
+    return out

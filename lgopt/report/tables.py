@@ -1,0 +1,130 @@
+"""Tables and pictures of plans (pandas for every table, matplotlib for pictures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lgopt.hw.chip import chip_from_dict
+from lgopt.model.network import Network
+from lgopt.model.plan import Plan
+
+
+def _short(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
+def group_table(net: Network, plan: Plan) -> pd.DataFrame:
+    """One row per step (group or global layer), in execution order."""
+    chip = chip_from_dict(plan.chip)
+    from lgopt.group.cost import global_layer_cost
+
+    rows: list[dict[str, Any]] = []
+    for kind, v in plan.steps:
+        if kind == "group":
+            g = plan.groups[v]
+            rows.append({"step": f"group {v}", "ops": len(g.ops), "first op": _short(g.ops[0]),
+                         "last op": _short(g.ops[-1]), "N": g.n_slices, "H": g.h_slices,
+                         "LMEM %": round(100 * g.cost.get("lmem_peak", 0) / chip.lmem_bytes, 1),
+                         "cycles": int(g.cost.get("cycles", 0)),
+                         "traffic MB": round(g.cost.get("traffic_bytes", 0) / 1e6, 3),
+                         "bank conflicts": int(g.cost.get("bank_conflicts", 0)),
+                         "LMEM hand-over": "in" if g.kept_in else ("out" if g.kept_out else "")})
+        else:
+            c = global_layer_cost(chip, net, net.op(v))
+            rows.append({"step": "global", "ops": 1, "first op": _short(v), "last op": net.op(v).type, "N": 1,
+                         "H": 1, "LMEM %": float("nan"), "cycles": c["cycles"],
+                         "traffic MB": round(c["traffic_bytes"] / 1e6, 3), "bank conflicts": 0,
+                         "LMEM hand-over": ""})
+    return pd.DataFrame(rows)
+
+
+def collapse_globals(df: pd.DataFrame) -> pd.DataFrame:
+    """Runs of consecutive global layers as one row, so a terminal table stays short."""
+    out: list[dict[str, Any]] = []
+    for rec in df.to_dict("records"):
+        if rec["step"] == "global" and out and out[-1]["step"].startswith("global"):
+            last = out[-1]
+            last["ops"] += 1
+            last["step"] = f"global x{last['ops']}"
+            last["last op"] = rec["last op"]
+            last["cycles"] += rec["cycles"]
+            last["traffic MB"] = round(last["traffic MB"] + rec["traffic MB"], 3)
+        else:
+            out.append(dict(rec))
+    return pd.DataFrame(out)
+
+
+def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str, Any]:
+    c = plan.cost
+    chip = chip_from_dict(plan.chip)
+    return {
+        "model": plan.model,
+        "chip": chip.name,
+        "strategy": plan.strategy,
+        "status": plan.status,
+        "cycles": int(c["cycles"]),
+        "time_ms": round(c["cycles"] / (chip.tiu_mhz * 1e3), 4),
+        "traffic_bytes": int(c["traffic_bytes"]),
+        "groups": len(plan.groups),
+        "ops_in_groups": sum(len(g.ops) for g in plan.groups),
+        "global_layers": len(plan.global_layers),
+        "lmem_peak_bytes": int(c.get("lmem_peak", 0)),
+        "bank_conflicts": int(c.get("bank_conflicts", 0)),
+        "lower_bound_cycles": int(c["lower_bound_cycles"]),
+        "lower_bound_traffic_bytes": int(c["lower_bound_traffic_bytes"]),
+        "ratio_to_lower_bound": round(c["cycles"] / max(1, c["lower_bound_cycles"]), 4),
+        "seconds": seconds if seconds is not None else plan.solver.get("seconds"),
+        **{k: v for k, v in plan.solver.items() if k in ("bound", "gap", "solver_status")},
+    }
+
+
+def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
+    """The seed's picture of squares: timesteps across, per-lane LMEM addresses up, bank lines dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    if not 0 <= k < len(plan.groups):
+        from lgopt.errors import LgoptError
+
+        raise LgoptError(f"plan has {len(plan.groups)} groups; --group {k} does not exist")
+    g = plan.groups[k]
+    chip = chip_from_dict(plan.chip)
+    T = len(g.rows)
+    colors = {"activation": "#4c8bd6", "weight": "#e0a030", "scratch": "#9a9a9a"}
+    fig, ax = plt.subplots(figsize=(max(7, 0.6 * T + 4), 6))
+    top = max([b.offset + b.size for b in g.buffers] + [1])
+    for b in g.buffers:
+        spans = [(0, T)] if b.resident else (
+            [(b.start, b.end + 1)] if b.start <= b.end else [(b.start, T), (0, b.end + 1)])
+        for x0, x1 in spans:
+            ax.add_patch(Rectangle((x0, b.offset), x1 - x0, b.size, facecolor=colors.get(b.kind, "#ccc"),
+                                   edgecolor="black", linewidth=0.6, alpha=0.85))
+            if b.size > top * 0.03:
+                ax.text((x0 + x1) / 2, b.offset + b.size / 2, f"{b.id}", ha="center", va="center", fontsize=7)
+    bank = chip.bank_bytes
+    limit = min(chip.lmem_bytes, ((top // bank) + 1) * bank)
+    for y in range(0, limit + 1, bank):
+        ax.axhline(y, color="red", linestyle="--", linewidth=0.5)
+    ax.set_xlim(0, T)
+    ax.set_ylim(0, limit)
+    ax.set_xticks([r + 0.5 for r in range(T)])
+    ax.set_xticklabels([f"T{r}" for r in range(T)], fontsize=7)
+    ax.set_xlabel("timestep (rows of the pipelined table)")
+    ax.set_ylabel(f"LMEM offset per lane (bytes; banks of {bank} B)")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in colors.values()]
+    ax.legend(handles, list(colors), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.set_title(title or f"{plan.model} on {chip.name}: group {k} ({len(g.ops)} ops, N/H slices "
+                           f"{g.n_slices}/{g.h_slices}, peak {g.cost.get('lmem_peak', top)} B)", fontsize=9)
+    fig.tight_layout()
+    if isinstance(path, (str, Path)):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+    return path
