@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from lgopt import __version__
 from lgopt.errors import LgoptError
@@ -25,7 +25,7 @@ def stderr_progress(msg: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other input error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other input error
         raise LgoptError(f"{self.prog}: {message}")
 
 
@@ -114,12 +114,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     from lgopt.check.verify import verify_plan
     from lgopt.cli import stderr_progress
+    from lgopt.group.solver import check_params
     from lgopt.io.planfile import save_plan
     from lgopt.model.network import with_batch
     from lgopt.report.tables import collapse_globals, group_table, summary
-    from lgopt.strategies.greedy import greedy
+    from lgopt.strategies.cpsat.common import CpsatSettings
+    from lgopt.strategies.registry import StrategyOptions, parse_strategy
     from lgopt.strategies.settings import SearchSettings
 
+    choice = parse_strategy(args.strategy)
     net = _load_model(args, args.model)
     if args.batch:
         net = with_batch(net, args.batch)
@@ -131,16 +134,20 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise LgoptError("--time-limit must be positive and --workers at least 1")
     t0 = time.perf_counter()
     progress = None if args.json else stderr_progress
-    if args.strategy == "greedy":
-        plan = greedy(net, chip, settings, progress)
-    else:
-        from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
+    cpsat = CpsatSettings(objective=args.objective, time_limit=args.time_limit, workers=args.workers,
+                          seed=args.seed, formulation=args.formulation, orders=args.orders,
+                          handover=not args.no_handover, cp_sat_params=check_params(args.cp_sat_params or ""))
+    from lgopt.strategies.tpumlir import GroupingInfeasible
 
-        plan = optimise(net, chip, settings, CpsatSettings(objective=args.objective, time_limit=args.time_limit,
-                                                           workers=args.workers, seed=args.seed,
-                                                           formulation=args.formulation, orders=args.orders,
-                                                           handover=not args.no_handover),
-                        progress)
+    try:
+        plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress))
+    except GroupingInfeasible as e:  # a given grouping lgopt's rules cannot build: a verdict, not an input error
+        if args.json:
+            print(json.dumps({"model": net.name, "chip": chip.name, "strategy": choice.label, "status": "infeasible",
+                              "group": e.group_index, "reason": e.reason, "verified": False}))
+        else:
+            print(f"{net.name} on {chip.name} ({choice.label}): infeasible: group {e.group_index}: {e.reason}")
+        return 1
     seconds = round(time.perf_counter() - t0, 3)
     if progress and sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
@@ -158,6 +165,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     print(df.to_string(index=False, na_rep="-"))
     print(f"\n{s['model']} on {s['chip']} ({args.strategy}): {s['cycles']:,} cycles ({s['time_ms']} ms), "
           f"{s['traffic_bytes'] / 1e6:.2f} MB GMEM traffic, {s['groups']} groups, {s['global_layers']} global layers")
+    for line in extra.get("searched", []) + extra.get("adjusted", []):
+        print(f"tpu-mlir: {line}")
+    if "groups_in_cache" in extra:
+        print(f"tpu-mlir: {extra['groups_scored']} of {extra['groups_in_cache']} cache groups built exactly, "
+              f"{extra['ops_mapped']} ops mapped, {extra['casts_skipped']} inserted casts skipped, "
+              f"{len(extra.get('fused', []))} lgopt ops folded into a TPU-MLIR op; cost model: lgopt's analytic model")
     if plan.strategy == "cpsat":
         sv = plan.solver
         print(f"cpsat: {plan.status} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, best bound "
@@ -170,8 +183,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from lgopt.group.pack import check_packing, pack, peak_live_bytes
-    from lgopt.hw.chip import parse_size
     from lgopt.group.pack_csv import read_csv, write_csv
+    from lgopt.hw.chip import parse_size
 
     items = read_csv(args.csv)
     capacity = parse_size(args.capacity)
@@ -220,7 +233,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from lgopt.cli import stderr_progress
-    from lgopt.report.compare import compare, parse_strategies
+    from lgopt.report.compare import compare
+    from lgopt.strategies.registry import parse_strategies
     from lgopt.strategies.settings import SearchSettings
 
     strategies = parse_strategies(args.strategies)
@@ -249,10 +263,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     axes = parse_sweep(args.set or [])
     if not axes:
         raise LgoptError("sweep needs at least one --set key=v1,v2,...")
+    from lgopt.strategies.registry import parse_strategies
+
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    for s in strategies:
-        if s not in ("greedy", "cpsat"):
-            raise LgoptError(f"sweep strategies are greedy and cpsat, not {s!r}")
+    parse_strategies(args.strategies)  # every name registered, with its argument where it needs one
     out = args.output or f"reports/sweep-{net.name}-{chip.name}"
     df = sweep(args.model, net, chip, axes, strategies, out, args.time_limit, 1, args.jobs, stderr_progress)
     if sys.stderr.isatty():
@@ -288,6 +302,12 @@ def cmd_chips(args: argparse.Namespace) -> int:
     return 0
 
 
+def strategy_names() -> str:
+    from lgopt.strategies.registry import names
+
+    return names()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lgopt", description="LayerGroup optimiser for Sophgo-style TPUs")
     p.add_argument("--version", action="version", version=f"lgopt {__version__}")
@@ -310,7 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("solve", help="group, slice and allocate a model; write a verified plan")
     s.add_argument("model")
     _chip_args(s)
-    s.add_argument("--strategy", default="greedy", choices=["greedy", "cpsat"])
+    s.add_argument("--strategy", default="greedy", metavar="NAME[=ARG]",
+                   help=f"a registered strategy: {strategy_names()} (default greedy)")
+    s.add_argument("--cp-sat-params", metavar="TEXT",
+                   help="extra CP-SAT parameters for cpsat's master and monolithic models, in SatParameters "
+                        "text format, e.g. 'linearization_level:2'")
     s.add_argument("--objective", default="cycles", choices=["cycles", "traffic"], help="what cpsat minimises")
     s.add_argument("--time-limit", type=float, default=60.0, help="cpsat wall-clock seconds (default 60)")
     s.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
@@ -349,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("compare", help="strategies side by side: report.md, results.csv, report.html")
     s.add_argument("models", nargs="+")
-    s.add_argument("--strategies", default="greedy,cpsat", help="greedy,cpsat[,tpu-mlir=CACHE.json]")
+    s.add_argument("--strategies", default="greedy,cpsat", help=f"comma-separated: {strategy_names()}")
     _chip_args(s)
     s.add_argument("-o", "--output", help="report folder, e.g. reports/NAME")
     s.add_argument("--time-limit", type=float, default=60.0)
@@ -364,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--chip", default="bm1684x")
     s.add_argument("--chip-file")
     s.add_argument("--set", action="append", metavar="KEY=V1,V2,...", help="a swept chip parameter")
-    s.add_argument("--strategies", default="greedy")
+    s.add_argument("--strategies", default="greedy", help=f"comma-separated: {strategy_names()}")
     s.add_argument("-o", "--output", help="report folder (default reports/sweep-MODEL-CHIP)")
     s.add_argument("--time-limit", type=float, default=10.0, help="cpsat seconds per configuration")
     s.add_argument("--jobs", type=int, default=2, help="worker processes")

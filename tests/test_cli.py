@@ -58,7 +58,7 @@ def test_verify_reports_violation(capsys, tmp_path):
     (["solve", str(PROBLEMS / "resnet18.json"), "--set", "npu_num=0"], "npu_num"),
     (["solve", str(PROBLEMS / "resnet18.json"), "--set", "lmem_banks=3"], "does not divide"),
     (["solve", str(PROBLEMS / "resnet18.json"), "--set", "lmem_bytes"], "key=value"),
-    (["solve", str(PROBLEMS / "resnet18.json"), "--strategy", "magic"], "invalid choice"),
+    (["solve", str(PROBLEMS / "resnet18.json"), "--strategy", "magic"], "unknown strategy 'magic'"),
     (["verify", "missing.json", "--model", str(PROBLEMS / "resnet18.json")], "cannot read"),
     (["frobnicate"], "invalid choice"),
 ])

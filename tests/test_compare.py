@@ -27,7 +27,7 @@ def test_tpu_mlir_caches_map_and_verify(problem, cache, chip, fixtures_dir):
     m = map_groups(net, groups)
     assert m.unmapped == ()  # every grouped TPU-MLIR op is found (casts aside)
     assert m.casts > 0 and len(m.groups) == len(groups)
-    plan, info = score(net, get_chip(chip), str(path))
+    plan, info = score(net, get_chip(chip), str(path), exact=False)
     assert verify_plan(net, plan) == []
     assert info["groups_scored"] >= len(groups) - len(info["dropped"])
     # TPU-MLIR's secs are used as given where lgopt's model allows them
@@ -40,7 +40,8 @@ def test_tpu_mlir_plan_simulates(fixtures_dir):
 
     net = import_onnx(fixtures_dir / "onnx" / "resnet18.weightless.onnx", dtype="f16", name="fixture_resnet18",
                       input_shapes={"input": (1, 3, 64, 64)})
-    plan, _ = score(net, get_chip("bm1688"), str(fixtures_dir / "tpu-mlir" / "resnet18_bm1688_f16.layer_group_cache.json"))
+    plan, _ = score(net, get_chip("bm1688"),
+                    str(fixtures_dir / "tpu-mlir" / "resnet18_bm1688_f16.layer_group_cache.json"), exact=False)
     assert simulate(net, plan).ok
 
 

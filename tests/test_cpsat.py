@@ -17,7 +17,7 @@ from lgopt.hw.chip import get_chip
 from lgopt.hw.layout import cdiv
 from lgopt.io.problem import load_problem
 from lgopt.model.network import Network, Tensor, Weight, check_network
-from lgopt.strategies.cpsat.loadrows import chosen_weights, load_options, with_loads
+from lgopt.strategies.cpsat.loadtable import chosen_weights, load_options, with_loads
 from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
 from lgopt.strategies.greedy import greedy
 
@@ -189,37 +189,10 @@ def test_more_orders_reach_groups_one_order_cannot(fixtures_dir):
     chip = get_chip("bm1688")
     one = optimise(net, chip, st=CpsatSettings(time_limit=60, orders=1))
     three = optimise(net, chip, st=CpsatSettings(time_limit=60, orders=3))
-    tpu, _ = score(net, chip, str(fixtures_dir / "tpu-mlir" / "resnet18_bm1688_f16.layer_group_cache.json"))
+    tpu, _ = score(net, chip, str(fixtures_dir / "tpu-mlir" / "resnet18_bm1688_f16.layer_group_cache.json"),
+                   exact=False)
     assert three.status == "optimal" and three.solver["gap"] == 0
     assert three.cost["cycles"] <= min(one.cost["cycles"], tpu.cost["cycles"])
     assert verify_plan(net, three) == [] and three.model_digest == one.model_digest
 
 
-@pytest.mark.parametrize("name,chip", [("yolov5s", "bm1688"), ("resnet18", "cv181x"), ("unet", "bm1684x")])
-def test_interval_lower_bound_is_below_every_table(name, chip):
-    """The master starts every unevaluated interval at CandidateSpace.lower_bound: it must not exceed the
-    value of any slicing and load choice of the interval (packing only adds), or an optimum is missed."""
-    from lgopt.strategies.cpsat.candidates import CandidateSpace
-
-    net = load_problem(PROBLEMS / f"{name}.json")
-    space = CandidateSpace(net, get_chip(chip))
-    checked = 0
-    for i, j, v in space.intervals():
-        if j - i > 2 or i % 5:
-            continue
-        kin, kout = space.kept(i, j, v)
-        best = None
-        for c in space.slicings(space.names[i:j + 1], kin, kout):
-            use = chosen_weights(c.table)
-            if c.free_loads:
-                names = sorted(use)
-                values = [group_cost(space.chip, net, with_loads(c.table, dict(zip(names, ch))))["cycles"] for ch in
-                          itertools.product(*(load_options(use[o], len(c.table.rows)) for o in names))]
-                value = min(values)
-            else:
-                value = c.key
-            best = value if best is None else min(best, value)
-        if best is not None:
-            assert space.lower_bound(i, j, v) <= best, (i, j, v)
-            checked += 1
-    assert checked >= 8

@@ -14,21 +14,10 @@ from lgopt.group.cost import group_cost
 from lgopt.group.pack import check_packing
 from lgopt.hw.chip import get_chip
 from lgopt.model.network import Network, Tensor, Weight, check_network
-from lgopt.strategies.cpsat.loadrows import (
-    add_group,
-    chosen_weights,
-    current_loads,
-    fluid_bound,
-    greedy_loads,
-    lifetime,
-    load_instance,
-    load_options,
-    lp_bound,
-    solve_loads,
-    table_bound,
-    whole_load_bound,
-    with_loads,
-)
+from lgopt.strategies.cpsat.bounds import whole_load_bound
+from lgopt.strategies.cpsat.group_model import add_group
+from lgopt.strategies.cpsat.loadrows import greedy_loads, load_instance, lp_bound, solve_loads, table_bound
+from lgopt.strategies.cpsat.loadtable import chosen_weights, current_loads, lifetime, load_options, with_loads
 from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
 from lgopt.strategies.greedy import greedy
 
@@ -113,20 +102,6 @@ def test_bounds_and_relaxation_against_brute_force(capacity):
     s = cp_model.CpSolver()
     assert s.solve(m) == cp_model.OPTIMAL and int(s.objective_value) == truth
 
-
-def test_whole_load_bound_keeps_a_weight_in_one_row():
-    # rows with 10, 10 cycles of compute; a 15-cycle weight used in row 2 shows 5 however it loads
-    assert whole_load_bound([10, 10, 0], [(2, 15)]) == 20 + 5
-    assert fluid_bound(20, [10, 10, 0], [(2, 15)]) == 20  # split over both rows it would hide
-    assert whole_load_bound([10, 10, 0], [(0, 7)]) == 27  # used first: all of it shows
-
-
-def test_fluid_bound_hides_dma_only_before_use():
-    # rows with 10, 0, 10 spare cycles; a weight of 15 used in row 1 can hide 10 (row 0 only);
-    # one of 5 used in row 3 hides fully
-    assert fluid_bound(100, [10, 0, 10, 0], [(1, 15), (3, 5)]) == 100 + 20 - 15
-    assert fluid_bound(100, [10, 0, 10, 0], [(0, 7)]) == 107  # used in the first row: nothing hides
-    assert fluid_bound(100, [10, 0, 10, 0], []) == 100
 
 
 def test_model_cost_is_group_cost_for_every_choice():

@@ -185,11 +185,12 @@ def handover_plan():
     from test_cpsat import SMALL, _tiny
 
     from lgopt.group.totals import finish
-    from lgopt.strategies.cpsat.candidates import CandidateSpace
+    from lgopt.strategies.cpsat.evaluate import Evaluator
+    from lgopt.strategies.cpsat.space import CandidateSpace
 
     net = _tiny("head_tail")
-    space = CandidateSpace(net, SMALL)
-    groups = [space.materialize(0, 2, "out"), space.materialize(3, 4, "in")]
+    with Evaluator(CandidateSpace(net, SMALL)) as ev:
+        groups = [ev.materialize(0, 2, "out"), ev.materialize(3, 4, "in")]
     return net, finish(SMALL, net, assemble(net, SMALL, groups, "test", h_ratio=0.5, bank_rule="soft"))
 
 

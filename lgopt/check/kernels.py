@@ -199,8 +199,10 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     bias = next((weights[w.name] for w in op.weights if w.role == "bias"), None)
     xs = [Win(_batch(x, *n), n[0], x.h0, x.H) for x in ins]
     if t == "Conv":
+        assert filt is not None, f"{op.name}: Conv without a filter"
         y = conv(op, xs[0], filt, bias, a, b, out.w)
     elif t == "ConvTranspose":
+        assert filt is not None, f"{op.name}: ConvTranspose without a filter"
         y = deconv(op, xs[0], filt, bias, a, b, out.w)
     elif t in ("MaxPool", "AveragePool"):
         y = pool(op, xs[0], a, b, out.w)

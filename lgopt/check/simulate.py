@@ -44,7 +44,8 @@ class Mismatch:
 
     def __str__(self) -> str:
         where = f" (stored by slice {self.slice})" if self.slice is not None else ""
-        return f"tensor {self.tensor}{where} differs at {list(self.index)}: expected {self.expected:g}, got {self.got:g}"
+        return (f"tensor {self.tensor}{where} differs at {list(self.index)}: "
+                f"expected {self.expected:g}, got {self.got:g}")
 
 
 @dataclass(frozen=True)
@@ -158,10 +159,11 @@ def activation_addresses(chip: Chip, offset: int, shape: tuple[int, int, int, in
     return cc % X, offset + elem * db
 
 
-def weight_layout(chip: Chip, op: Op, weights: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, str, tuple]]:
+def weight_layout(chip: Chip, op: Op, weights: dict[str, np.ndarray]
+                  ) -> list[tuple[np.ndarray, np.ndarray, str, tuple]]:
     """(lanes, bytes relative to the buffer, weight name, index tuples) for every stored coefficient."""
     X = chip.npu_num
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray, str, tuple]] = []
     if op.type in ("Conv", "ConvTranspose"):
         f = next(w for w in op.weights if w.role == "filter")
         b = next((w for w in op.weights if w.role == "bias"), None)
@@ -397,6 +399,7 @@ def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
     compared = 0
     for t, gi in sorted(written, key=lambda x: order.get(x[0], 0)):
         got, want = gmem.get(t), ref[t]
+        assert got is not None, f"{t} is listed as written but is not in GMEM"
         compared += 1
         bad = ~np.isclose(got, want, rtol=RTOL, atol=RTOL * max(1.0, float(np.nanmax(np.abs(want)))), equal_nan=False)
         if bad.any():

@@ -341,7 +341,7 @@ class Verifier:
         ev: dict[tuple[str, str], list[tuple[int, str]]] = {}
         op_time: dict[str, int] = {}
         for r, row in enumerate(g.rows):
-            for pos, name in enumerate(row.ops):
+            for _pos, name in enumerate(row.ops):
                 if name not in {o.name for o in ops}:
                     self.fail(where, f"row {r} runs {name}, which is not in the group")
                     raise _Fail
@@ -439,8 +439,8 @@ class Verifier:
                 raise _Fail
         for t in tensors:
             ten = net.tensor(t)
-            b = bufs.get(("activation", t))
-            if b is None:
+            ab = bufs.get(("activation", t))
+            if ab is None:
                 self.fail(where, f"no buffer holds {t}")
                 raise _Fail
             need = max(activation_lane_bytes((w[1] - w[0], ten.c, w[3] - w[2], ten.w), ten.dtype, chip.npu_num,
@@ -448,20 +448,20 @@ class Verifier:
             if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
                 need = activation_lane_bytes((ten.n, ten.c, ten.h, ten.w), ten.dtype, chip.npu_num, chip.eu_bytes,
                                              chip.align_4n)
-                if not b.resident:
-                    self.fail(where, f"buffer {b.id} holds {t}, handed over in LMEM, but is not resident")
-            if b.size < need:
-                self.fail(where, f"buffer {b.id} for {t} has {b.size} bytes, its largest slice needs {need}")
+                if not ab.resident:
+                    self.fail(where, f"buffer {ab.id} holds {t}, handed over in LMEM, but is not resident")
+            if ab.size < need:
+                self.fail(where, f"buffer {ab.id} for {t} has {ab.size} bytes, its largest slice needs {need}")
         for op in ops:
             wb = weight_bytes(chip, op)
             if wb:
-                b = bufs.get(("weight", op.name))
-                if b is None:
+                wbuf = bufs.get(("weight", op.name))
+                if wbuf is None:
                     self.fail(where, f"no buffer holds the weights of {op.name}")
                     raise _Fail
-                if b.size < wb:
-                    self.fail(where, f"weight buffer of {op.name} has {b.size} bytes, needs {wb}")
-                if op.name in preloaded and sliced and not b.resident:
+                if wbuf.size < wb:
+                    self.fail(where, f"weight buffer of {op.name} has {wbuf.size} bytes, needs {wb}")
+                if op.name in preloaded and sliced and not wbuf.resident:
                     self.fail(where, f"weights of {op.name} are loaded once but not resident across slices")
         for (kind, name), b in bufs.items():
             if kind == "scratch":
@@ -470,10 +470,10 @@ class Verifier:
                 elif op_time[name] not in b.rows(T):
                     self.fail(where, f"scratch buffer {b.id} of {name} is not live in row {op_time[name]}")
                 continue
-            es = ev.get((kind, name))
-            if not es or b.resident:
+            bes = ev.get((kind, name))
+            if not bes or b.resident:
                 continue
-            lo, hi = min(x[0] for x in es), max(x[0] for x in es)
+            lo, hi = min(x[0] for x in bes), max(x[0] for x in bes)
             if hi - lo + 1 > T:
                 self.fail(where, f"{kind} {name} must live {hi - lo + 1} rows, more than one iteration ({T}); "
                                  "the next slice would overwrite it")
@@ -517,7 +517,7 @@ class Verifier:
             return set(range(b.offset // bank, (b.offset + max(1, b.size) - 1) // bank + 1))
 
         pairs: set[frozenset[int]] = set()
-        for r, row in enumerate(g.rows):
+        for _r, row in enumerate(g.rows):
             npu: set[int] = set()
             for name in row.ops:
                 op = self.net.op(name)

@@ -75,9 +75,9 @@ def greedy_allocate(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "so
     partners: dict[int, set[int]] = {i: set() for i in bufs}
     if bank_rule != "off":
         for p in conflict_pairs(net, g):
-            a, b = tuple(p)
-            partners[a].add(b)
-            partners[b].add(a)
+            pa, pb = tuple(p)
+            partners[pa].add(pb)
+            partners[pb].add(pa)
     live = {i: bufs[i].rows(T) for i in bufs}
     placed: dict[int, int] = {}
     bank = chip.bank_bytes
@@ -143,16 +143,7 @@ def multi_start_allocate(net: Network, chip: Chip, g: GroupPlan, bank_rule: str 
 def pack_items(g: GroupPlan) -> list[PackItem]:
     """A group's buffers as packing rectangles: wrap-around lifetimes become two spans."""
     T = len(g.rows)
-    items = []
-    for b in g.buffers:
-        if b.resident:
-            spans: tuple[tuple[int, int], ...] = ((0, T),)
-        elif b.start <= b.end:
-            spans = ((b.start, b.end + 1),)
-        else:
-            spans = ((b.start, T), (0, b.end + 1))
-        items.append(PackItem(str(b.id), b.size, spans))
-    return items
+    return [PackItem(str(b.id), b.size, tuple(b.spans(T))) for b in g.buffers]
 
 
 def exact_pack(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft", time_limit: float = 2.0,
@@ -167,7 +158,7 @@ def exact_pack(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft", 
     feasibility decides, and the chosen groups are polished at the end).
     """
     items = pack_items(g)
-    pairs = [tuple(str(x) for x in sorted(p)) for p in conflict_pairs(net, g)] if bank_rule != "off" else []
+    pairs = [(str(lo), str(hi)) for lo, hi in map(sorted, conflict_pairs(net, g))] if bank_rule != "off" else []
     res = pack(items, chip.lmem_bytes, align=chip.align_bytes, conflicts=pairs, bank_bytes=chip.bank_bytes,
                bank_rule=bank_rule, time_limit=time_limit, workers=1 if len(items) <= 400 else workers, seed=seed,
                conflict_time=conflict_time, deadline=deadline)

@@ -9,9 +9,11 @@ are compared on equal terms.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from lgopt.group.alloc import Allocation, greedy_allocate
+from lgopt.group.alloc import Allocation, count_bank_conflicts, greedy_allocate, polish_banks
+from lgopt.group.cost import group_cost
+from lgopt.group.handover import kept_buffers, without_kept
 from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, slice_group
 from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
@@ -37,6 +39,22 @@ def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slic
 def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:
     g = g.with_offsets(alloc.offsets)
     return replace(g, cost={**g.cost, "lmem_peak": alloc.peak, "bank_conflicts": alloc.bank_conflicts})
+
+
+def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, int], packing_chip: Chip,
+                 bank_rule: str, polish: bool = True) -> GroupPlan:
+    """A group whose table an optimiser chose, placed at ``offsets`` (its buffers below any handed-over
+    tensor, packed into ``packing_chip``'s LMEM), with its soft bank conflicts reduced when ``polish``
+    (candidates are judged on feasibility alone: :func:`lgopt.group.alloc.polish_banks`) and its costs."""
+    offs = dict(offsets)
+    if polish and bank_rule == "soft":
+        inner = without_kept(g)
+        offs.update(polish_banks(net, packing_chip, inner, {b.id: offs[b.id] for b in inner.buffers}))
+    offs.update({b.id: b.offset for b in kept_buffers(g)})
+    peak = max(offs[b.id] + b.size for b in g.buffers)
+    conf = count_bank_conflicts(net, chip, g, offs) if bank_rule != "off" else 0
+    placed = place(net, chip, g, Allocation(offs, peak, conf))
+    return replace(placed, cost={**placed.cost, **group_cost(chip, net, placed)})
 
 
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,

@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ortools.sat.python import cp_model
 
+from lgopt.group.solver import integral_bound, make_solver
 from lgopt.hw.layout import cdiv
 
 Span = tuple[int, int]  # half-open time range
@@ -94,19 +95,6 @@ def first_fit(items: Sequence[PackItem], capacity: int, align: int = 1) -> dict[
     return None
 
 
-WALL_CAP = 6.0  # wall seconds allowed per unit of deterministic time (about 2 on an idle 2-core machine)
-
-
-def wall_seconds(time_limit: float, deadline: float | None = None) -> float:
-    """The wall-clock cap of a solve given ``time_limit`` deterministic units: ``WALL_CAP`` times that (it
-    guards instances where deterministic time runs slow), and no later than ``deadline``
-    (``time.perf_counter()``) when there is one."""
-    cap = max(1.0, WALL_CAP * time_limit)
-    if deadline is not None:
-        cap = min(cap, max(0.05, deadline - time.perf_counter()))
-    return cap
-
-
 def _model(items: Sequence[PackItem], cap_u: int, size_u: Mapping[str, int], pairs: Sequence[tuple[str, str]],
            bank_u: int, bank_rule: str, minimize: str, hint: Mapping[str, int] | None, align: int
            ) -> tuple[cp_model.CpModel, dict[str, cp_model.IntVar], list[cp_model.IntVar], cp_model.IntVar | None]:
@@ -148,9 +136,9 @@ def _model(items: Sequence[PackItem], cap_u: int, size_u: Mapping[str, int], pai
     elif conflict_lits:
         m.minimize(sum(conflict_lits))
     if hint:
-        for k, v in hint.items():
-            if k in off and v % align == 0:
-                m.add_hint(off[k], v // align)
+        for hk, hv in hint.items():
+            if hk in off and hv % align == 0:
+                m.add_hint(off[hk], hv // align)
     return m, off, conflict_lits, peak
 
 
@@ -174,9 +162,9 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
 
     ``time_limit`` is in CP-SAT deterministic time units (about a second each) so
     that the same input gives the same answer however loaded the machine is; a wall-clock cap of
-    ``WALL_CAP`` times that guards instances where deterministic time runs slow (an answer cut by it
-    is "unknown"; on a loaded machine it can cut one earlier, which is the only way two runs differ), and
-    the solve never runs past ``deadline`` (``time.perf_counter()``) when one is given.
+    :data:`lgopt.group.solver.WALL_CAP` times that guards instances where deterministic time runs slow (an
+    answer cut by it is "unknown"; on a loaded machine it can cut one earlier, which is the only way two runs
+    differ), and the solve never runs past ``deadline`` (``time.perf_counter()``) when one is given.
 
     With soft bank pairs and nothing else to minimise, feasibility is settled first without the bank
     variables (they make the first solution far harder to find: ResNet-50's 125-buffer group on
@@ -220,13 +208,8 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
         hint = quick
     m, off, conflict_lits, peak = _model(items, cap_u, size_u, pairs, max(1, (bank_bytes or 1) // align), rule,
                                          minimize, hint, align)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_deterministic_time = time_limit
-    # deterministic time can run far slower than the wall clock on tight, wide instances: cap both
-    solver.parameters.max_time_in_seconds = wall_seconds(time_limit, deadline)
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
-    solver.parameters.interleave_search = workers > 1
+    # deterministic time can run far slower than the wall clock on tight, wide instances: make_solver caps both
+    solver = make_solver(workers=workers, seed=seed, deterministic=time_limit, deadline=deadline)
     st = solver.solve(m)
     secs = time.perf_counter() - t0
     det = solver.response_proto.deterministic_time
@@ -236,7 +219,7 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
         return PackResult("unknown", seconds=secs, deterministic=det)
     offsets = {k: int(solver.value(v)) * align for k, v in off.items()}
     pk = max(offsets[it.id] + size_u[it.id] * align for it in items)
-    bound = int(solver.best_objective_bound) // (len(conflict_lits) + 1) * align if peak is not None else 0
+    bound = integral_bound(solver) // (len(conflict_lits) + 1) * align if peak is not None else 0
     return PackResult("optimal" if st == cp_model.OPTIMAL else "feasible", offsets, pk,
                       sum(int(solver.value(c)) for c in conflict_lits), secs, bound, det)
 

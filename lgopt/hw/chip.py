@@ -112,13 +112,16 @@ SOURCES: dict[str, str] = {
     "bm1684x.macs_per_lane": "Sophgo BM1684X spec 32 TOPS int8 / 16 TFLOPS f16 / 2 TFLOPS f32 at 1 GHz over 64 lanes",
     "bm1688.tiu_mhz": "shared/reference s8: profile defs, TIU 900 MHz",
     "bm1688.gdma_gbps": "shared/reference s8: TPU-MLIR GDMA model forces 24 GB/s",
-    "bm1688.macs_per_lane": "Sophgo BM1688 spec 16 TOPS int8 / 4 TFLOPS f16 / 0.5 TFLOPS f32, 2 cores at 900 MHz, 32 lanes",
+    "bm1688.macs_per_lane": "Sophgo BM1688 spec 16 TOPS int8 / 4 TFLOPS f16 / 0.5 TFLOPS f32, "
+                            "2 cores at 900 MHz, 32 lanes",
     "bm1684.tiu_mhz": "assumption: BM1684 TPU clock 550 MHz",
     "bm1684.gdma_gbps": "assumption: LPDDR4 32 GB/s",
-    "bm1684.macs_per_lane": "Sophgo BM1684 spec 17.6 TOPS int8 / 2.2 TFLOPS f32 at 550 MHz over 64 lanes; f16 runs at f32 rate (assumption: no f16 unit)",
+    "bm1684.macs_per_lane": "Sophgo BM1684 spec 17.6 TOPS int8 / 2.2 TFLOPS f32 at 550 MHz over 64 lanes; "
+                            "f16 runs at f32 rate (assumption: no f16 unit)",
     "bm1690.tiu_mhz": "shared/reference s8: TIU/DMA 1 GHz",
     "bm1690.gdma_gbps": "shared/reference s8: DDR 68 GB/s per core",
-    "bm1690.macs_per_lane": "assumption: SG2260 256 TOPS int8 / 128 TFLOPS f16 over 8 cores x 64 lanes at 1 GHz; f32 1/8 of f16",
+    "bm1690.macs_per_lane": "assumption: SG2260 256 TOPS int8 / 128 TFLOPS f16 over 8 cores x 64 lanes at 1 GHz; "
+                            "f32 1/8 of f16",
     "sg2380.tiu_mhz": "assumption",
     "sg2380.gdma_gbps": "assumption",
     "sg2380.macs_per_lane": "assumption: 20 TOPS int8 over 4 cores x 32 lanes",

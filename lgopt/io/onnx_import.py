@@ -88,7 +88,7 @@ def _infer(model: onnx.ModelProto, path: str) -> onnx.ModelProto:
 
 def _set_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
     names = {i.name for i in model.graph.input}
-    for name, shape in shapes.items():
+    for name, _shape in shapes.items():
         if name not in names:
             raise LgoptError(f"--input-shape names {name!r}, which is not a model input ({', '.join(sorted(names))})")
     # shapes recorded for intermediate tensors were inferred from the old input shapes: drop them
@@ -135,7 +135,9 @@ def _fold_constants(model: onnx.ModelProto, path: str) -> tuple[onnx.ModelProto,
         out_val: list[np.ndarray] | None = None
         if node.op_type == "Constant" and not node.domain:
             try:
-                out_val = [ReferenceEvaluator(node, opsets=opsets).run(None, {})[0]]
+                const_out = ReferenceEvaluator(node, opsets=opsets).run(None, {})
+                assert isinstance(const_out, list)  # intermediate=False: the outputs as a list
+                out_val = [const_out[0]]
             except Exception as e:
                 raise LgoptError(f"{path}: cannot read Constant node {node.name or node.output[0]!r} ({e})") from None
         elif node.op_type == "Shape" and ins and ins[0] in shapes and all(isinstance(d, int) for d in shapes[ins[0]]):
@@ -181,7 +183,7 @@ def _pair(v: Any, default: int) -> tuple[int, int]:
     return (int(v[0]), int(v[1]))
 
 
-def _spatial_attrs(node: onnx.NodeProto, in_hw: tuple[int, int], wshape: tuple[int, ...] | None) -> dict[str, Any]:
+def _spatial_attrs(node: onnx.NodeProto, in_hw: tuple[int, ...], wshape: tuple[int, ...] | None) -> dict[str, Any]:
     kernel = _attr(node, "kernel_shape")
     if kernel is None and wshape is not None:
         kernel = wshape[2:]
@@ -325,7 +327,8 @@ class _Builder:
             consts = []  # roi/scales/sizes are shape data, not weights
             acts = acts[:1]
         elif t == "Clip":
-            attrs = {"min": _scalar(self.inits, ins, 1, _attr(node, "min")), "max": _scalar(self.inits, ins, 2, _attr(node, "max"))}
+            attrs = {"min": _scalar(self.inits, ins, 1, _attr(node, "min")),
+                     "max": _scalar(self.inits, ins, 2, _attr(node, "max"))}
             consts = []
         elif t in ("LeakyRelu",):
             attrs = {"alpha": float(_attr(node, "alpha", 0.01))}
@@ -372,6 +375,7 @@ class _Builder:
         prod = self.ops[pi] if pi is not None else None
         if t == "BatchNormalization" and prod is not None and prod.type == "Conv" and prod.local \
                 and self.single_use(src) and not prod.fused:
+            assert pi is not None  # prod is self.ops[pi]
             weights = list(prod.weights)
             if not any(w.role == "bias" for w in weights):
                 oc = prod.weights[0].shape[0]
@@ -382,6 +386,7 @@ class _Builder:
         if t in opsem.FUSABLE_ACTIVATIONS and prod is not None and prod.local and self.single_use(src) \
                 and prod.type in ("Conv", "ConvTranspose", "Add", "Sub", "Mul", "BatchNormalization") \
                 and len(prod.outputs) == 1 and not prod.fused:
+            assert pi is not None  # prod is self.ops[pi]
             attrs = dict(prod.attrs)
             if t == "Clip":
                 attrs["act_min"] = _scalar(self.inits, ins, 1, _attr(node, "min"))

@@ -85,7 +85,8 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
     if not isinstance(d, Mapping) or d.get("format") != FORMAT:
         raise LgoptError(f"{where}: not an lgopt plan (expected \"format\": \"{FORMAT}\")")
     if d.get("version") != VERSION:
-        raise LgoptError(f"{where}: plan format version {d.get('version')!r} is not supported (this lgopt reads {VERSION})")
+        raise LgoptError(f"{where}: plan format version {d.get('version')!r} is not supported "
+                         f"(this lgopt reads {VERSION})")
     groups = []
     for gi, g in enumerate(_get(d, "groups", where, list)):
         w = f"{where}: group {gi}"
@@ -100,7 +101,7 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
                                 _windows(_get(g, "windows", w), w), _windows(_get(g, "stores", w), w),
                                 g.get("cost", {}), tuple(str(t) for t in g.get("kept_in", [])),
                                 tuple(str(t) for t in g.get("kept_out", []))))
-    steps = []
+    steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):
             steps.append(("group", s["group"]))

@@ -47,7 +47,8 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
     if not isinstance(d, Mapping) or d.get("format") != FORMAT:
         raise LgoptError(f"{where}: not an lgopt problem file (expected \"format\": \"{FORMAT}\")")
     if d.get("version") != VERSION:
-        raise LgoptError(f"{where}: problem format version {d.get('version')!r} is not supported (this lgopt reads {VERSION})")
+        raise LgoptError(f"{where}: problem format version {d.get('version')!r} is not supported "
+                         f"(this lgopt reads {VERSION})")
     tensors: dict[str, Tensor] = {}
     for name, t in _req(d, "tensors", where).items():
         shp = _shape(_req(t, "shape", f"{where}: tensor {name}"), f"{where}: tensor {name}")

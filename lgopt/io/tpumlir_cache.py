@@ -1,77 +1,327 @@
-"""TPU-MLIR's own grouping as a strategy: read its ``*.layer_group_cache.json`` and score it with lgopt.
+"""TPU-MLIR's own grouping: read its ``*.layer_group_cache.json`` and map it onto lgopt's ops.
 
-TPU-MLIR names ops ``<ONNX output name>_<OpType>`` (reference s9); lowering inserts casts named
-``<operand><consumer>_f16`` / ``_f32`` that have no ONNX node.  Fused ops carry the name of their
-last ONNX output, as lgopt's fused ops do, so each op name maps to the lgopt op producing that tensor.
-Groups are rebuilt with TPU-MLIR's N and H slice counts and scored with lgopt's timesteps, allocator
-and cost model, so a user sees side by side what their compiler chose and what lgopt finds.
+A cache (TPU-MLIR 1.30.2, reference s9) lists per sub-function the groups (``GroupLayer``: op names
+``locs`` in the pass's op order, ``func_start_idx..func_end_idx`` in that order, ``shape_secs``
+``[n, c, d, h, w]``) and the ops left global (``GlobalLayer``: ``loc`` and ``func_idx``).  Together
+they give TPU-MLIR's whole op order; groups are contiguous runs of it.
+
+Op names are ``<ONNX output name>_<OpType>`` with an optional ``_<k>`` / ``_slice`` tail when TPU-MLIR
+splits one ONNX op into several (a patch-embedding conv becomes reshape, permute, matmul).  Lowering
+inserts casts named ``<operand><consumer>_f16`` / ``_f32`` that have no ONNX node and no lgopt op.
+Fusion differs between the two: TPU-MLIR folds ``Conv 1x1 -> Conv 1x1`` pairs and whole LayerNorm
+chains into one op (named after the last ONNX output), lgopt fuses activations into their producer.
+:func:`map_cache` therefore
+
+* anchors each TPU-MLIR op on the lgopt op producing (or, through ``Op.sources``, fusing) its named
+  tensor; several TPU-MLIR ops on one lgopt op = TPU-MLIR splits it;
+* gives every lgopt op no TPU-MLIR op is named after to the first TPU-MLIR op that consumes it
+  (TPU-MLIR fused it there);
+* orders lgopt's ops as TPU-MLIR runs them, and reports what it could not map.
+
+Bad caches (not a cache, unknown op names, a cache of another model, non-contiguous groups,
+impossible slice counts) raise :class:`~lgopt.errors.LgoptError` with one line.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 from lgopt.errors import LgoptError
+from lgopt.hw.chip import Chip
 from lgopt.io.jsonio import read_json
 from lgopt.model.network import Network
 
 CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)$")
+SECS = ("n", "c", "d", "h", "w")
+NOT_OPS = frozenset({"func.return"})  # listed among global layers, but no op
 
 
 @dataclass(frozen=True)
 class CacheGroup:
     locs: tuple[str, ...]
-    secs: tuple[int, ...]  # n, c, d, h, w
+    secs: tuple[int, ...]  # n, c, d, h, w; all 0 = "TPU-MLIR searches them"
     cost: int
+    start: int = -1  # func_start_idx / func_end_idx in the sub-function's op order (-1: not given)
+    end: int = -1
+    subfunc: int = 0
+
+
+@dataclass(frozen=True)
+class Cache:
+    path: str
+    groups: tuple[CacheGroup, ...]
+    globals: tuple[tuple[int, int, str], ...]  # (subfunc, func_idx, loc) of every op run outside a group
+    opt: int = 0
 
 
 @dataclass(frozen=True)
 class Mapping:
+    """Compatibility view (used by reports): lgopt ops per cache group."""
     groups: tuple[tuple[tuple[str, ...], CacheGroup], ...]  # (lgopt op names, cache group)
-    unmapped: tuple[str, ...]  # op names found in no lgopt op
+    unmapped: tuple[str, ...]  # TPU-MLIR op names found in no lgopt op (casts aside)
     casts: int  # cast ops TPU-MLIR inserted (nothing to map)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def read_cache(path: str) -> list[CacheGroup]:
+@dataclass(frozen=True)
+class CacheMap:
+    """A cache mapped onto a network.
+
+    ``steps``: TPU-MLIR's op order as lgopt steps, ``("group", cache group index, lgopt ops)`` or
+    ``("global", None, (op,))``; ``order``: every lgopt op in TPU-MLIR's order; ``owner``: lgopt op ->
+    cache group index, or -1 when TPU-MLIR runs it as a global layer."""
+    cache: Cache
+    order: tuple[str, ...]
+    owner: dict[str, int]
+    group_ops: tuple[tuple[str, ...], ...]  # per cache group, lgopt ops in network order
+    casts: int
+    unmapped: tuple[str, ...]
+    fused: tuple[str, ...]  # lgopt ops no TPU-MLIR op is named after, and the op they went into
+    split: dict[str, tuple[int, ...]]  # lgopt op -> steps (group index or -1) of the TPU-MLIR ops it became
+    notes: tuple[str, ...]
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        raise ValueError(f"not an integer: {v!r}")
+    return int(v)
+
+
+def load_cache(path: str) -> Cache:
     d = read_json(path, "TPU-MLIR layer-group cache")
     groups: list[CacheGroup] = []
+    globs: list[tuple[int, int, str]] = []
     try:
-        subs = [v for k, v in d.items() if k.startswith("subfunc_")]
+        if not isinstance(d, dict):
+            raise TypeError("a JSON object")
+        subs = [(k, v) for k, v in d.items() if k.startswith("subfunc_")]
         if not subs:
             raise KeyError("subfunc_0")
-        for sub in subs:
+        for si, (_, sub) in enumerate(subs):
             for g in sub["GroupLayer"]:
-                groups.append(CacheGroup(tuple(g["locs"]), tuple(int(x) for x in g["shape_secs"]),
-                                         int(g.get("group_cost", 0))))
+                locs = g["locs"]
+                if not isinstance(locs, list) or not all(isinstance(x, str) for x in locs):
+                    raise TypeError("locs")
+                secs = g["shape_secs"]
+                if not isinstance(secs, list):
+                    raise TypeError("shape_secs")
+                groups.append(CacheGroup(tuple(locs), tuple(_int(x) for x in secs), _int(g.get("group_cost", 0)),
+                                         _int(g.get("func_start_idx", -1)), _int(g.get("func_end_idx", -1)), si))
+            for x in sub.get("GlobalLayer", []):
+                if str(x["loc"]) not in NOT_OPS:
+                    globs.append((si, _int(x["func_idx"]), str(x["loc"])))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise LgoptError(f"{path} is not a TPU-MLIR layer_group_cache.json (missing {e})") from None
-    return groups
+        raise LgoptError(f"{path} is not a TPU-MLIR layer_group_cache.json (missing or bad {e})") from None
+    return Cache(str(path), tuple(groups), tuple(globs), int(d.get("opt", 0) or 0))
 
 
-def map_groups(net: Network, groups: list[CacheGroup]) -> Mapping:
-    by_output = {t: op for op in net.ops for t in op.outputs}
-    mapped, unmapped, notes = [], [], []
+def read_cache(path: str) -> list[CacheGroup]:
+    return list(load_cache(path).groups)
+
+
+# --- names -----------------------------------------------------------------------------------------
+
+def _aliases(net: Network) -> dict[str, str]:
+    """Tensor name -> lgopt op: the op's outputs, and the outputs of ONNX nodes it fused."""
+    out: dict[str, str] = {}
+    for op in net.ops:
+        for s in op.sources:
+            out.setdefault(f"{s}_output_0", op.name)
+    for op in net.ops:
+        for t in op.outputs:
+            out[t] = op.name
+    return out
+
+
+def anchor(loc: str, aliases: dict[str, str]) -> str | None:
+    """The lgopt op a TPU-MLIR op name is named after: the longest ``_``-cut prefix that is a tensor."""
+    i = len(loc)
+    while True:
+        i = loc.rfind("_", 0, i)
+        if i <= 0:
+            return None
+        op = aliases.get(loc[:i])
+        if op is not None:
+            return op
+
+
+def is_cast(loc: str) -> bool:
+    return bool(CAST.search(loc))
+
+
+# --- the mapping -----------------------------------------------------------------------------------
+
+def _positions(cache: Cache) -> list[tuple[tuple[int, int], str, int]]:
+    """Every TPU-MLIR op of the cache as (position, loc, cache group index or -1), in TPU-MLIR's order.
+    Raises on groups that are not contiguous runs of that order."""
+    path = cache.path
+    seen: dict[tuple[int, int], str] = {}
+    out: list[tuple[tuple[int, int], str, int]] = []
+    indexed = all(g.start >= 0 and g.end >= 0 for g in cache.groups)
+    for gi, g in enumerate(cache.groups):
+        if not g.locs:
+            raise LgoptError(f"{path}: group {gi} lists no ops")
+        if indexed and g.end - g.start + 1 != len(g.locs):
+            raise LgoptError(f"{path}: group {gi} is not contiguous: it lists {len(g.locs)} ops but spans "
+                             f"func_idx {g.start}..{g.end}")
+        for k, loc in enumerate(g.locs):
+            pos = (g.subfunc, g.start + k if indexed else gi * 100000 + k)
+            if pos in seen:
+                raise LgoptError(f"{path}: group {gi} is not contiguous: func_idx {pos[1]} ({loc}) is also "
+                                 f"{seen[pos]}")
+            seen[pos] = f"in group {gi}"
+            out.append((pos, loc, gi))
+    if indexed:
+        for si, fi, loc in cache.globals:
+            pos = (si, fi)
+            if pos in seen:
+                raise LgoptError(f"{path}: group {seen[pos][9:]} is not contiguous: its func_idx {fi} is the "
+                                 f"global op {loc}")
+            seen[pos] = "global"
+            out.append((pos, loc, -1))
+    out.sort(key=lambda x: x[0])
+    # the same op named twice
+    names: dict[str, int] = {}
+    for _, loc, gi in out:
+        if loc in names and not is_cast(loc):
+            raise LgoptError(f"{path}: op {loc} appears twice (groups {names[loc]} and {gi})")
+        names[loc] = gi
+    return out
+
+
+def map_cache(net: Network, cache: Cache) -> CacheMap:
+    """The cache's grouping in lgopt's ops; raises LgoptError when it cannot be this model's."""
+    path = cache.path
+    aliases = _aliases(net)
+    ops_pos = _positions(cache)
+    casts = 0
+    unmapped: list[str] = []
+    anchored: dict[str, list[tuple[tuple[int, int], int]]] = {}
+    for pos, loc, gi in ops_pos:
+        if is_cast(loc):  # before anchoring: a cast's name starts with its operand's name
+            casts += 1
+            continue
+        target = anchor(loc, aliases)
+        if target is not None:
+            anchored.setdefault(target, []).append((pos, gi))
+        else:
+            unmapped.append(loc)
+    named = len(ops_pos) - casts
+    if named and len(unmapped) * 2 > named:
+        raise LgoptError(f"{path} is a cache of another model: {len(unmapped)} of its {named} op names are not "
+                         f"in model {net.name} (e.g. {unmapped[0]})")
+    if unmapped:
+        raise LgoptError(f"{path}: {len(unmapped)} op names are not in model {net.name}: "
+                         f"{', '.join(unmapped[:3])}{' ...' if len(unmapped) > 3 else ''}")
+    # position and owner of each lgopt op
+    pos_of: dict[str, tuple[int, int]] = {}
+    owner: dict[str, int] = {}
+    split: dict[str, tuple[int, ...]] = {}
+    for name, hits in anchored.items():
+        last, gi = max(hits)  # the TPU-MLIR op producing the named tensor is the last piece
+        pos_of[name], owner[name] = last, gi
+        if len(hits) > 1:
+            split[name] = tuple(g for _, g in hits)
+    group_at = {pos: gi for pos, _, gi in ops_pos}
+    fused: list[str] = []
+    notes: list[str] = []
+    for op in reversed(net.ops):  # consumers first
+        if op.name in pos_of:
+            continue
+        cons = [pos_of[c.name] for t in op.outputs for c in net.consumers.get(t, ()) if c.name in pos_of]
+        if cons:
+            p = min(cons)
+            pos_of[op.name], owner[op.name] = p, group_at.get(p, -1)
+            fused.append(op.name)
+        # ops feeding nothing TPU-MLIR names: placed after their producers below
+    for op in net.ops:
+        if op.name not in pos_of:
+            prod = [pos_of[net.producer[t].name] for t in op.inputs if t in net.producer
+                    and net.producer[t].name in pos_of]
+            pos_of[op.name] = max(prod, default=(0, -1))
+            owner[op.name] = -1
+            notes.append(f"{op.name} ({op.type}) is named by no TPU-MLIR op; run as a global layer")
+    # TPU-MLIR's order of lgopt ops: a topological order by position (ties: network order)
+    index = net.op_index
+    preds = {op.name: {net.producer[t].name for t in op.inputs if t in net.producer} for op in net.ops}
+    succs: dict[str, list[str]] = {op.name: [] for op in net.ops}
+    for n, ps in preds.items():
+        for pred in ps:
+            succs[pred].append(n)
+    missing = {n: len(ps) for n, ps in preds.items()}
+    heap = [(pos_of[n], index[n], n) for n, k in missing.items() if k == 0]
+    heapq.heapify(heap)
+    order: list[str] = []
+    while heap:
+        _, _, n = heapq.heappop(heap)
+        order.append(n)
+        for m in succs[n]:
+            missing[m] -= 1
+            if missing[m] == 0:
+                heapq.heappush(heap, (pos_of[m], index[m], m))
+    groups = tuple(tuple(sorted((o for o, g in owner.items() if g == gi), key=index.__getitem__))
+                   for gi in range(len(cache.groups)))
+    fused_notes = []
+    for o in fused:
+        into = min((c.name for t in net.op(o).outputs for c in net.consumers.get(t, ()) if c.name in pos_of
+                    and c.name not in fused), key=lambda c: pos_of[c], default="?")
+        fused_notes.append(f"{o} -> {into}")
+    return CacheMap(cache, tuple(order), owner, groups, casts, tuple(unmapped), tuple(fused_notes), split,
+                    tuple(notes))
+
+
+def map_groups(net: Network, groups: Sequence[CacheGroup]) -> Mapping:
+    """Lenient view for reports: lgopt ops per group, names that match no op (never raises on names)."""
+    aliases = _aliases(net)
+    mapped, unmapped = [], []
     casts = 0
     seen: set[str] = set()
+    notes: list[str] = []
     for gi, g in enumerate(groups):
         ops: list[str] = []
         for loc in g.locs:
-            if CAST.search(loc):
-                casts += 1
-                continue
-            name, _, _ = loc.rpartition("_")
-            op = by_output.get(name)
+            op = None if is_cast(loc) else anchor(loc, aliases)
             if op is None:
-                unmapped.append(loc)
-            elif op.name not in ops:
-                if op.name in seen:
-                    notes.append(f"group {gi}: {op.name} already in an earlier group")
+                if is_cast(loc):
+                    casts += 1
+                else:
+                    unmapped.append(loc)
+            elif op not in ops:
+                if op in seen:
+                    notes.append(f"group {gi}: {op} already in an earlier group")
                     continue
-                ops.append(op.name)
-                seen.add(op.name)
+                ops.append(op)
+                seen.add(op)
         ops.sort(key=net.op_index.__getitem__)
         if ops:
             mapped.append((tuple(ops), g))
     return Mapping(tuple(mapped), tuple(unmapped), casts, tuple(notes))
+
+
+# --- slice counts ----------------------------------------------------------------------------------
+
+def check_secs(net: Network, chip: Chip, gi: int, secs: tuple[int, ...], ops: Sequence[str], path: str) -> None:
+    """Slice counts a chip cannot have for this group (not lgopt's limits: TPU-MLIR's own bounds)."""
+    if len(secs) != 5:
+        raise LgoptError(f"{path}: group {gi}: shape_secs {list(secs)} must have 5 entries [n, c, d, h, w]")
+    if any(s < 0 for s in secs) or (0 in secs and any(secs)):
+        raise LgoptError(f"{path}: group {gi}: shape_secs {list(secs)} must be all positive, or all 0 "
+                         "(TPU-MLIR searches them)")
+    if not any(secs) or not ops:
+        return
+    # TPU-MLIR views tensors its own way (a matmul's batch dims as N, NHWC after a transpose), so the
+    # bound is loose: no count above the largest dimension, no product above the elements of an output
+    outs = [net.tensor(t) for o in ops for t in net.op(o).outputs]
+    dim_max = max(max(t.orig_shape or t.shape) for t in outs)
+    elems = max(t.elems for t in outs)
+    big = max(secs)
+    if big > dim_max:
+        raise LgoptError(f"{path}: group {gi}: {SECS[secs.index(big)]}secs={big} is impossible on {chip.name}: "
+                         f"no tensor of the group has a dimension that large (largest {dim_max})")
+    prod = secs[0] * secs[1] * secs[2] * secs[3] * secs[4]
+    if prod > elems:
+        raise LgoptError(f"{path}: group {gi}: shape_secs {list(secs)} make {prod} slices, more than the "
+                         f"{elems} elements of the group's largest output")

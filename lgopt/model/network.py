@@ -228,8 +228,9 @@ def topological_orders(net: Network) -> dict[str, list[str]]:
         heap: list[tuple[int, int, str]] = []
 
         def push(n: str) -> None:
-            latest = max((pos[p] for p in preds[n]), default=-1)
-            heapq.heappush(heap, (-latest if kind == "depth-first" else latest, index[n], n))
+            latest = max((pos[p] for p in preds[n]), default=-1)  # noqa: B023 (called in this iteration)
+            key = -latest if kind == "depth-first" else latest  # noqa: B023 (called in this iteration)
+            heapq.heappush(heap, (key, index[n], n))  # noqa: B023 (called in this iteration)
 
         for n, k in missing.items():
             if k == 0:

@@ -51,12 +51,22 @@ class Buffer:
     resident: bool = False
     offset: int = -1  # -1 until allocated
 
-    def rows(self, num_rows: int) -> set[int]:
+    def spans(self, num_rows: int) -> list[tuple[int, int]]:
+        """The half-open row ranges the buffer is live over in a table of ``num_rows`` rows: the one
+        place a wrap-around lifetime is unrolled (``start=5, end=1`` in 7 rows is ``[(5, 7), (0, 2)]``).
+
+        >>> Buffer(0, "activation", "x", 64, 5, 1).spans(7)
+        [(5, 7), (0, 2)]
+        """
         if self.resident:
-            return set(range(num_rows))
+            return [(0, num_rows)]
         if self.start <= self.end:
-            return set(range(self.start, self.end + 1))
-        return set(range(self.start, num_rows)) | set(range(0, self.end + 1))
+            return [(self.start, self.end + 1)]
+        return [(self.start, num_rows), (0, self.end + 1)]
+
+    def rows(self, num_rows: int) -> set[int]:
+        """The rows the buffer is live in."""
+        return {r for s, e in self.spans(num_rows) for r in range(s, e)}
 
 
 Window4 = tuple[int, int, int, int]  # n0, n1, h0, h1

@@ -6,63 +6,30 @@ from __future__ import annotations
 import base64
 import io
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
 from lgopt.check.verify import verify_plan
-from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
-from lgopt.strategies.greedy import greedy
+from lgopt.strategies.cpsat.common import CpsatSettings
+from lgopt.strategies.registry import StrategyChoice, StrategyOptions
 from lgopt.strategies.settings import Progress, SearchSettings
 
 
-@dataclass(frozen=True)
-class Strategy:
-    name: str  # greedy | cpsat | tpu-mlir
-    cache: str | None = None  # TPU-MLIR layer_group_cache.json
-
-    @property
-    def label(self) -> str:
-        return self.name
-
-
-def parse_strategies(text: str) -> list[Strategy]:
-    out = []
-    for item in [x.strip() for x in text.split(",") if x.strip()]:
-        name, _, arg = item.partition("=")
-        if name not in ("greedy", "cpsat", "tpu-mlir"):
-            raise LgoptError(f"unknown strategy {name!r} (greedy, cpsat, tpu-mlir=CACHE.json)")
-        if name == "tpu-mlir" and not arg:
-            raise LgoptError("tpu-mlir needs its cache: tpu-mlir=MODEL_CHIP.layer_group_cache.json")
-        out.append(Strategy(name, arg or None))
-    if not out:
-        raise LgoptError("no strategies given")
-    return out
-
-
-def run_strategy(net: Network, chip: Chip, s: Strategy, search: SearchSettings, time_limit: float,
-                 workers: int) -> tuple[Plan, float, dict[str, Any]]:
+def run_strategy(net: Network, chip: Chip, choice: StrategyChoice, options: StrategyOptions
+                 ) -> tuple[Plan, float, dict[str, Any]]:
+    """Run one strategy, time it, and check its plan with the independent verifier (a plan that breaks a
+    constraint is an lgopt bug, whichever strategy built it)."""
     t0 = time.perf_counter()
-    extra: dict[str, Any] = {}
-    if s.name == "greedy":
-        plan = greedy(net, chip, search)
-    elif s.name == "cpsat":
-        from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
-
-        plan = optimise(net, chip, search, CpsatSettings(time_limit=time_limit, workers=workers))
-    else:
-        from lgopt.strategies.tpumlir import score
-
-        plan, extra = score(net, chip, str(s.cache), search)
+    plan, extra = choice.run(net, chip, options)
     seconds = time.perf_counter() - t0
     bad = verify_plan(net, plan)
     if bad:
-        raise RuntimeError(f"{s.name} plan for {net.name} fails verification: {bad[0]}")
+        raise RuntimeError(f"{choice.label} plan for {net.name} fails verification: {bad[0]}")
     return plan, seconds, extra
 
 
@@ -74,7 +41,7 @@ def _slices(plan: Plan) -> str:
     return f"N {ns[0]}-{ns[-1]}, H {hs[0]}-{hs[-1]}"
 
 
-def plan_row(net: Network, chip: Chip, s: Strategy, plan: Plan, seconds: float) -> dict[str, Any]:
+def plan_row(net: Network, chip: Chip, s: StrategyChoice, plan: Plan, seconds: float) -> dict[str, Any]:
     c = plan.cost
     return {
         "model": net.name, "chip": chip.name, "strategy": s.label,
@@ -153,7 +120,8 @@ def _allocation_pictures(plans: dict[tuple[str, str, str], Plan], limit: int = 4
     for _, (model, chip, strat), k in sorted(cands, key=lambda x: (-x[0], x[1], x[2]))[:limit]:
         buf = io.BytesIO()
         draw_group(plans[(model, chip, strat)], k, buf)
-        out.append((f"LMEM allocation: {model} on {chip}, {strat}, group {k}", base64.b64encode(buf.getvalue()).decode()))
+        out.append((f"LMEM allocation: {model} on {chip}, {strat}, group {k}",
+                    base64.b64encode(buf.getvalue()).decode()))
     return out
 
 
@@ -174,25 +142,27 @@ def write_html(path: Path, title: str, tables: list[tuple[str, pd.DataFrame]], i
     path.write_text("\n".join(parts))
 
 
-def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Sequence[Strategy], out: str | None,
+def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Sequence[StrategyChoice], out: str | None,
             search: SearchSettings = SearchSettings(), time_limit: float = 60.0, workers: int = 2,
             progress: Progress | None = None, save_plans: bool = False) -> pd.DataFrame:
     rows, plans, nets, notes = [], {}, {}, []
-    for path, net in models:
+    # a given grouping lgopt cannot build exactly is relaxed (and each change noted), so it still has a row
+    options = StrategyOptions(search, CpsatSettings(time_limit=time_limit, workers=workers), exact=False)
+    for _path, net in models:
         nets[net.name] = net
         for s in strategies:
-            if s.name == "tpu-mlir" and not _cache_fits(s.cache, net):
+            if s.label == "tpu-mlir" and not _cache_fits(s.arg, net):
                 if len(models) == 1:
-                    notes.append(f"{net.name}: no op of TPU-MLIR cache {Path(str(s.cache)).name} is in this model")
+                    notes.append(f"{net.name}: no op of TPU-MLIR cache {Path(str(s.arg)).name} is in this model")
                 continue
             if progress:
                 progress(f"compare: {net.name} on {chip.name} with {s.label}")
-            plan, secs, extra = run_strategy(net, chip, s, search, time_limit, workers)
+            plan, secs, extra = run_strategy(net, chip, s, options)
             rows.append(plan_row(net, chip, s, plan, secs))
             plans[(net.name, chip.name, s.label)] = plan
             if extra:
                 un = extra["unmapped"]
-                notes.append(f"{net.name}: TPU-MLIR cache {Path(str(s.cache)).name}: {extra['groups_scored']} of "
+                notes.append(f"{net.name}: TPU-MLIR cache {Path(str(s.arg)).name}: {extra['groups_scored']} of "
                              f"{extra['groups_in_cache']} groups scored, {extra['ops_mapped']} ops mapped, "
                              f"{len(un)} names not found{(': ' + ', '.join(un[:8])) if un else ''}, "
                              f"{extra['casts_skipped']} inserted casts skipped")

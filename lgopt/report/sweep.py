@@ -14,7 +14,9 @@ import pandas as pd
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip, get_chip
 from lgopt.model.network import Network, network_digest
-from lgopt.report.compare import Strategy, _png, run_strategy, write_html
+from lgopt.report.compare import _png, run_strategy, write_html
+from lgopt.strategies.cpsat.common import CpsatSettings
+from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.strategies.settings import Progress, SearchSettings
 
 # --- sweeps -------------------------------------------------------------------------------------------
@@ -43,7 +45,8 @@ def _sweep_one(args: tuple[str, dict[str, Any], dict[str, str], str, float, int,
     cfile = Path(cache_dir) / f"{key}.json"
     if cfile.exists():
         return {**json.loads(cfile.read_text()), "cached": True}
-    plan, secs, _ = run_strategy(net, chip, Strategy(strategy), SearchSettings(), time_limit, workers)
+    options = StrategyOptions(SearchSettings(), CpsatSettings(time_limit=time_limit, workers=workers))
+    plan, secs, _ = run_strategy(net, chip, parse_strategy(strategy), options)
     row = {**point, "strategy": strategy, "cycles": int(plan.cost["cycles"]),
            "traffic MB": round(plan.cost["traffic_bytes"] / 1e6, 3), "groups": len(plan.groups),
            "global layers": len(plan.global_layers), "status": plan.status, "seconds": round(secs, 2)}
@@ -83,10 +86,10 @@ def sweep(path: str, net: Network, chip: Chip, axes: dict[str, list[str]], strat
              for s in strategies]
     rows = []
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=mp.get_context("fork")) as ex:
-        for k, row in enumerate(ex.map(_sweep_one, tasks)):
+        for i, row in enumerate(ex.map(_sweep_one, tasks)):
             rows.append(row)
             if progress:
-                progress(f"sweep: {k + 1}/{len(tasks)} configurations")
+                progress(f"sweep: {i + 1}/{len(tasks)} configurations")
     df = pd.DataFrame(rows)
     for k in keys:
         num = pd.to_numeric(df[k].map(_num), errors="coerce")
@@ -107,8 +110,9 @@ def sweep(path: str, net: Network, chip: Chip, axes: dict[str, list[str]], strat
             notes.append(f"{s}: knee = smallest LMEM within 5 % of the best cycles ({best:,}): "
                          f"lmem_bytes={knee['lmem_bytes']} at {int(knee['cycles']):,} cycles"
                          + "".join(f", {k}={knee[k]}" for k in keys if k != "lmem_bytes"))
-    md = [f"# lgopt sweep: {net.name} on {chip.name}\n"] + [f"## {h}\n\n{t.astype(object).fillna('-').to_markdown(index=False)}\n"
-                                                            for h, t in tables] + [f"- {n}" for n in notes]
+    md = ([f"# lgopt sweep: {net.name} on {chip.name}\n"]
+          + [f"## {h}\n\n{t.astype(object).fillna('-').to_markdown(index=False)}\n" for h, t in tables]
+          + [f"- {n}" for n in notes])
     (d / "sweep.md").write_text("\n".join(md) + "\n")
     write_html(d / "sweep.html", f"lgopt sweep: {net.name} on {chip.name}", tables, images, notes)
     return df

@@ -100,9 +100,7 @@ def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * T + 4), 6))
     top = max([b.offset + b.size for b in g.buffers] + [1])
     for b in g.buffers:
-        spans = [(0, T)] if b.resident else (
-            [(b.start, b.end + 1)] if b.start <= b.end else [(b.start, T), (0, b.end + 1)])
-        for x0, x1 in spans:
+        for x0, x1 in b.spans(T):
             ax.add_patch(Rectangle((x0, b.offset), x1 - x0, b.size, facecolor=colors.get(b.kind, "#ccc"),
                                    edgecolor="black", linewidth=0.6, alpha=0.85))
             if b.size > top * 0.03:

@@ -1,51 +1,247 @@
-"""TPU-MLIR's own grouping as a strategy: its cache, read by :mod:`lgopt.io.tpumlir_cache`, scored with
-lgopt's timesteps, allocator and cost model."""
+"""TPU-MLIR's own grouping as a strategy: its cache, read and mapped by :mod:`lgopt.io.tpumlir_cache`,
+built exactly (same groups, same slice counts) with lgopt's slicing, timesteps, allocator and cost model.
+
+Nothing is adjusted to make it fit.  A group lgopt cannot build under its own rules (an op it only
+runs as a global layer, C/D/W slices, the h/2 rule, LMEM allocation) makes the whole grouping
+infeasible: :class:`GroupingInfeasible` names the group and the reason.  A group whose cache says
+``[0, 0, 0, 0, 0]`` ("compiler picks") gets its slice counts the way TPU-MLIR's quick search picks
+them: N up to its maximum first, then H, the first that fits (``info["searched"]`` says so).
+
+``exact=False`` is a documented relaxation for reports: ops lgopt can only run as global layers, at
+the start or end of a TPU-MLIR group, are run as global layers next to it, and an op TPU-MLIR splits
+over several steps is placed where its last piece runs; each such change is listed in
+``info["adjusted"]``.  Slice counts are never changed.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import heapq
+from dataclasses import dataclass, replace
 from typing import Any
 
-from lgopt.group.build import assemble, try_group
+from lgopt.errors import LgoptError
+from lgopt.group.build import assemble, n_unit, try_group
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
-from lgopt.io.tpumlir_cache import map_groups, read_cache
+from lgopt.io.tpumlir_cache import CacheMap, check_secs, load_cache, map_cache
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
 
 
-def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = SearchSettings()
-          ) -> tuple[Plan, dict[str, Any]]:
-    """TPU-MLIR's grouping as an lgopt plan, and what had to be adjusted to make it one."""
-    m = map_groups(net, read_cache(cache_path))
-    plans: list[GroupPlan] = []
-    adjusted: list[str] = []
-    dropped: list[str] = []
-    for ops, g in m.groups:
-        n, c, d, h, w = (list(g.secs) + [1] * 5)[:5]
-        if c > 1 or d > 1 or w > 1:
-            adjusted.append(f"{ops[0]}..: C/D/W slices {c}/{d}/{w} have no lgopt equivalent; H slices x{w}")
-            h *= w
-        if any(not net.op(o).local for o in ops):
-            dropped.append(f"{ops[0]}..: contains an op lgopt runs as a global layer")
-            ops = tuple(o for o in ops if net.op(o).local)
-        if not ops:
-            continue
+class GroupingInfeasible(LgoptError):
+    """TPU-MLIR's grouping cannot be built under lgopt's rules: ``group_index`` (position in the cache,
+    -1 for the grouping as a whole) and ``reason``."""
+
+    def __init__(self, group_index: int, reason: str) -> None:
+        self.group_index = group_index
+        self.reason = reason
+        super().__init__(f"TPU-MLIR's grouping is infeasible under lgopt's rules: group {group_index}: {reason}")
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    index: int  # position in the cache
+    ops: tuple[str, ...]  # lgopt ops built (network order)
+    secs: tuple[int, ...]  # as the cache gives them
+    n_slices: int = 0
+    h_slices: int = 0
+    searched: bool = False
+    plan: GroupPlan | None = None  # placed and costed
+    reason: str = ""  # why not, when plan is None and ops is not empty
+    adjusted: tuple[str, ...] = ()
+    peeled: tuple[str, ...] = ()  # ops run as global layers next to the group (exact=False only)
+
+
+@dataclass(frozen=True)
+class Reading:
+    cmap: CacheMap
+    groups: tuple[GroupResult, ...]
+
+    @property
+    def infeasible(self) -> list[GroupResult]:
+        return [g for g in self.groups if g.plan is None and g.ops]
+
+
+def _peel(net: Network, ops: list[str]) -> tuple[list[str], list[str]]:
+    """Take non-local ops off the edges of a group (sources or sinks inside it) while possible."""
+    ops, peeled = list(ops), []
+    changed = True
+    while changed:
+        changed = False
+        members = set(ops)
+        for o in list(ops):
+            op = net.op(o)
+            if op.local:
+                continue
+            ins = any(net.producer[t].name in members for t in op.inputs if t in net.producer)
+            outs = any(c.name in members for t in op.outputs for c in net.consumers.get(t, ()))
+            if not ins or not outs:
+                ops.remove(o)
+                peeled.append(o)
+                changed = True
+    return ops, peeled
+
+
+def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings
+            ) -> tuple[GroupPlan | None, int, int, str]:
+    """TPU-MLIR's quick search in lgopt's terms: N first to its maximum, then H; the first that fits."""
+    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
+    n_max = max(1, batch // n_unit(net, chip, ops))
+    h_max = min(st.max_h_slices, min(net.tensor(t).h for o in ops for t in net.op(o).outputs))
+    why = ""
+    n = 1
+    for n in range(1, n_max + 1):
+        gp, why = try_group(net, chip, ops, n, 1, st.h_ratio, st.bank_rule)
+        if gp is not None:
+            return gp, n, 1, ""
+    for h in range(2, h_max + 1):
         gp, why = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule)
-        h2 = h
-        while gp is None and h2 < st.max_h_slices:  # lgopt's sizes may need more slices than TPU-MLIR's
-            h2 += 1
-            gp, _ = try_group(net, chip, ops, n, h2, st.h_ratio, st.bank_rule)
-        if gp is None:
-            dropped.append(f"{ops[0]}..{ops[-1]} ({len(ops)} ops, secs n={n} h={h}): {why}; run as global layers")
+        if gp is not None:
+            return gp, n, h, ""
+    return None, n, h_max, f"no slice counts fit (searched N 1..{n_max}, then H 2..{h_max}; last: {why})"
+
+
+def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings = SearchSettings(),
+                 exact: bool = True) -> Reading:
+    """Every cache group built as given (or reported infeasible), without assembling a plan.
+    Raises LgoptError for a bad cache."""
+    cache = load_cache(cache_path)
+    cm = map_cache(net, cache)
+    out: list[GroupResult] = []
+    for gi, g in enumerate(cache.groups):
+        ops = list(cm.group_ops[gi])
+        check_secs(net, chip, gi, g.secs, ops, cache.path)
+        if not ops:
+            out.append(GroupResult(gi, (), g.secs, reason="only casts TPU-MLIR inserted: nothing to build"))
             continue
-        if h2 != h:
-            adjusted.append(f"{ops[0]}..{ops[-1]}: h_slices {h} -> {h2} ({why})")
-        plans.append(with_cost(chip, net, gp))
-    plan = assemble(net, chip, plans, "tpu-mlir", h_ratio=st.h_ratio, bank_rule=st.bank_rule, status="scored")
+        adjusted: list[str] = []
+        peeled: list[str] = []
+        reason = ""
+        split = [o for o in ops if o in cm.split and len(set(cm.split[o])) > 1]
+        if split:
+            msg = (f"TPU-MLIR splits lgopt op {split[0]} ({net.op(split[0]).type}) into ops run in different "
+                   f"steps ({', '.join('global' if s < 0 else f'group {s}' for s in sorted(set(cm.split[split[0]])))})"
+                   f"; lgopt runs it whole")
+            if exact:
+                reason = msg
+            else:
+                adjusted += [f"group {gi}: {msg}; placed in group {gi} where its last piece runs"]
+        glob = [o for o in ops if not net.op(o).local]
+        if glob and not reason:
+            if exact:
+                op = net.op(glob[0])
+                reason = (f"op {op.name} ({op.type}) can only be a global layer in lgopt ({op.reason})"
+                          f"{f'; {len(glob) - 1} more such ops' if len(glob) > 1 else ''}")
+            else:
+                ops, peeled = _peel(net, ops)
+                left = [o for o in ops if not net.op(o).local]
+                if left:
+                    op = net.op(left[0])
+                    reason = (f"op {op.name} ({op.type}) can only be a global layer in lgopt ({op.reason}) and is "
+                              "inside the group, not at its edge")
+                else:
+                    adjusted += [f"group {gi}: {o} ({net.op(o).type}) runs as a global layer next to the group: "
+                                 f"{net.op(o).reason}" for o in peeled]
+                    if not ops:
+                        out.append(GroupResult(gi, (), g.secs, reason="only ops lgopt runs as global layers",
+                                               adjusted=tuple(adjusted), peeled=tuple(peeled)))
+                        continue
+        tops = tuple(ops)
+        if reason:
+            out.append(GroupResult(gi, tops, g.secs, reason=reason, adjusted=tuple(adjusted), peeled=tuple(peeled)))
+            continue
+        n, c, d, h, w = g.secs
+        if not any(g.secs):
+            gp, n, h, why = _search(net, chip, tops, st)
+            searched = True
+        elif c > 1 or d > 1 or w > 1:
+            gp, searched = None, False
+            why = f"shape_secs {list(g.secs)}: lgopt slices only N and H, not C, D or W"
+        elif n > (batch := min(net.tensor(t).n for o in tops for t in net.op(o).outputs)):
+            gp, searched = None, False
+            why = (f"shape_secs {list(g.secs)}: nsecs={n} but lgopt's N of this group is {batch} (TPU-MLIR slices "
+                   "a dimension lgopt folds elsewhere)")
+        else:
+            gp, why = try_group(net, chip, tops, n, h, st.h_ratio, st.bank_rule)
+            searched = False
+            if gp is None:
+                why = f"secs n={n} h={h}: {why}"
+        if gp is not None:
+            gp = with_cost(chip, net, gp)
+        out.append(GroupResult(gi, tops, g.secs, n, h, searched, gp, why, tuple(adjusted), tuple(peeled)))
+    return Reading(cm, tuple(out))
+
+
+def _steps(net: Network, cm: CacheMap, built: list[tuple[int, GroupPlan]]) -> tuple[tuple[str, Any], ...]:
+    """Groups and global layers in TPU-MLIR's order (a topological order of the steps)."""
+    pos = {o: i for i, o in enumerate(cm.order)}
+    step_of: dict[str, int] = {}
+    members: list[tuple[str, Any, tuple[str, ...]]] = []
+    for k, (_, gp) in enumerate(built):
+        for o in gp.ops:
+            step_of[o] = len(members)
+        members.append(("group", k, gp.ops))
+    for o in cm.order:
+        if o not in step_of:
+            step_of[o] = len(members)
+            members.append(("global", o, (o,)))
+    preds: list[set[int]] = [set() for _ in members]
+    for s, (_, _, ops) in enumerate(members):
+        for o in ops:
+            for t in net.op(o).inputs:
+                prod = net.producer.get(t)
+                if prod is not None and step_of[prod.name] != s:
+                    preds[s].add(step_of[prod.name])
+    succs: list[list[int]] = [[] for _ in members]
+    for s, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(s)
+    missing = [len(ps) for ps in preds]
+    key = [min(pos[o] for o in ops) for _, _, ops in members]
+    heap = [(key[s], s) for s in range(len(members)) if missing[s] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, s = heapq.heappop(heap)
+        order.append(s)
+        for m in succs[s]:
+            missing[m] -= 1
+            if missing[m] == 0:
+                heapq.heappush(heap, (key[m], m))
+    if len(order) != len(members):
+        stuck = [s for s in range(len(members)) if missing[s] > 0 and members[s][0] == "group"]
+        gi = built[members[stuck[0]][1]][0] if stuck else -1
+        raise GroupingInfeasible(gi, "not contiguous in lgopt's graph: a path leaves the group and comes back "
+                                     "(TPU-MLIR's op fusion differs from lgopt's here)")
+    return tuple((members[s][0], members[s][1]) for s in order)
+
+
+def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = SearchSettings(), *,
+          exact: bool = True) -> tuple[Plan, dict[str, Any]]:
+    """TPU-MLIR's grouping as an lgopt plan, built exactly; raises :class:`GroupingInfeasible` when a
+    group cannot be built under lgopt's rules and LgoptError for a bad cache."""
+    r = build_groups(net, chip, cache_path, st, exact)
+    bad = r.infeasible
+    if bad:
+        raise GroupingInfeasible(bad[0].index, bad[0].reason)
+    built = [(g.index, g.plan) for g in r.groups if g.plan is not None]
+    plan = assemble(net, chip, [gp for _, gp in built], "tpu-mlir", h_ratio=st.h_ratio, bank_rule=st.bank_rule,
+                    status="scored")
+    plan = replace(plan, steps=_steps(net, r.cmap, built))
     plan = finish(chip, net, plan)
-    info = {"cache": str(cache_path), "groups_in_cache": len(m.groups), "groups_scored": len(plans),
-            "ops_mapped": sum(len(o) for o, _ in m.groups), "unmapped": list(m.unmapped), "casts_skipped": m.casts,
-            "adjusted": adjusted, "dropped": dropped, "notes": list(m.notes)}
+    cm = r.cmap
+    info = {
+        "cache": str(cache_path), "status": "loaded", "exact": exact,
+        "groups_in_cache": len(cm.cache.groups), "groups_scored": len(built),
+        "group_plan_index": [next((k for k, (gi, _) in enumerate(built) if gi == g.index), None) for g in r.groups],
+        "ops_mapped": sum(len(g.ops) for g in r.groups),
+        "unmapped": list(cm.unmapped), "casts_skipped": cm.casts,
+        "searched": [f"group {g.index}: cache says [0,0,0,0,0]; picked n={g.n_slices} h={g.h_slices} the way "
+                     "TPU-MLIR's quick search does (N first, then H; first that fits)" for g in r.groups if g.searched],
+        "adjusted": [a for g in r.groups for a in g.adjusted],
+        "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason],
+        "fused": list(cm.fused), "split": {k: list(v) for k, v in cm.split.items()},
+        "notes": list(cm.notes),
+    }
     return replace(plan, solver={**plan.solver, "tpu_mlir": info}), info

@@ -1,0 +1,160 @@
+"""Every calibration scoring through lgopt's TPU-MLIR reader: does lgopt build the compiler's own grouping,
+agree on what is feasible, and predict its cycles?
+
+    python benchmarks/calibration.py [--models resnet18,vgg16] [--chips bm1688] [--limit 50]
+
+Reads ``../shared/calibration`` (``totals.csv``, ``groups.csv``, the forced caches and the weightless ONNX
+models) and writes ``benchmarks/calibration/groupings.csv`` (one row per scoring) and ``groups.csv`` (one
+row per cache group, predicted vs measured cycles), then prints a summary.
+
+Each grouping is built exactly (``score(..., exact=True)``): status ``loaded`` (plan built and verified),
+``infeasible`` (a group lgopt cannot build under its rules; the reason says which and why) or ``error``
+(the reader refused the cache).  Where the exact grouping is infeasible, the documented relaxation
+(``exact=False``: ops lgopt only runs as global layers moved to the group's edge) is tried too and
+reported in the ``relaxed_*`` columns; the summary gives both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lgopt.check.verify import verify_plan  # noqa: E402
+from lgopt.errors import LgoptError  # noqa: E402
+from lgopt.hw.chip import get_chip  # noqa: E402
+from lgopt.io.problem import load_model  # noqa: E402
+from lgopt.strategies.tpumlir import GroupingInfeasible, build_groups, score  # noqa: E402
+
+CAL = ROOT.parent / "shared" / "calibration"
+OUT = ROOT / "benchmarks" / "calibration"
+
+
+def run_one(net, chip, cache: str, exact: bool) -> tuple[str, str, float | None, object]:
+    """(status, reason, predicted cycles, plan)."""
+    try:
+        plan, _ = score(net, chip, cache, exact=exact)
+    except GroupingInfeasible as e:
+        return "infeasible", f"group {e.group_index}: {e.reason}", None, None
+    except LgoptError as e:
+        return "error", str(e), None, None
+    bad = verify_plan(net, plan)
+    if bad:
+        return "error", f"plan fails verification: {bad[0]}", None, None
+    return "loaded", "", float(plan.cost["cycles"]), plan
+
+
+def rel(p, m):
+    return None if p is None or not m or pd.isna(m) else p / m - 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", help="comma-separated model names")
+    ap.add_argument("--chips", help="comma-separated chip names")
+    ap.add_argument("--limit", type=int, help="at most this many scorings")
+    ap.add_argument("--out", default=str(OUT))
+    a = ap.parse_args(argv)
+    if not (CAL / "totals.csv").exists():
+        print(f"no calibration data at {CAL}", file=sys.stderr)
+        return 2
+    tot = pd.read_csv(CAL / "totals.csv")
+    meas = pd.read_csv(CAL / "groups.csv")
+    if a.models:
+        tot = tot[tot.model.isin(a.models.split(","))]
+    if a.chips:
+        tot = tot[tot.chip.isin(a.chips.split(","))]
+    if a.limit:
+        tot = tot.head(a.limit)
+    mg = {k: v for k, v in meas.groupby(["model", "chip", "variant"])}
+    nets: dict[str, object] = {}
+    rows, grows = [], []
+    t0 = time.perf_counter()
+    for r in tot.itertuples(index=False):
+        if r.model not in nets:  # parse each model once
+            nets[r.model] = load_model(CAL / "onnx" / f"{r.model}.weightless.onnx", dtype="f16")
+        net, chip, cache = nets[r.model], get_chip(r.chip), str(CAL / r.cache_file)
+        st, why, pred, _ = run_one(net, chip, cache, exact=True)
+        rst, rwhy, rpred = st, why, pred
+        if st == "infeasible":
+            rst, rwhy, rpred, _ = run_one(net, chip, cache, exact=False)
+        meas_total = r.total_cycles if r.status == "ok" else None
+        rows.append({"model": r.model, "chip": r.chip, "variant": r.variant, "kind": r.kind,
+                     "tpu_mlir_status": r.status, "tpu_mlir_error": r.error_class if r.status != "ok" else "",
+                     "lgopt_status": st, "reason": why, "pred_cycles": pred, "meas_cycles": meas_total,
+                     "ratio": None if pred is None or not meas_total else pred / meas_total,
+                     "relaxed_status": rst, "relaxed_reason": rwhy if st != "loaded" else "",
+                     "relaxed_pred_cycles": rpred,
+                     "relaxed_ratio": None if rpred is None or not meas_total else rpred / meas_total})
+        # per group: exact build, or the relaxed one where only that gives a plan
+        try:
+            ex = build_groups(net, chip, cache, exact=True)
+            rx = build_groups(net, chip, cache, exact=False)
+        except LgoptError:
+            continue
+        m = mg.get((r.model, r.chip, r.variant))
+        mrow = {int(x.group_pos): x for x in m.itertuples(index=False)} if m is not None else {}
+        for g, h in zip(ex.groups, rx.groups):
+            use, mode = (g, "exact") if g.plan is not None else ((h, "relaxed") if h.plan is not None else (g, ""))
+            x = mrow.get(g.index)
+            gp = use.plan
+            start = ex.cmap.cache.groups[g.index].start
+            ok = x is not None and r.status == "ok" and int(x.func_start_idx) == start
+            p = float(gp.cost["cycles"]) if gp is not None else None
+            mc = float(x.cycles) if ok and not pd.isna(x.cycles) else None
+            grows.append({"model": r.model, "chip": r.chip, "variant": r.variant, "group_pos": g.index,
+                          "func_start_idx": start, "n_lgopt_ops": len(use.ops),
+                          "secs": ",".join(map(str, g.secs)), "searched": use.searched,
+                          "lgopt_n": use.n_slices if gp is not None else None,
+                          "lgopt_h": use.h_slices if gp is not None else None,
+                          "comp_nsecs": x.comp_nsecs if ok else None, "comp_hsecs": x.comp_hsecs if ok else None,
+                          "mode": mode, "reason": "" if gp is not None else g.reason,
+                          "pred_cycles": p, "meas_cycles": mc, "ratio": None if p is None or not mc else p / mc})
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    df, gdf = pd.DataFrame(rows), pd.DataFrame(grows)
+    df.to_csv(out / "groupings.csv", index=False)
+    gdf.to_csv(out / "groups.csv", index=False)
+    summary(df, gdf, time.perf_counter() - t0)
+    return 0
+
+
+def _med(xs) -> str:
+    xs = [abs(x - 1) for x in xs if x is not None and not pd.isna(x)]
+    return f"{100 * statistics.median(xs):.1f}% (n={len(xs)})" if xs else "-"
+
+
+def summary(df: pd.DataFrame, gdf: pd.DataFrame, secs: float) -> None:
+    ok = df[df.tpu_mlir_status == "ok"]
+    both = df[df.tpu_mlir_status.isin(["ok", "lg_failed"])]
+    print(f"{len(df)} scorings in {secs:.0f} s; {len(ok)} compiled by TPU-MLIR, "
+          f"{(df.tpu_mlir_status == 'lg_failed').sum()} refused (lg_failed)")
+    for col, label in (("lgopt_status", "exact"), ("relaxed_status", "relaxed")):
+        load = (ok[col] == "loaded").mean() * 100 if len(ok) else 0
+        agree = ((both[col] == "loaded") == (both.tpu_mlir_status == "ok")).mean() * 100 if len(both) else 0
+        print(f"  {label:8s}: compiled groupings that load and verify {load:.1f}%; feasibility agreement "
+              f"{agree:.1f}% (lgopt loads <=> TPU-MLIR compiles)")
+    print(f"  whole-model |pred/meas-1| median: exact {_med(ok.ratio)}, relaxed {_med(ok.relaxed_ratio)}")
+    if len(gdf):
+        print(f"  per group   |pred/meas-1| median: exact {_med(gdf[gdf['mode'] == 'exact'].ratio)}, "
+              f"exact+relaxed {_med(gdf.ratio)}")
+    print("  lgopt status of compiled groupings, by first reason:")
+    reasons = ok[ok.lgopt_status != "loaded"].reason.str.replace(r"/[^ ]*", "X", regex=True) \
+        .str.replace(r"group \d+", "group K", regex=True).str.replace(r"\d+", "#", regex=True).str.slice(0, 90)
+    for k, v in reasons.value_counts().head(12).items():
+        print(f"    {v:4d}  {k}")
+    print("  per model x chip (compiled / loaded exact / loaded relaxed):")
+    for (m, c), x in ok.groupby(["model", "chip"]):
+        print(f"    {m:20s} {c:8s} {len(x):3d} / {(x.lgopt_status == 'loaded').sum():3d} / "
+              f"{(x.relaxed_status == 'loaded').sum():3d}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""The one place a CP-SAT solver is set up.
+
+Every solve in lgopt is seeded and given an explicit worker count (CP-SAT's default is the machine's
+core count, which oversubscribes a pool of worker processes and makes results depend on the machine),
+a wall-clock cap that never runs past the caller's deadline, and, where a solve must give the same
+answer however loaded the machine is, a deterministic-time limit.  ``params`` passes any other CP-SAT
+parameter through, as the text form of ``SatParameters`` (``"linearization_level:2 cp_model_probing_level:0"``),
+applied last so that a user tuning the solver has the final word.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from google.protobuf import text_format
+from ortools.sat.python import cp_model
+
+from lgopt.errors import LgoptError
+
+WALL_CAP = 6.0  # wall seconds allowed per unit of deterministic time (about 2 on an idle 2-core machine)
+
+
+def wall_seconds(time_limit: float, deadline: float | None = None) -> float:
+    """The wall-clock cap of a solve given ``time_limit`` deterministic units: ``WALL_CAP`` times that (it
+    guards instances where deterministic time runs slow), and no later than ``deadline``
+    (``time.perf_counter()``) when there is one."""
+    cap = max(1.0, WALL_CAP * time_limit)
+    if deadline is not None:
+        cap = min(cap, max(0.05, deadline - time.perf_counter()))
+    return cap
+
+
+def check_params(params: str) -> str:
+    """``params`` if it parses as CP-SAT parameters, else one clear error."""
+    if params:
+        try:
+            text_format.Parse(params, cp_model.CpSolver().parameters)
+        except text_format.ParseError as e:
+            raise LgoptError(f"bad CP-SAT parameters {params!r}: {e}") from None
+    return params
+
+
+def make_solver(*, workers: int, seed: int, seconds: float | None = None, deterministic: float | None = None,
+                deadline: float | None = None, presolve: bool = True, params: str = "") -> cp_model.CpSolver:
+    """A seeded CP-SAT solver.
+
+    ``seconds`` caps wall time (at least 0.05 s); ``deterministic`` sets a deterministic-time limit and,
+    without ``seconds``, a wall cap of :data:`WALL_CAP` times it; ``deadline`` (``time.perf_counter()``)
+    is never overrun.  Several workers interleave their search, so the same seed and worker count give
+    the same answer.
+    """
+    s = cp_model.CpSolver()
+    p = s.parameters
+    p.num_workers = workers
+    p.random_seed = seed
+    p.interleave_search = workers > 1
+    if deterministic is not None:
+        p.max_deterministic_time = deterministic
+        p.max_time_in_seconds = wall_seconds(deterministic, deadline)
+    if seconds is not None:
+        p.max_time_in_seconds = max(0.05, seconds)
+    if not presolve:
+        p.cp_model_presolve = False
+    if params:
+        text_format.Merge(params, p)
+    return s
+
+
+def integral_bound(solver: cp_model.CpSolver) -> int:
+    """The solver's best objective bound as an integer, for a model whose objective is integral.
+
+    CP-SAT reports it as a float that can fall just below the integer it stands for (124.99999999999999
+    for a proven 125); truncating it would leave a gap of one that is not there.
+    """
+    return math.ceil(solver.best_objective_bound - 1e-6)

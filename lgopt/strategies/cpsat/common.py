@@ -1,0 +1,41 @@
+"""The CP-SAT optimiser's vocabulary: candidate keys, the objective, its settings.
+
+A *candidate* is a contiguous run ``[first, last]`` of local ops (indices in the network's order) in one
+of three hand-over variants (:mod:`lgopt.group.handover`): ``""`` on its own, ``"in"`` receiving a tensor
+in LMEM from the previous group, ``"out"`` handing one over to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+INF = 1 << 62
+Variant = Literal["", "in", "out"]
+Key = tuple[int, int, str]
+"""(first op, last op, hand-over variant): one candidate group."""
+Objective = Literal["cycles", "traffic"]
+Formulation = Literal["auto", "monolithic", "decomposed"]
+OBJECTIVES: tuple[Objective, ...] = ("cycles", "traffic")
+
+
+def objective_value(costs: Mapping[str, Any], objective: str) -> int:
+    """The number the optimiser minimises, from a cost record (a group's or a plan's)."""
+    return int(costs["cycles"] if objective == "cycles" else costs["traffic_bytes"])
+
+
+@dataclass(frozen=True)
+class CpsatSettings:
+    """Everything the CP-SAT strategy can be told (the rule settings shared with every strategy are
+    :class:`lgopt.strategies.settings.SearchSettings`)."""
+
+    objective: Objective = "cycles"
+    time_limit: float = 60.0  # wall seconds for the whole optimisation
+    workers: int = 2  # CP-SAT workers and evaluation processes
+    seed: int = 0
+    formulation: Formulation = "auto"
+    monolithic_max_ops: int = 10  # "auto" builds one model up to this many local ops
+    pack_time: float = 2.0  # CP-SAT deterministic time per exact packing or load-row solve
+    orders: int = 1  # topological orders searched: 1 = the given one; up to 3 adds depth- and breadth-first
+    handover: bool = True  # let consecutive groups hand a tensor over in LMEM (lgopt.group.handover)
+    cp_sat_params: str = ""  # extra CP-SAT parameters (text format) for the master and monolithic models

@@ -1,0 +1,288 @@
+"""Evaluating candidates: the best provably packable slicing of an interval, and a bound over the rest.
+
+A candidate's cost (cycles or GMEM traffic) follows from :mod:`lgopt.group.cost` and does not depend on
+where buffers sit; its feasibility does: a candidate is feasible when its buffers *can* be packed into
+LMEM.  Feasibility is settled cheaply where possible (the greedy allocator finds a packing; more bytes
+live at one row than LMEM holds) and exactly otherwise (:func:`lgopt.group.alloc.exact_pack`), and for
+unsliced groups the weight load rows are chosen with the packing (:mod:`lgopt.strategies.cpsat.loadrows`).
+
+Because groups never share LMEM (a tensor handed over between two groups sits at a fixed place above
+both packings), the best slicing of an interval is independent of every other interval, so an interval
+is evaluated once, and structurally identical intervals (repeated ResNet blocks) share one evaluation
+through a signature cache.  An :class:`Evaluator` owns that cache and its worker processes; use it as a
+context manager so the workers stop with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from lgopt.group.alloc import exact_pack, multi_start_allocate
+from lgopt.group.build import n_unit, place_chosen, schedule
+from lgopt.group.handover import pin_kept, without_kept
+from lgopt.group.slicing import slice_group
+from lgopt.group.timestep import schedule_group
+from lgopt.model.plan import GroupPlan
+from lgopt.strategies.cpsat.common import INF, Key
+from lgopt.strategies.cpsat.loadrows import solve_loads
+from lgopt.strategies.cpsat.loadtable import with_loads
+from lgopt.strategies.cpsat.space import CandidateSpace
+
+LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
+
+EFFORT_GROWTH = 4  # each re-evaluation of an interval whose bound is below its value gives its solvers this much more
+
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The best provably packable slicing of one interval, and a bound over the undecided ones."""
+
+    cost: int  # objective of the best feasible slicing (INF if none)
+    bound: int  # min objective over slicings not proven infeasible (<= cost)
+    n: int = 0
+    h: int = 0
+    loads: tuple[tuple[int, int, int], ...] | None = None  # (op position, row, stage) per weight, unsliced
+    offsets: tuple[tuple[int, int], ...] | None = None  # by buffer id, when not the greedy allocator's
+    tried: int = 0
+    packed_exactly: int = 0
+    unknown: int = 0
+    full: bool = True  # False: a quick evaluation skipped the load-row solver or exact packing where it could gain
+    effort: int = 0  # the solvers had EFFORT_GROWTH ** effort times the base budget
+
+
+
+class Evaluator:
+    """Evaluations of a :class:`CandidateSpace`'s candidates, memoised by signature, in worker processes
+    when asked (results are identical to serial ones)."""
+
+    def __init__(self, space: CandidateSpace, pack_time: float = 2.0, workers: int = 2, seed: int = 0) -> None:
+        self.space = space
+        self.pack_time = pack_time  # deterministic time per exact packing or load-row solve
+        self.workers = workers
+        self.seed = seed
+        self.cache: dict[tuple, Evaluation] = {}  # by signature
+        self.evaluated: dict[Key, Evaluation] = {}  # by candidate
+        self.evaluations = 0  # distinct evaluations run
+        self.slowest_full = 0.0  # wall seconds of the slowest full evaluation so far
+        self._pool: Any = None
+        self._pool_size = 0
+
+    def evaluate_many(self, ivs: Sequence[Key], processes: int = 1,
+                      deadline: float | None = None, full: bool = True) -> None:
+        """Evaluate intervals, in worker processes when asked; results are identical to serial ones.
+
+        ``full=False`` is the quick evaluation (no load-row solver, no exact packing): a real plan's
+        value and a valid bound, refined later only where the master needs it.
+        """
+        import time
+
+        todo: dict[tuple, list[Key]] = {}
+        for iv in ivs:
+            ev = self.evaluated.get(iv)
+            if ev is not None and (ev.full or not full):
+                continue
+            sig = self.space.signature(*iv)
+            ev = self.cache.get(sig)
+            if ev is not None and (ev.full or not full):
+                self.evaluated[iv] = ev
+            else:
+                todo.setdefault(sig, []).append(iv)
+        if not todo:
+            return
+        reps = [(sig, group[0]) for sig, group in todo.items()]
+        results: list[tuple[tuple, Evaluation]] = []
+        if processes > 1 and len(reps) >= 8:
+            chunk = max(1, min(8, len(reps) // (processes * 8)))
+            batches = [(reps[k:k + chunk], deadline, full, self.slowest_full) for k in range(0, len(reps), chunk)]
+            for out in self._workers(processes).imap(_evaluate_batch, batches):
+                results.extend(out)
+                if deadline is not None and time.perf_counter() > deadline:
+                    self.close()  # stop what the workers are still doing
+                    break
+        else:
+            for sig, iv in reps:
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
+                results.append((sig, self._timed(iv, self._full_in_time(full, deadline), deadline)))
+        self.evaluations += len(results)
+        for sig, ev in results:
+            self.cache[sig] = ev
+            for iv in todo[sig]:
+                self.evaluated[iv] = ev
+
+    def _workers(self, processes: int) -> Any:
+        """A pool of worker processes forked once per evaluator and kept: each worker's memoised per-op
+        figures (TIU cycles, sizes) then serve every batch, not just one.  Each worker holds its own copy
+        of this evaluator (forked, not pickled), set by the pool's initializer."""
+        import multiprocessing as mp
+
+        if self._pool is None or self._pool_size != processes:
+            self.close()
+            self._pool = mp.get_context("fork").Pool(processes, initializer=_init_worker, initargs=(self,))
+            self._pool_size = processes
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the worker processes, if any."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _full_in_time(self, full: bool, deadline: float | None) -> bool:
+        """A full evaluation only if one as slow as the slowest so far ends before ``deadline``: a time
+        limit is not overrun by a solve that cannot finish (a quick evaluation stands in, refinable later)."""
+        import time
+
+        return full and (deadline is None or time.perf_counter() + self.slowest_full <= deadline)
+
+    def _timed(self, key: Key, full: bool, deadline: float | None = None, effort: int = 0) -> Evaluation:
+        import time
+
+        t0 = time.perf_counter()
+        ev = self._evaluate(key, full, deadline, effort)
+        if full:
+            self.slowest_full = max(self.slowest_full, time.perf_counter() - t0)
+        return ev
+
+    def evaluate(self, i: int, j: int, v: str = "", full: bool = True, deadline: float | None = None,
+                 effort: int = 0) -> Evaluation:
+        """The interval's evaluation: cached, unless ``full`` or ``effort`` asks for more than the cache holds.
+
+        ``effort`` multiplies the solvers' budgets by ``EFFORT_GROWTH ** effort``; a re-evaluation keeps
+        the better value and the better bound of the two (both are valid).
+        """
+        ev = self.evaluated.get((i, j, v))
+        if ev is not None and (ev.full or not full) and ev.effort >= effort:
+            return ev
+        sig = self.space.signature(i, j, v)
+        ev = self.cache.get(sig)
+        if ev is None or full and not ev.full or ev.effort < effort:
+            old = ev
+            ev = self._timed((i, j, v), full, deadline, effort)
+            self.evaluations += 1
+            if old is not None and old.full:  # keep the better plan and the better bound
+                keep = old if old.cost < ev.cost else ev
+                ev = replace(keep, bound=min(keep.cost, max(old.bound, ev.bound)), effort=effort)
+            self.cache[sig] = ev
+        self.evaluated[(i, j, v)] = ev
+        return ev
+
+    def _evaluate(self, key: Key, full: bool = True, deadline: float | None = None, effort: int = 0) -> Evaluation:
+        """Slicings in order of their key; stop when no remaining key can beat the best placed one.
+
+        ``deadline`` (``time.perf_counter()``) cuts the solvers short: what they
+        leave undecided stays a bound, so the evaluation is valid, only weaker.
+        """
+        space = self.space
+        net, chip, st = space.net, space.chip, space.settings
+        ops = space.names[key[0]:key[1] + 1]
+        kin, kout = space.kept(*key)
+        pchip = space.inner_chip(kin + kout)
+        budget = self.pack_time * EFFORT_GROWTH ** effort
+        if pchip is None:  # the handed-over tensors leave no room: no slicing
+            return Evaluation(INF, INF, 0, 0, None, None, 0, 0, 0, True, effort)
+        cands = sorted(space.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
+        best: Evaluation | None = None
+        bound = INF
+        exact = unknown = 0
+        partial = False
+        for c in cands:
+            if best is not None and c.key >= best.cost:
+                break
+            if c.free_loads:
+                sl = slice_group(net, list(ops), 1, 1, n_unit=n_unit(net, chip, ops), h_ratio=st.h_ratio)
+                ahead = [without_kept(schedule_group(net, chip, sl, d, kin, kout)) for d in LOOKAHEAD]
+                lp = solve_loads(net, pchip, without_kept(c.table), ahead, space.objective, st.bank_rule,
+                                 budget, self.seed,
+                                 upper=best.cost if best is not None else None, solve=full, deadline=deadline)
+                exact += lp.solved
+                partial |= not full and lp.status != "optimal" and lp.bound < (best.cost if best else INF)
+                if lp.status != "infeasible":
+                    bound = min(bound, lp.bound)
+                if lp.value is not None and (best is None or lp.value < best.cost):
+                    assert lp.loads is not None and lp.offsets is not None  # a value comes with both
+                    pos = {o: k for k, o in enumerate(ops)}
+                    loads = tuple(sorted((pos[o], r, s) for o, (r, s) in lp.loads.items()))
+                    best = Evaluation(lp.value, 0, c.n, c.h, loads, tuple(sorted(lp.offsets.items())))
+                unknown += lp.value is None and lp.status != "infeasible"
+                continue
+            inner = without_kept(c.table)
+            alloc = multi_start_allocate(net, pchip, inner, st.bank_rule)
+            if alloc is not None:
+                best = Evaluation(c.key, 0, c.n, c.h)
+                continue
+            if not full:  # the quick evaluation leaves exact packing to the refinement: the key stays a bound
+                bound = min(bound, c.key)
+                partial = True
+                continue
+            exact += 1
+            res = exact_pack(net, pchip, inner, st.bank_rule, budget, self.seed, self.workers, deadline=deadline)
+            if res is None:
+                continue
+            if res == "unknown":
+                unknown += 1
+                bound = min(bound, c.key)
+                continue
+            assert isinstance(res, dict)
+            best = Evaluation(c.key, 0, c.n, c.h, None, tuple(sorted(res.items())))
+        if best is None:
+            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown, not partial, effort)
+        return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
+                       full=not partial, effort=effort)
+
+    def materialize(self, i: int, j: int, v: str = "", polish: bool = False) -> GroupPlan:
+        """The placed group for an evaluated candidate, with its costs (as evaluated: no new solve);
+        ``polish`` reduces its soft bank conflicts (:func:`lgopt.group.alloc.polish_banks`)."""
+        space = self.space
+        ev = self.evaluate(i, j, v, full=False)
+        if ev.cost >= INF:
+            raise ValueError(f"interval {i}..{j} {v} has no feasible slicing")
+        ops = space.names[i:j + 1]
+        kin, kout = space.kept(i, j, v)
+        g = schedule(space.net, space.chip, ops, ev.n, ev.h, space.settings.h_ratio, kept_in=kin, kept_out=kout)
+        pinned = pin_kept(space.chip, g)
+        assert pinned is not None
+        g, pchip = pinned
+        if ev.loads is not None:
+            g = with_loads(g, {ops[k]: (r, s) for k, r, s in ev.loads})
+        if ev.offsets is None:
+            alloc = multi_start_allocate(space.net, pchip, without_kept(g), space.settings.bank_rule)
+            assert alloc is not None
+            offs = dict(alloc.offsets)
+        else:
+            offs = dict(ev.offsets)
+        return place_chosen(space.net, space.chip, g, offs, pchip, space.settings.bank_rule, polish)
+
+
+_WORKER: Evaluator | None = None  # in a worker process: its forked copy of the parent's evaluator
+
+
+def _init_worker(evaluator: Evaluator) -> None:
+    global _WORKER
+    _WORKER = evaluator
+
+
+def _evaluate_batch(task: tuple[list[tuple[tuple, Key]], float | None, bool, float]
+                    ) -> list[tuple[tuple, Evaluation]]:
+    import time
+
+    batch, deadline, full, slowest = task
+    ev = _WORKER
+    assert ev is not None
+    ev.slowest_full = slowest  # the parent's view: a full evaluation is tried only if it can finish
+    out = []
+    for sig, iv in batch:
+        if deadline is not None and time.perf_counter() > deadline:
+            break  # unevaluated intervals keep their lower bound: the result stays valid, only weaker
+        out.append((sig, ev._evaluate(iv, ev._full_in_time(full, deadline), deadline)))
+    return out
+

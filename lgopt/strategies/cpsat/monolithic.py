@@ -1,0 +1,91 @@
+"""The monolithic formulation (small networks): boundaries, slicings, load rows and offsets in one
+CP-SAT model.
+
+A Boolean per candidate (interval x slicing), every local op covered exactly once (by a candidate or
+as a global layer), and for every candidate the offsets of its buffers (and, unsliced, its weights'
+load rows) as variables of :func:`lgopt.strategies.cpsat.group_model.add_group`, present only when the
+candidate is chosen.  Hinted with the greedy plan.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ortools.sat.python import cp_model
+
+from lgopt.group.build import place_chosen
+from lgopt.group.handover import without_kept
+from lgopt.group.solver import integral_bound, make_solver
+from lgopt.hw.chip import Chip
+from lgopt.model.network import Network
+from lgopt.model.plan import Plan
+from lgopt.strategies.cpsat.common import CpsatSettings, Key
+from lgopt.strategies.cpsat.group_model import GroupVars, add_group
+from lgopt.strategies.cpsat.loadtable import current_loads, with_loads
+from lgopt.strategies.cpsat.master import add_handover_links
+from lgopt.strategies.cpsat.result import result
+from lgopt.strategies.cpsat.space import CandidateSpace, Slicing
+from lgopt.strategies.settings import Progress, SearchSettings
+
+
+def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
+                progress: Progress | None) -> Plan:
+    space = CandidateSpace(net, chip, search, st.objective, st.handover)
+    local = [k for k, op in enumerate(net.ops) if op.local]
+    gval = {k: space.global_value(k) for k in local}
+    fixed = sum(space.global_value(k) for k, op in enumerate(net.ops) if not op.local)
+    m = cp_model.CpModel()
+    align = chip.align_bytes
+    cands: list[tuple[Key, Slicing, cp_model.IntVar, GroupVars]] = []  # (interval, slicing, presence, variables)
+    terms = []
+    hint = {(g.ops[0], g.ops[-1], g.n_slices, g.h_slices) for g in base.groups}
+    buffers = 0
+    for iv in space.intervals():
+        ops = space.names[iv[0]:iv[1] + 1]
+        kin, kout = space.kept(*iv)
+        pchip = space.inner_chip(kin + kout)
+        if pchip is None:  # the handed-over tensors leave no room: no slicing
+            continue
+        for c in space.slicings(ops, kin, kout):  # handed-over tensors are pinned above what add_group packs
+            x = m.new_bool_var(f"c{len(cands)}")
+            gv = add_group(m, net, pchip, without_kept(c.table), st.objective, present=x,
+                           bank_rule="hard" if search.bank_rule == "hard" else "off")
+            buffers += len(c.table.buffers)
+            terms.append(gv.cost)
+            chosen = iv[2] == "" and (ops[0], ops[-1], c.n, c.h) in hint
+            m.add_hint(x, chosen)
+            if chosen:  # the greedy plan loads weights by the seed's rule: the table's own rows
+                mine = current_loads(c.table)
+                for name, opts in gv.loads.items():
+                    for lit, ld in opts:
+                        m.add_hint(lit, mine.get(name) == ld)
+            cands.append((iv, c, x, gv))
+    gl = {k: m.new_bool_var(f"gl{k}") for k in local}
+    add_handover_links(m, ((iv, x) for iv, _, x, _ in cands))
+    for k in local:
+        m.add_exactly_one([x for iv, _, x, _ in cands if iv[0] <= k <= iv[1]] + [gl[k]])
+        terms.append(gval[k] * gl[k])
+    m.minimize(sum(terms) + fixed)
+    if progress:
+        progress(f"cpsat (monolithic): {len(cands)} candidates, {buffers} buffers")
+    solver = make_solver(workers=st.workers, seed=st.seed, seconds=st.time_limit - (time.perf_counter() - t0),
+                         params=st.cp_sat_params)
+    res = solver.solve(m)
+    if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        bound = integral_bound(solver) if res != cp_model.INFEASIBLE else 0
+        return result(net, chip, search, st, list(base.groups), base, bound, "time_limit", t0,
+                       {"formulation": "monolithic", "candidates": len(cands)})
+    groups = []
+    for iv, c, x, gv in cands:
+        if solver.value(x):
+            g = with_loads(c.table, {name: next(ld for lit, ld in opts if solver.value(lit))
+                                     for name, opts in gv.loads.items()})
+            o = {bid: int(solver.value(v)) * align for bid, v in gv.offsets.items()}
+            pchip = space.inner_chip(sum(space.kept(*iv), ()))
+            assert pchip is not None
+            # the model ignored soft bank pairs: place_chosen reduces them now
+            groups.append(place_chosen(net, chip, g, o, pchip, search.bank_rule))
+    groups.sort(key=lambda g: net.op_index[g.ops[0]])
+    status = "optimal" if res == cp_model.OPTIMAL else "time_limit"
+    return result(net, chip, search, st, groups, base, integral_bound(solver), status, t0,
+                   {"formulation": "monolithic", "candidates": len(cands), "buffers": buffers})

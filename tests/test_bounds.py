@@ -1,0 +1,57 @@
+"""The bounds the CP-SAT optimiser's proofs rest on (lgopt.strategies.cpsat.bounds), each held against
+what it bounds: every table and load choice of sampled intervals, or hand-computed small cases."""
+
+import itertools
+
+import pytest
+from conftest import PROBLEMS
+
+from lgopt.group.cost import group_cost
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_problem
+from lgopt.strategies.cpsat.bounds import fluid_bound, interval_lower_bound, whole_load_bound
+from lgopt.strategies.cpsat.loadtable import chosen_weights, load_options, with_loads
+from lgopt.strategies.cpsat.space import CandidateSpace
+
+
+@pytest.mark.parametrize("name,chip", [("yolov5s", "bm1688"), ("resnet18", "cv181x"), ("unet", "bm1684x")])
+def test_interval_lower_bound_is_below_every_table(name, chip):
+    """The master starts every unevaluated interval at interval_lower_bound: it must not exceed the
+    value of any slicing and load choice of the interval (packing only adds), or an optimum is missed."""
+    net = load_problem(PROBLEMS / f"{name}.json")
+    space = CandidateSpace(net, get_chip(chip))
+    checked = 0
+    for i, j, v in space.intervals():
+        if j - i > 2 or i % 5:
+            continue
+        kin, kout = space.kept(i, j, v)
+        best = None
+        for c in space.slicings(space.names[i:j + 1], kin, kout):
+            use = chosen_weights(c.table)
+            if c.free_loads:
+                names = sorted(use)
+                values = [group_cost(space.chip, net, with_loads(c.table, dict(zip(names, ch))))["cycles"] for ch in
+                          itertools.product(*(load_options(use[o], len(c.table.rows)) for o in names))]
+                value = min(values)
+            else:
+                value = c.key
+            best = value if best is None else min(best, value)
+        if best is not None:
+            assert interval_lower_bound(space, i, j, v) <= best, (i, j, v)
+            checked += 1
+    assert checked >= 8
+
+
+def test_whole_load_bound_keeps_a_weight_in_one_row():
+    # rows with 10, 10 cycles of compute; a 15-cycle weight used in row 2 shows 5 however it loads
+    assert whole_load_bound([10, 10, 0], [(2, 15)]) == 20 + 5
+    assert fluid_bound(20, [10, 10, 0], [(2, 15)]) == 20  # split over both rows it would hide
+    assert whole_load_bound([10, 10, 0], [(0, 7)]) == 27  # used first: all of it shows
+
+
+def test_fluid_bound_hides_dma_only_before_use():
+    # rows with 10, 0, 10 spare cycles; a weight of 15 used in row 1 can hide 10 (row 0 only);
+    # one of 5 used in row 3 hides fully
+    assert fluid_bound(100, [10, 0, 10, 0], [(1, 15), (3, 5)]) == 100 + 20 - 15
+    assert fluid_bound(100, [10, 0, 10, 0], [(0, 7)]) == 107  # used in the first row: nothing hides
+    assert fluid_bound(100, [10, 0, 10, 0], []) == 100

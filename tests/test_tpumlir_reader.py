@@ -1,0 +1,190 @@
+"""TPU-MLIR's layer-group caches read into lgopt plans: exactly the cache's grouping, verified clean, or a
+structured infeasibility; bad caches are one-line input errors."""
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from lgopt.check.verify import verify_plan
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_model
+from lgopt.io.tpumlir_cache import load_cache, map_cache
+from lgopt.strategies.tpumlir import GroupingInfeasible, score
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIX = SHARED / "fixtures"
+CAL = SHARED / "calibration"
+
+
+def need(p: Path) -> Path:
+    if not p.exists():
+        pytest.skip(f"{p} not found (shared data not beside the checkout)")
+    return p
+
+
+@cache
+def net_of(path: str):
+    return load_model(path, dtype="f16")
+
+
+def cal_net(model: str):
+    return net_of(str(need(CAL / "onnx" / f"{model}.weightless.onnx")))
+
+
+def cal_cache(model: str, chip: str, variant: str) -> str:
+    return str(need(CAL / "caches" / f"{model}_{chip}" / f"{variant}.layer_group_cache.json"))
+
+
+def check(net, chip: str, cache: str, exact: bool = True):
+    """Loaded and verified clean, or infeasible with a valid group index and a reason."""
+    try:
+        plan, info = score(net, get_chip(chip), cache, exact=exact)
+    except GroupingInfeasible as e:
+        assert 0 <= e.group_index < len(load_cache(cache).groups) and e.reason
+        return None, e
+    assert verify_plan(net, plan) == []
+    assert info["status"] == "loaded" and plan.groups and info["unmapped"] == []
+    return plan, info
+
+
+# --- fixtures ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model,cache,chip", [("resnet18", "resnet18_bm1684x_f16", "bm1684x"),
+                                              ("resnet18", "resnet18_bm1688_f16", "bm1688"),
+                                              ("yolov5s_like", "yolov5s_like_bm1684x_f16", "bm1684x")])
+def test_fixture_caches(model, cache, chip):
+    net = net_of(str(need(FIX / "onnx" / f"{model}.weightless.onnx")))
+    path = str(need(FIX / "tpu-mlir" / f"{cache}.layer_group_cache.json"))
+    cm = map_cache(net, load_cache(path))
+    assert cm.unmapped == () and cm.casts > 0
+    assert set(cm.order) == {op.name for op in net.ops}
+    for exact in (True, False):
+        check(net, chip, path, exact)
+    plan, info = check(net, chip, path, exact=False)
+    assert plan is not None
+    secs = load_cache(path).groups
+    built = [gi for gi, k in enumerate(info["group_plan_index"]) if k is not None]
+    for gi in built:  # slice counts exactly as the cache gives them
+        g = plan.groups[info["group_plan_index"][gi]]
+        assert (g.n_slices, g.h_slices) == (secs[gi].secs[0], secs[gi].secs[3])
+
+
+def test_resnet18_flatten_is_reported_not_dropped():
+    net = net_of(str(need(FIX / "onnx" / "resnet18.weightless.onnx")))
+    path = str(need(FIX / "tpu-mlir" / "resnet18_bm1684x_f16.layer_group_cache.json"))
+    with pytest.raises(GroupingInfeasible) as e:
+        score(net, get_chip("bm1684x"), path)
+    assert e.value.group_index == 1 and "Flatten" in e.value.reason
+    plan, info = score(net, get_chip("bm1684x"), path, exact=False)
+    assert any("Flatten" in a for a in info["adjusted"]) and "/Flatten" in plan.global_layers
+
+
+# --- calibration: every model, and the cases that used to fail -----------------------------------------
+
+SAMPLE = [(m, c, "opt2") for m in ("convnext_tiny", "mnasnet1_0", "mobilenet_v2", "mobilenet_v3_small", "resnet18",
+                                    "resnet50", "shufflenet_v2_x1_0", "unet_small", "vgg16", "vit_b_16",
+                                    "yolov5s_like") for c in ("bm1684x", "bm1688")]
+SAMPLE += [("mobilenet_v2", "bm1684x", "v06_secs"), ("mnasnet1_0", "bm1684x", "opt1"),
+           ("mobilenet_v3_small", "bm1688", "v13_randcut"), ("yolov5s_like", "bm1684x", "opt1"),
+           ("resnet50", "bm1684x", "v13_randcut"), ("shufflenet_v2_x1_0", "bm1688", "v05_split"),
+           ("vit_b_16", "bm1684x", "v10_randrun"), ("convnext_tiny", "bm1688", "v19_randrun")]
+
+
+@pytest.mark.parametrize("model,chip,variant", SAMPLE)
+def test_calibration_sample(model, chip, variant):
+    net = cal_net(model)
+    path = cal_cache(model, chip, variant)
+    for exact in (True, False):
+        check(net, chip, path, exact)
+
+
+def test_fused_conv_pair_mapped_and_ordered():
+    """TPU-MLIR folds mobilenet_v2's linear 1x1 conv into the next block's 1x1 conv: one op, two of lgopt's;
+    both land in the same group and the plan runs in TPU-MLIR's order."""
+    net = cal_net("mobilenet_v2")
+    plan, info = check(net, "bm1684x", cal_cache("mobilenet_v2", "bm1684x", "opt2"))
+    assert plan is not None
+    assert "/features/features.1/conv/conv.1/Conv" in plan.groups[0].ops
+    assert any(f.startswith("/features/features.1/conv/conv.1/Conv ->") for f in info["fused"])
+
+
+def test_split_op_is_infeasible_when_exact():
+    net = cal_net("vit_b_16")
+    with pytest.raises(GroupingInfeasible) as e:
+        score(net, get_chip("bm1684x"), cal_cache("vit_b_16", "bm1684x", "opt2"))
+    assert e.value.group_index == 0 and "splits" in e.value.reason
+
+
+def test_w_slices_are_infeasible_not_adjusted():
+    net = cal_net("yolov5s_like")
+    with pytest.raises(GroupingInfeasible) as e:
+        score(net, get_chip("bm1688"), cal_cache("yolov5s_like", "bm1688", "opt2"))
+    assert "not C, D or W" in e.value.reason
+
+
+def _edit(tmp_path, src: str, fn) -> str:
+    d = json.loads(Path(src).read_text())
+    fn(d["subfunc_0"])
+    p = tmp_path / "edited.layer_group_cache.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+def test_searched_secs_follow_quick_search(tmp_path):
+    net = cal_net("vgg16")
+    src = cal_cache("vgg16", "bm1684x", "opt2")
+
+    def zero(s):
+        for g in s["GroupLayer"]:
+            g["shape_secs"] = [0, 0, 0, 0, 0]
+
+    plan, info = check(net, "bm1684x", _edit(tmp_path, src, zero))
+    assert plan is not None and len(info["searched"]) == len(plan.groups)
+    assert all("quick search" in s for s in info["searched"])
+
+
+# --- bad caches: one rule each ------------------------------------------------------------------------
+
+def test_unknown_op_name(tmp_path):
+    net = cal_net("resnet18")
+    p = _edit(tmp_path, cal_cache("resnet18", "bm1684x", "opt2"),
+              lambda s: s["GroupLayer"][0]["locs"].__setitem__(3, "/no/such/Conv_output_0_Conv"))
+    with pytest.raises(LgoptError, match="not in model"):
+        score(net, get_chip("bm1684x"), p)
+
+
+def test_non_contiguous_group(tmp_path):
+    net = cal_net("resnet18")
+
+    def hole(s):
+        del s["GroupLayer"][0]["locs"][5]  # func_start_idx..func_end_idx still span the removed op
+
+    p = _edit(tmp_path, cal_cache("resnet18", "bm1684x", "opt2"), hole)
+    with pytest.raises(LgoptError, match="not contiguous"):
+        score(net, get_chip("bm1684x"), p)
+
+
+@pytest.mark.parametrize("secs,msg", [([1, 1, 1, 1], "5 entries"), ([1, 1, 1, 0, 1], "all positive"),
+                                      ([1, 1, 1, 100000, 1], "impossible"), ([1, 1, -1, 1, 1], "all positive")])
+def test_wrong_slice_counts(tmp_path, secs, msg):
+    net = cal_net("resnet18")
+    p = _edit(tmp_path, cal_cache("resnet18", "bm1684x", "opt2"),
+              lambda s: s["GroupLayer"][0].__setitem__("shape_secs", secs))
+    with pytest.raises(LgoptError, match=msg) as e:
+        score(net, get_chip("bm1684x"), p)
+    assert not isinstance(e.value, GroupingInfeasible) and "\n" not in str(e.value)
+
+
+def test_cache_of_another_model():
+    with pytest.raises(LgoptError, match="another model"):
+        score(cal_net("vgg16"), get_chip("bm1684x"), cal_cache("resnet18", "bm1684x", "opt2"))
+
+
+def test_not_a_cache(tmp_path):
+    p = tmp_path / "x.layer_group_cache.json"
+    p.write_text('{"opt": 2}')
+    with pytest.raises(LgoptError, match="not a TPU-MLIR"):
+        score(cal_net("resnet18"), get_chip("bm1684x"), str(p))
