@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lgopt.model.network import Network, Op
-from lgopt.model.ops import resize_coord, resize_source
+from lgopt.model.ops import OP_SPECS, Family, resize_coord, resize_source
 
 
 @dataclass(frozen=True)
@@ -195,25 +195,27 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     """Output rows [a, b) and batches ``n`` of a local op from its input windows."""
     out = net.tensor(op.outputs[0])
     t = op.type
+    spec = OP_SPECS.get(t)
+    family = spec.family if spec is not None else None
     filt = next((weights[w.name] for w in op.weights if w.role == "filter"), None)
     bias = next((weights[w.name] for w in op.weights if w.role == "bias"), None)
     xs = [Win(_batch(x, *n), n[0], x.h0, x.H) for x in ins]
-    if t == "Conv":
+    if family is Family.CONV:
         assert filt is not None, f"{op.name}: Conv without a filter"
         y = conv(op, xs[0], filt, bias, a, b, out.w)
-    elif t == "ConvTranspose":
+    elif family is Family.DECONV:
         assert filt is not None, f"{op.name}: ConvTranspose without a filter"
         y = deconv(op, xs[0], filt, bias, a, b, out.w)
-    elif t in ("MaxPool", "AveragePool"):
+    elif family is Family.POOL:
         y = pool(op, xs[0], a, b, out.w)
-    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
+    elif family is Family.GLOBAL_POOL:
         full = rows(xs[0], 0, xs[0].H, np.nan)
         y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
-    elif t == "Resize":
+    elif family is Family.RESIZE:
         y = resize(op, xs[0], a, b, out.h, out.w)
-    elif t == "Concat":
+    elif family is Family.CONCAT:
         y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=1)
-    elif t in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
+    elif family is Family.BINARY:
         operands = [rows(x, a, b, np.nan) if x.H == out.h else rows(x, 0, 1, np.nan) for x in xs]
         operands += [_const(weights[w.name], out.c) for w in op.weights]
         f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,

@@ -330,12 +330,26 @@ class Verifier:
 
     def check_table_and_buffers(self, where: str, g: GroupPlan, ops: list[Op], inputs: list[str],
                                 outputs: list[str], tensors: list[str]) -> None:
-        net, chip = self.net, self.chip
+        """The timestep table, the buffers and their placement, one rule family at a time."""
         T = len(g.rows)
         if T == 0:
             self.fail(where, "empty timestep table")
             raise _Fail
-        sliced = g.n_slices * g.h_slices > 1
+        ev, op_time = self._table_events(where, g, ops)
+        self._check_transfers(where, g, ops, inputs, outputs, tensors, ev)
+        self._check_causality(where, g, ev)
+        bufs = self._check_buffer_sizes(where, g, ops, tensors)
+        self._check_lifetimes(where, g, bufs, ev, op_time)
+        self._check_placement(where, g)
+        self.check_banks(where, g, ops, bufs, op_time)
+
+    def _table_events(self, where: str, g: GroupPlan, ops: list[Op]
+                      ) -> tuple[dict[tuple[str, str], list[tuple[int, str]]], dict[str, int]]:
+        """Every load, store, use and production on the unrolled timeline of one slice (a stage-0 transfer
+        serves the next slice: time ``r - T``; stage 2 the previous: ``r + T``), and the row of each op;
+        checks that every op runs once, in an order that respects its producers."""
+        net, chip = self.net, self.chip
+        T = len(g.rows)
         off = {0: -T, 1: 0, 2: T}
         # events on the unrolled timeline of one slice: (time, what)
         ev: dict[tuple[str, str], list[tuple[int, str]]] = {}
@@ -378,6 +392,13 @@ class Verifier:
                 ev.setdefault(("activation", t), []).append((r, "produce"))
             if weight_bytes(chip, op):
                 ev.setdefault(("weight", op.name), []).append((r, "use"))
+        return ev, op_time
+
+    def _check_transfers(self, where: str, g: GroupPlan, ops: list[Op], inputs: list[str], outputs: list[str],
+                         tensors: list[str], ev: dict[tuple[str, str], list[tuple[int, str]]]) -> None:
+        """Each group input loaded once per slice (or handed over), each output stored once, nothing else
+        moved, each op's weights loaded exactly once (in the table or before the loop)."""
+        chip = self.chip
         # what must be loaded, stored and held
         for t in inputs:
             loads = [x for x in ev.get(("activation", t), []) if x[1] == "load"]
@@ -411,6 +432,10 @@ class Verifier:
             if n_loads + (op.name in preloaded) != 1:
                 self.fail(where, f"weights of {op.name} are loaded {n_loads + (op.name in preloaded)} times, not once")
                 raise _Fail
+
+    def _check_causality(self, where: str, g: GroupPlan, ev: dict[tuple[str, str], list[tuple[int, str]]]) -> None:
+        """Nothing is used or stored before it is loaded or produced, nor in the row it arrives in."""
+        preloaded = set(g.preloads)
         for key, es in ev.items():
             if key[0] == "weight" and key[1] in preloaded or key[0] == "activation" and key[1] in g.kept_in:
                 continue
@@ -422,7 +447,15 @@ class Verifier:
                 if what in ("use", "store") and t_ == first[0]:
                     self.fail(where, f"{key[0]} {key[1]} is {what}d in the row it is {first[1]}ed")
                     raise _Fail
-        # buffers
+
+    def _check_buffer_sizes(self, where: str, g: GroupPlan, ops: list[Op], tensors: list[str]
+                            ) -> dict[tuple[str, str], Buffer]:
+        """One buffer per tensor and weight, each large enough for its largest slice (whole, when handed
+        over); weights loaded once in a sliced group stay resident."""
+        net, chip = self.net, self.chip
+        T = len(g.rows)
+        sliced = g.n_slices * g.h_slices > 1
+        preloaded = set(g.preloads)
         bufs: dict[tuple[str, str], Buffer] = {}
         ids: set[int] = set()
         for b in g.buffers:
@@ -463,6 +496,12 @@ class Verifier:
                     self.fail(where, f"weight buffer of {op.name} has {wbuf.size} bytes, needs {wb}")
                 if op.name in preloaded and sliced and not wbuf.resident:
                     self.fail(where, f"weights of {op.name} are loaded once but not resident across slices")
+        return bufs
+
+    def _check_lifetimes(self, where: str, g: GroupPlan, bufs: dict[tuple[str, str], Buffer],
+                         ev: dict[tuple[str, str], list[tuple[int, str]]], op_time: dict[str, int]) -> None:
+        """Every buffer live over every row between its first and last event, within one iteration."""
+        T = len(g.rows)
         for (kind, name), b in bufs.items():
             if kind == "scratch":
                 if name not in op_time:
@@ -484,7 +523,11 @@ class Verifier:
                 r = min(need_rows - have)
                 self.fail(where, f"buffer {b.id} ({kind} {name}) is freed before row {r} where it is still needed "
                                  f"(lifetime {b.start}..{b.end})")
-        # placement
+
+    def _check_placement(self, where: str, g: GroupPlan) -> None:
+        """Offsets aligned, inside LMEM, and no two buffers live in one row share a byte."""
+        chip = self.chip
+        T = len(g.rows)
         align = chip.align_bytes
         for b in g.buffers:
             if b.offset < 0:
@@ -504,7 +547,6 @@ class Verifier:
                     self.fail(where, f"buffers {a.id} ({a.name}) and {b.id} ({b.name}) overlap in LMEM at row {r} "
                                      f"([{a.offset}, {a.offset + a.size}) vs [{b.offset}, {b.offset + b.size}))")
                     raise _Fail
-        self.check_banks(where, g, ops, bufs, op_time)
 
     def check_banks(self, where: str, g: GroupPlan, ops: list[Op], bufs: dict[tuple[str, str], Buffer],
                     op_time: dict[str, int]) -> None:

@@ -19,7 +19,7 @@ from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import n_packing
 from lgopt.model.network import Network, network_digest
-from lgopt.model.plan import GroupPlan, Plan
+from lgopt.model.plan import BankRule, GroupPlan, Plan, PlanStatus
 
 
 def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
@@ -71,7 +71,7 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
 
 
 def assemble(net: Network, chip: Chip, groups: Sequence[GroupPlan], strategy: str, *, h_ratio: float,
-             bank_rule: str, status: str = "feasible", solver: dict | None = None) -> Plan:
+             bank_rule: BankRule, status: PlanStatus = "feasible", solver: dict | None = None) -> Plan:
     """Groups plus every op not in a group as a global layer, in network order."""
     index = net.op_index
     grouped = {o for g in groups for o in g.ops}

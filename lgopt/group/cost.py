@@ -22,18 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
+from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
-from lgopt.model.plan import GroupPlan, Plan
-
-ISSUE_CYCLES = 30  # assumption: fixed cost to issue one TIU instruction (docs/cost-model.md)
-ACT_OPS_PER_ELEM = {"Sigmoid": 6, "SiLU": 7, "Tanh": 6, "Erf": 8, "HardSigmoid": 2, "HardSwish": 3, "PRelu": 2,
-                    "LeakyRelu": 2, "Relu": 1, "Clip": 1, "BatchNormalization": 2}
+from lgopt.model.plan import GroupCost, GroupPlan, Stage
 
 
 @dataclass(frozen=True)
@@ -45,50 +43,131 @@ class SliceShape:
     in_h: int
 
 
+class CostModel(Protocol):
+    """The primitives every cycle count in lgopt is built from; a chip names its model (``Chip.cost_model``).
+
+    Everything else (a group's pipeline cells, a plan's totals, every lower bound the CP-SAT optimiser
+    proves optimality with) is assembled from these, so a model that keeps this contract keeps the proofs:
+
+    * ``tiu_cycles`` of the slices of an op add up to at least the op's unsliced cycles plus
+      ``issue_cycles`` for every slice after the first (slicing never saves compute; each slice issues again);
+    * ``gdma_cycles`` is non-decreasing in bytes, at least ``chip.gdma_latency_cycles`` for any transfer, and
+      subadditive (one transfer never costs more than two that move the same bytes);
+    * ``global_compute`` is the compute of an op run as a global layer (its transfers are added outside).
+
+    :class:`AnalyticModel` is lgopt's documented analytic model (``docs/cost-model.md``).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def issue_cycles(self) -> int: ...
+
+    def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int: ...
+
+    def gdma_cycles(self, chip: Chip, nbytes: int) -> int: ...
+
+    def global_compute(self, chip: Chip, net: Network, op: Op) -> int: ...
+
+
+@dataclass(frozen=True)
+class AnalyticModel:
+    """Work over lane parallelism plus a fixed issue cost; DMA as latency plus bytes over bandwidth."""
+
+    name: str = "analytic"
+    issue_cycles: int = 30  # assumption: fixed cost to issue one TIU instruction (docs/cost-model.md)
+
+    def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+        return _analytic_tiu(chip, net, op, sl, self.issue_cycles)
+
+    def gdma_cycles(self, chip: Chip, nbytes: int) -> int:
+        return chip.gdma_latency_cycles + cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+
+    def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
+        outs = [net.tensor(t) for t in op.outputs]
+        dt = outs[0].dtype if outs and outs[0].dtype in chip.macs_per_lane else "f32"
+        if op.local:
+            o = outs[0]
+            i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
+            return self.tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
+        if op.type in ("Gemm", "MatMul") and op.inputs:
+            a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
+            k = a[-1] if a else 1
+            macs = sum(t.elems for t in outs) * k
+            return self.issue_cycles + cdiv(macs, chip.npu_num * chip.macs_per_lane[dt])
+        elems = sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
+        return self.issue_cycles + cdiv(elems, chip.npu_num * chip.eu_elems(dt))
+
+
+COST_MODELS: dict[str, CostModel] = {}
+
+
+def register_cost_model(model: CostModel) -> CostModel:
+    """Make ``model`` selectable as ``Chip.cost_model`` (``--set cost_model=NAME``)."""
+    if model.name in COST_MODELS:
+        raise ValueError(f"cost model {model.name!r} is already registered")
+    COST_MODELS[model.name] = model
+    return model
+
+
+register_cost_model(AnalyticModel())
+
+
+def cost_model(chip: Chip) -> CostModel:
+    """The model ``chip`` names."""
+    model = COST_MODELS.get(chip.cost_model)
+    if model is None:
+        raise LgoptError(f"unknown cost model {chip.cost_model!r} (registered: {', '.join(COST_MODELS)})")
+    return model
+
+
 def tiu_cycles(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     """Cycles the TIU spends on ``op`` for one slice (or the whole op)."""
-    return _tiu_cached(chip, net, op, sl)
+    return cost_model(chip).tiu_cycles(chip, net, op, sl)
+
+
+def gdma_cycles(chip: Chip, nbytes: int) -> int:
+    """Cycles of one GDMA transfer of ``nbytes`` (GMEM-side bytes)."""
+    return cost_model(chip).gdma_cycles(chip, nbytes)
 
 
 @lru_cache(maxsize=1 << 16)
-def _tiu_cached(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) -> int:
     out = net.tensor(op.outputs[0])
     dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
     eu = chip.eu_elems(dt)
     cpl_out = channels_per_lane(out.c, chip.npu_num)
     ohw = align_up(sl.out_h * out.w, eu)
-    t = op.type
-    if t in ("Conv", "ConvTranspose"):
+    spec = opsem.OP_SPECS[op.type]
+    family = spec.family
+    if family in (opsem.Family.CONV, opsem.Family.DECONV):
         f = next(w for w in op.weights if w.role == "filter")
         kh, kw = f.shape[2], f.shape[3]
         if is_depthwise(op):
             work = sl.n * cpl_out * ohw * kh * kw
-            return ISSUE_CYCLES + cdiv(work, eu)
+            return issue + cdiv(work, eu)
         g = op.attrs.get("group", 1)
-        icg = f.shape[1] if t == "Conv" else f.shape[0] // g
+        icg = f.shape[1] if family is opsem.Family.CONV else f.shape[0] // g
         ic_par = max(1, chip.ic_parallel // dtype_bytes(dt))
-        if t == "ConvTranspose":  # work scales with input pixels x full kernel
+        if family is opsem.Family.DECONV:  # work scales with input pixels x full kernel
             inp = net.tensor(op.inputs[0])
             ohw = align_up(sl.in_h * inp.w, eu)
         work = sl.n * cpl_out * ohw * align_up(icg, ic_par) * kh * kw
-        return ISSUE_CYCLES + cdiv(work, chip.macs_per_lane[dt])
-    if t in opsem.POOL_TYPES:
+        return issue + cdiv(work, chip.macs_per_lane[dt])
+    if family is opsem.Family.POOL:
         kh, kw = op.attrs["kernel"]
-        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
-    if t in opsem.GLOBAL_POOL_TYPES:
+        return issue + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
+    if family is opsem.Family.GLOBAL_POOL:
         inp = net.tensor(op.inputs[0])
-        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * align_up(sl.in_h * inp.w, eu), eu)
-    if t == "Resize":
+        return issue + cdiv(sl.n * cpl_out * align_up(sl.in_h * inp.w, eu), eu)
+    if family is opsem.Family.RESIZE:
         per = 4 if op.attrs.get("mode") == "linear" else 1
-        return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * per, eu)
-    per = ACT_OPS_PER_ELEM.get(t, 1) + sum(ACT_OPS_PER_ELEM.get(a, 1) for a in op.fused)
-    if t == "Concat":
+        return issue + cdiv(sl.n * cpl_out * ohw * per, eu)
+    per = spec.eu_ops + sum(opsem.eu_ops(a) for a in op.fused)
+    if family is opsem.Family.CONCAT:
         per = 1
-    return ISSUE_CYCLES + cdiv(sl.n * cpl_out * ohw * per, eu)
-
-
-def gdma_cycles(chip: Chip, nbytes: int) -> int:
-    return chip.gdma_latency_cycles + cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+    return issue + cdiv(sl.n * cpl_out * ohw * per, eu)
 
 
 def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int) -> int:
@@ -103,28 +182,12 @@ def weight_gmem_bytes(op: Op) -> int:
 
 # --- global layers --------------------------------------------------------------------------------
 
-def _global_compute(chip: Chip, net: Network, op: Op) -> int:
-    outs = [net.tensor(t) for t in op.outputs]
-    dt = outs[0].dtype if outs and outs[0].dtype in chip.macs_per_lane else "f32"
-    if op.local:
-        o = outs[0]
-        i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
-        return tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
-    if op.type in ("Gemm", "MatMul") and op.inputs:
-        a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
-        k = a[-1] if a else 1
-        macs = sum(t.elems for t in outs) * k
-        return ISSUE_CYCLES + cdiv(macs, chip.npu_num * chip.macs_per_lane[dt])
-    elems = sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
-    return ISSUE_CYCLES + cdiv(elems, chip.npu_num * chip.eu_elems(dt))
-
-
-def global_layer_cost(chip: Chip, net: Network, op: Op) -> dict[str, int]:
+def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
     moved.append(weight_gmem_bytes(op))
     traffic = sum(moved)
     dma = sum(gdma_cycles(chip, b) for b in moved if b)
-    compute = _global_compute(chip, net, op)
+    compute = cost_model(chip).global_compute(chip, net, op)
     return {"cycles": max(compute, dma), "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
 
@@ -148,7 +211,7 @@ class PipelineCells:
         return self.preload + sum(max(t, d) for t, d in self.cells.values())
 
 
-STAGE_SERVES = {0: 1, 1: 0, 2: -1}  # a stage-k transfer in iteration i serves slice i + STAGE_SERVES[k]
+STAGE_SERVES = {int(s): s.serves for s in Stage}  # a stage-k transfer in iteration i serves slice i + STAGE_SERVES[k]
 
 
 def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
@@ -205,25 +268,16 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     return PipelineCells(cells, pre, traffic)
 
 
-def group_cost(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
+def group_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupCost:
     """Cycles and GMEM traffic of a scheduled group, slice by slice through the pipeline."""
     pc = pipeline_cells(chip, net, g)
     return {"cycles": pc.cycles(), "tiu_cycles": sum(t for t, _ in pc.cells.values()),
             "gdma_cycles": pc.preload + sum(d for _, d in pc.cells.values()), "traffic_bytes": pc.traffic}
 
 
-def plan_cost(chip: Chip, net: Network, plan: Plan) -> dict[str, int]:
-    cycles = traffic = 0
-    for kind, v in plan.steps:
-        c = group_cost(chip, net, plan.groups[v]) if kind == "group" else global_layer_cost(chip, net, net.op(v))
-        cycles += c["cycles"]
-        traffic += c["traffic_bytes"]
-    return {"cycles": cycles, "traffic_bytes": traffic}
-
-
 def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     """No plan beats this: full-size compute with no halo and one GDMA stream of the unavoidable bytes."""
-    compute = sum(_global_compute(chip, net, op) for op in net.ops)
+    compute = sum(cost_model(chip).global_compute(chip, net, op) for op in net.ops)
     must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
     must += sum(weight_gmem_bytes(op) for op in net.ops)
     # global layers move all their operands no matter what

@@ -1,6 +1,6 @@
 """The timestep table of a group and the lifetimes of its buffers.
 
-Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, as one function:
+Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, in :func:`schedule_group`:
 
 * one op per row; a load sits one row before the first use of what it loads,
   a store one row after production (later if an op still reads the tensor in
@@ -27,9 +27,7 @@ from lgopt.group.slicing import GroupSlicing, SliceError
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import activation_bytes, scratch_bytes, weight_bytes
 from lgopt.model.network import Network
-from lgopt.model.plan import Buffer, GroupPlan, Row, Transfer
-
-STAGE_OFFSET = {0: -1, 1: 0, 2: 1}
+from lgopt.model.plan import Buffer, GroupPlan, Row, Stage, Transfer
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ class Event:
 
     def time(self, num_rows: int) -> int:
         """Position on the unrolled timeline of the slice this event serves."""
-        return STAGE_OFFSET[self.stage] * num_rows + self.row
+        return -Stage(self.stage).serves * num_rows + self.row
 
 
 def interval(events: list[Event], num_rows: int, name: str) -> tuple[int, int]:
@@ -114,6 +112,26 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
             uses.setdefault(t, []).append(i)
     weighted = [i for i, name in enumerate(ops) if weight_bytes(chip, net.op(name))]
 
+    num_rows, stores = _rows_and_stores(net, ops, loaded, stored, uses, weighted, sliced)
+    loads: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
+    st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
+    events = _activation_events(net, ops, num_rows, kept_in, loaded, stores, uses, loads, st)
+    preloads = _weight_loads(ops, weighted, sliced, prefetch, num_rows, loads, events)
+    buffers = _buffers(net, chip, sl, kept, num_rows, events)
+
+    rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
+    return GroupPlan(ops, sl.n_slices, sl.h_slices, rows, tuple(preloads), buffers,
+                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.windows.items()},
+                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.stores.items()
+                      if t not in skipped},
+                     kept_in=tuple(kept_in), kept_out=tuple(kept_out))
+
+
+def _rows_and_stores(net: Network, ops: tuple[str, ...], loaded: tuple[str, ...], stored: tuple[str, ...],
+                     uses: dict[str, list[int]], weighted: list[int], sliced: bool
+                     ) -> tuple[int, dict[str, tuple[int, int]]]:
+    """Row count and store (row, stage) per output: a row is appended until no wrap collides with itself."""
+    k = len(ops)
     # rows: one per op, plus a tail row when the next slice's first loads cannot share the last op's row
     extra = int(k == 1 or any(uses[t][0] == 0 and uses[t][-1] == k - 1 for t in loaded))
     if not sliced and weighted and weighted[0] == 0 and k == 1:
@@ -125,10 +143,15 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         extra += stores is None
         if extra > 3:
             raise SliceError("timestep table: cannot place the group's stores")
-    loads: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
-    st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
-    events: dict[tuple[str, str], list[Event]] = {}
+    return num_rows, stores
 
+
+def _activation_events(net: Network, ops: tuple[str, ...], num_rows: int, kept_in: tuple[str, ...],
+                       loaded: tuple[str, ...], stores: dict[str, tuple[int, int]], uses: dict[str, list[int]],
+                       loads: dict[int, list[Transfer]], st: dict[int, list[Transfer]]
+                       ) -> dict[tuple[str, str], list[Event]]:
+    """Place activation loads and stores in ``loads`` / ``st``; return every event that bounds a lifetime."""
+    events: dict[tuple[str, str], list[Event]] = {}
     for t in kept_in:  # already in LMEM when the group starts
         events[("activation", t)] = [Event(u, 1, "use") for u in uses[t]]
     for t in loaded:
@@ -142,7 +165,12 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     for t, (row, stage) in stores.items():
         st[row].append(Transfer(t, "activation", stage))
         events[("activation", t)].append(Event(row, stage, "store"))
+    return events
 
+
+def _weight_loads(ops: tuple[str, ...], weighted: list[int], sliced: bool, prefetch: int, num_rows: int,
+                  loads: dict[int, list[Transfer]], events: dict[tuple[str, str], list[Event]]) -> list[str]:
+    """Weighted ops preloaded once (sliced), else each weight's load row added to ``loads`` and ``events``."""
     preloads: list[str] = []
     for w, i in enumerate(weighted):
         name = ops[i]
@@ -156,8 +184,15 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
             row, stage = (num_rows - 1, 0) if i <= num_rows - 2 else (0, 1)
         loads[row].append(Transfer(name, "weight", stage))
         events[("weight", name)] = [Event(row, stage, "load"), Event(i, 1, "use")]
+    return preloads
 
-    # sizes: every buffer is sized for the largest slice it holds
+
+def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_rows: int,
+             events: dict[tuple[str, str], list[Event]]) -> tuple[Buffer, ...]:
+    """Every buffer sized for the largest slice it holds, with its lifetime; ids breadth-first over the DAG."""
+    ops = sl.ops
+    sliced = sl.num_slices > 1
+
     def act_size(t: str) -> int:
         ten = net.tensor(t)
         if t in kept:
@@ -195,10 +230,4 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         shapes = {((a.n_len, a.h_len), (b.n_len, b.h_len)) for a, b in zip(i_win, o_win)}  # slices repeat
         scratch = max((scratch_bytes(chip, net, op, a, b) for a, b in shapes), default=0)
         add("scratch", name, scratch)
-
-    rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
-    return GroupPlan(ops, sl.n_slices, sl.h_slices, rows, tuple(preloads), tuple(buffers),
-                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.windows.items()},
-                     {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.stores.items()
-                      if t not in skipped},
-                     kept_in=tuple(kept_in), kept_out=tuple(kept_out))
+    return tuple(buffers)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from lgopt.group.cost import global_layer_cost, group_cost, lower_bound
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
-from lgopt.model.plan import GroupPlan, Plan
+from lgopt.model.plan import GroupPlan, Plan, PlanCost
 
 
 def with_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupPlan:
@@ -25,7 +25,7 @@ def finish(chip: Chip, net: Network, plan: Plan) -> Plan:
         cycles += c["cycles"]
         traffic += c["traffic_bytes"]
     lb = lower_bound(chip, net)
-    cost = {
+    cost: PlanCost = {
         "cycles": cycles,
         "traffic_bytes": traffic,
         "lmem_peak": max((g.cost.get("lmem_peak", 0) for g in plan.groups), default=0),

@@ -49,6 +49,7 @@ class Chip:
     gdma_gbps: float  # GMEM<->LMEM bandwidth, GB/s (1e9 bytes)
     gdma_latency_cycles: int  # fixed cost of one DMA transfer, in TIU cycles
     macs_per_lane: Mapping[str, int]  # conv/matmul MACs per lane per TIU cycle, by dtype
+    cost_model: str = "analytic"  # the registered cost model that turns work and bytes into cycles
 
     def __hash__(self) -> int:  # chips key the cost caches: hashed once
         return self._hash
@@ -57,7 +58,7 @@ class Chip:
     def _hash(self) -> int:  # the MAC table is a mapping; hash its items
         return hash((self.name, self.npu_num, self.eu_bytes, self.lmem_bytes, self.lmem_banks, self.ic_parallel,
                      self.align_4n, self.tiu_mhz, self.gdma_gbps, self.gdma_latency_cycles,
-                     tuple(sorted(self.macs_per_lane.items()))))
+                     tuple(sorted(self.macs_per_lane.items())), self.cost_model))
 
     @property
     def bank_bytes(self) -> int:
@@ -75,6 +76,8 @@ class Chip:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["macs_per_lane"] = dict(self.macs_per_lane)
+        if self.cost_model == "analytic":  # the default is left out: plans written before it existed read the same
+            del d["cost_model"]
         return d
 
 
@@ -102,6 +105,7 @@ SOURCES: dict[str, str] = {
     "*.dma_align_bytes": REF,
     "*.cores": REF,
     "*.gdma_latency_cycles": "assumption: a few hundred cycles of descriptor and DDR latency per GDMA transfer",
+    "*.cost_model": "lgopt's analytic model (docs/cost-model.md); its constants are assumptions",
     "bm1684.align_4n": REF + " (ALIGN_4N)",
     "*.align_4n": REF,
     "bm1684.ic_parallel": "assumption: no IC interleave on BM1684 (reference gives none)",
@@ -175,7 +179,7 @@ def _coerce(field: str, value: Any) -> Any:
         if str(value).lower() in ("0", "false", "no", "off"):
             return False
         raise LgoptError(f"chip parameter align_4n must be true or false, got {value!r}")
-    if field == "name":
+    if field in ("name", "cost_model"):
         return str(value)
     raise LgoptError(f"unknown chip parameter {field!r}")
 

@@ -6,11 +6,11 @@ Reading never trusts the file: every field is type-checked and a bad one is one 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast, get_args
 
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json, write_json
-from lgopt.model.plan import Buffer, GroupPlan, Plan, Row, Transfer, Window4
+from lgopt.model.plan import BankRule, Buffer, GroupPlan, Plan, PlanStatus, Row, Transfer, Window4
 
 FORMAT = "lgopt-plan"
 VERSION = 1
@@ -110,10 +110,14 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
         else:
             raise LgoptError(f"{where}: bad step {s!r}")
     settings = d.get("settings", {})
+    status = str(d.get("status", "feasible"))
+    if status not in get_args(PlanStatus):
+        raise LgoptError(f"{where}: unknown plan status {status!r} (one of {', '.join(get_args(PlanStatus))})")
+    # the bank rule is checked by the verifier (it names the rule a plan claims to follow)
+    bank_rule = cast(BankRule, str(settings.get("bank_rule", "soft")))
     return Plan(str(_get(d, "model", where)), str(d.get("model_digest", "")), _get(d, "chip", where, dict),
-                str(d.get("strategy", "?")), tuple(steps), tuple(groups), str(d.get("status", "feasible")),
-                float(settings.get("h_ratio", 0.5)), str(settings.get("bank_rule", "soft")), d.get("cost", {}),
-                d.get("solver", {}))
+                str(d.get("strategy", "?")), tuple(steps), tuple(groups), cast(PlanStatus, status),
+                float(settings.get("h_ratio", 0.5)), bank_rule, d.get("cost", {}), d.get("solver", {}))
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:

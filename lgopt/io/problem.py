@@ -68,12 +68,12 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
         weights = tuple(Weight(x["name"], _shape(x["shape"], w), x.get("dtype", "f32"), x.get("role", "weight"))
                         for x in o.get("weights", []))
         op_type = _req(o, "type", w)
+        if op_type in opsem.OP_SPECS and not o.get("global_reason"):  # a layer-group type: its attributes, first
+            _check_attrs(op_type, attrs, weights, w)
         local, h_split, n_split, reason = opsem.classify(
             op_type, attrs, [len(tensors[t].orig_shape) for t in ins], [len(tensors[t].orig_shape) for t in outs])
         if o.get("global_reason"):  # the file may force a global layer; its reason wins
             local, h_split, n_split, reason = False, False, False, str(o["global_reason"])
-        if local:
-            _check_attrs(op_type, attrs, weights, w)
         ops.append(Op(_req(o, "name", w), op_type, ins, outs, weights, attrs, tuple(o.get("fused", ())), local,
                       h_split, n_split, tuple(o.get("sources", (o["name"],))), reason))
     return check_network(Network(str(d.get("name", "network")), tensors, tuple(ops),
@@ -81,13 +81,11 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
 
 
 def _check_attrs(op_type: str, attrs: Mapping[str, Any], weights: tuple[Weight, ...], where: str) -> None:
-    need = {"Conv": ("kernel", "strides", "pads", "group"), "ConvTranspose": ("kernel", "strides", "pads", "group"),
-            "MaxPool": ("kernel", "strides", "pads"), "AveragePool": ("kernel", "strides", "pads"),
-            "Concat": ("axis",), "Resize": ("mode",)}.get(op_type, ())
-    for k in need:
+    spec = opsem.OP_SPECS[op_type]
+    for k in spec.attrs:
         if k not in attrs:
             raise LgoptError(f"{where}: {op_type} needs attribute {k!r}")
-    if op_type in ("Conv", "ConvTranspose") and not any(w.role == "filter" for w in weights):
+    if spec.filter and not any(w.role == "filter" for w in weights):
         raise LgoptError(f"{where}: {op_type} needs a weight with role \"filter\"")
 
 

@@ -9,48 +9,133 @@ window holds only rows the op really reads.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from fractions import Fraction
 from math import ceil, floor
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from lgopt.model.network import Op
 
 Window = tuple[int, int]
 
-CONV_TYPES = frozenset({"Conv"})
-DECONV_TYPES = frozenset({"ConvTranspose"})
-POOL_TYPES = frozenset({"MaxPool", "AveragePool"})
-GLOBAL_POOL_TYPES = frozenset({"GlobalAveragePool", "GlobalMaxPool", "ReduceMean"})
-BINARY_TYPES = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
-UNARY_TYPES = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "PRelu",
-                         "Erf", "SiLU", "BatchNormalization"})
-# Activations the importer folds into their producer (the compilers' fused activations).
-FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu"})
-# Unary ops whose TPU implementation needs lookup-table / polynomial scratch.
-TABLE_ACTIVATIONS = frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "SiLU"})
-LOCAL_TYPES = CONV_TYPES | DECONV_TYPES | POOL_TYPES | GLOBAL_POOL_TYPES | BINARY_TYPES | UNARY_TYPES | {
-    "Concat", "Resize"}
+
+class Family(Enum):
+    """How an op type reads its input rows and what kind of work it is: what the planner dispatches on."""
+
+    CONV = "conv"  # sliding window with a filter (MAC array)
+    DECONV = "deconv"  # transposed convolution
+    POOL = "pool"  # sliding window, vector unit
+    GLOBAL_POOL = "global_pool"  # reads every row of its input: not H-sliceable
+    RESIZE = "resize"  # sampled rows (ONNX Resize coordinates)
+    CONCAT = "concat"  # channel concatenation
+    BINARY = "binary"  # elementwise, two operands (one may broadcast)
+    UNARY = "unary"  # elementwise activation
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything lgopt's planner knows about one local op type, in one entry.
+
+    Adding an op type of an existing family is one entry in :data:`OP_SPECS` (plus, for new math, a
+    kernel in :mod:`lgopt.check.kernels`; ``docs/adding-an-op.md`` has the checklist).  The verifier keeps
+    its own receptive-field rule per family on purpose (:mod:`lgopt.check.verify`).
+    """
+
+    type: str
+    family: Family
+    attrs: tuple[str, ...] = ()  # required attributes (a problem file must give them)
+    filter: bool = False  # needs a weight with role "filter"
+    eu_ops: int = 1  # vector-unit operations per output element (the cost model's elementwise work)
+    table: bool = False  # a lookup-table / polynomial implementation: needs scratch (lgopt.hw.sizing)
+    fusable: bool = False  # the importer folds it into its producer (the compilers' fused activations)
+    rule: Callable[[Mapping[str, Any]], str] | None = None  # extra condition to be local: the reason when not
+
+    @property
+    def h_split(self) -> bool:
+        """Whether the op may be sliced along H."""
+        return self.family is not Family.GLOBAL_POOL
+
 
 MAX_POOL_STRIDE = 15  # TPU-MLIR makes pools with a larger stride global (reference s2.1)
+
+
+def _pool_rule(attrs: Mapping[str, Any]) -> str:
+    return f"stride above {MAX_POOL_STRIDE}" if max(attrs.get("strides", (1, 1))) > MAX_POOL_STRIDE else ""
+
+
+def _concat_rule(attrs: Mapping[str, Any]) -> str:
+    return "not on the channel axis" if attrs.get("axis") != 1 else ""
+
+
+def _resize_rule(attrs: Mapping[str, Any]) -> str:
+    return f"mode {attrs.get('mode')!r}" if attrs.get("mode") not in ("nearest", "linear") else ""
+
+
+def _reduce_rule(attrs: Mapping[str, Any]) -> str:
+    return "not over H and W" if tuple(sorted(attrs.get("axes", ()))) != (2, 3) else ""
+
+
+_WINDOW = ("kernel", "strides", "pads")
+OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
+    OpSpec("Conv", Family.CONV, _WINDOW + ("group",), filter=True),
+    OpSpec("ConvTranspose", Family.DECONV, _WINDOW + ("group",), filter=True),
+    OpSpec("MaxPool", Family.POOL, _WINDOW, rule=_pool_rule),
+    OpSpec("AveragePool", Family.POOL, _WINDOW, rule=_pool_rule),
+    OpSpec("GlobalAveragePool", Family.GLOBAL_POOL),
+    OpSpec("GlobalMaxPool", Family.GLOBAL_POOL),
+    OpSpec("ReduceMean", Family.GLOBAL_POOL, rule=_reduce_rule),
+    OpSpec("Resize", Family.RESIZE, ("mode",), rule=_resize_rule),
+    OpSpec("Concat", Family.CONCAT, ("axis",), rule=_concat_rule),
+    *(OpSpec(t, Family.BINARY) for t in ("Add", "Sub", "Mul", "Div", "Max", "Min")),
+    # eu_ops: vector operations per element, an assumption of the cost model (docs/cost-model.md)
+    OpSpec("Relu", Family.UNARY, eu_ops=1, fusable=True),
+    OpSpec("Clip", Family.UNARY, eu_ops=1, fusable=True),
+    OpSpec("LeakyRelu", Family.UNARY, eu_ops=2, fusable=True),
+    OpSpec("PRelu", Family.UNARY, eu_ops=2),
+    OpSpec("BatchNormalization", Family.UNARY, eu_ops=2),
+    OpSpec("Sigmoid", Family.UNARY, eu_ops=6, table=True),
+    OpSpec("HardSigmoid", Family.UNARY, eu_ops=2, table=True),
+    OpSpec("HardSwish", Family.UNARY, eu_ops=3, table=True),
+    OpSpec("Tanh", Family.UNARY, eu_ops=6, table=True),
+    OpSpec("Erf", Family.UNARY, eu_ops=8, table=True),
+    OpSpec("SiLU", Family.UNARY, eu_ops=7, table=True),
+)}
+
+
+def _types(family: Family) -> frozenset[str]:
+    return frozenset(t for t, s in OP_SPECS.items() if s.family is family)
+
+
+CONV_TYPES = _types(Family.CONV)
+DECONV_TYPES = _types(Family.DECONV)
+POOL_TYPES = _types(Family.POOL)
+GLOBAL_POOL_TYPES = _types(Family.GLOBAL_POOL)
+BINARY_TYPES = _types(Family.BINARY)
+UNARY_TYPES = _types(Family.UNARY)
+FUSABLE_ACTIVATIONS = frozenset(t for t, s in OP_SPECS.items() if s.fusable)
+TABLE_ACTIVATIONS = frozenset(t for t, s in OP_SPECS.items() if s.table)
+LOCAL_TYPES = frozenset(OP_SPECS)
+
+
+def eu_ops(op_type: str) -> int:
+    """Vector-unit operations per element of ``op_type`` (1 for a type lgopt does not know)."""
+    spec = OP_SPECS.get(op_type)
+    return spec.eu_ops if spec is not None else 1
 
 
 def classify(op_type: str, attrs: Mapping[str, Any], in_ranks: list[int], out_ranks: list[int]
              ) -> tuple[bool, bool, bool, str]:
     """(local, h_split, n_split, reason-if-global) for an op of this type and attributes."""
-    if op_type not in LOCAL_TYPES:
+    spec = OP_SPECS.get(op_type)
+    if spec is None:
         return False, False, False, f"{op_type} is not a layer-group op"
     if any(r != 4 for r in in_ranks + out_ranks):
         return False, False, False, f"{op_type} on non-4-D tensors"
-    if op_type in POOL_TYPES and max(attrs.get("strides", (1, 1))) > MAX_POOL_STRIDE:
-        return False, False, False, f"{op_type} stride above {MAX_POOL_STRIDE}"
-    if op_type == "Concat" and attrs.get("axis") != 1:
-        return False, False, False, "Concat not on the channel axis"
-    if op_type == "Resize" and attrs.get("mode") not in ("nearest", "linear"):
-        return False, False, False, f"Resize mode {attrs.get('mode')!r}"
-    if op_type == "ReduceMean" and tuple(sorted(attrs.get("axes", ()))) != (2, 3):
-        return False, False, False, "ReduceMean not over H and W"
-    h_split = op_type not in GLOBAL_POOL_TYPES
-    return True, h_split, True, ""
+    why = spec.rule(attrs) if spec.rule is not None else ""
+    if why:
+        return False, False, False, f"{op_type} {why}"
+    return True, spec.h_split, True, ""
 
 
 # --- backward windows ---------------------------------------------------------------------------
@@ -131,18 +216,19 @@ def resize_source(o: int, in_size: int, out_size: int, attrs: Mapping[str, Any])
 
 def backward_h(op: Op, k: int, out: Window, in_h: int, out_h: int) -> Window:
     """Rows of input ``k`` that output rows ``out`` need."""
-    t = op.type
+    spec = OP_SPECS.get(op.type)
+    family = spec.family if spec is not None else None
     a = op.attrs
     if out[0] >= out[1]:
         return (0, 0)
-    if t in CONV_TYPES or t in POOL_TYPES:
+    if family in (Family.CONV, Family.POOL):
         return _sliding_window_rows(out, a["kernel"][0], a["strides"][0], a.get("dilations", (1, 1))[0],
                                     a["pads"][0], in_h)
-    if t in DECONV_TYPES:
+    if family is Family.DECONV:
         return _deconv_rows(out, a["kernel"][0], a["strides"][0], a.get("dilations", (1, 1))[0], a["pads"][0], in_h)
-    if t in GLOBAL_POOL_TYPES:
+    if family is Family.GLOBAL_POOL:
         return (0, in_h)
-    if t == "Resize":
+    if family is Family.RESIZE:
         lo, _ = resize_source(out[0], in_h, out_h, {**a, "coord": a.get("coord_h", a.get("coord"))})
         _, hi = resize_source(out[1] - 1, in_h, out_h, {**a, "coord": a.get("coord_h", a.get("coord"))})
         return (lo, hi + 1)

@@ -9,10 +9,56 @@ re-check it without trusting whoever wrote it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from enum import IntEnum
+from typing import Any, Literal, Mapping, TypedDict, get_args
 
-BUFFER_KINDS = ("activation", "weight", "scratch")
-BANK_RULES = ("off", "soft", "hard")
+BufferKind = Literal["activation", "weight", "scratch"]
+TransferKind = Literal["activation", "weight"]
+BankRule = Literal["off", "soft", "hard"]
+"""How an op's operands may share an LMEM bank: ``off`` ignore it, ``soft`` count conflicts (each costs
+time on the chip), ``hard`` forbid them."""
+PlanStatus = Literal["heuristic", "scored", "optimal", "feasible", "time_limit", "infeasible"]
+"""``heuristic`` (greedy), ``scored`` (a given grouping built by lgopt), ``optimal`` (proven, over the space the
+solver names), ``feasible`` / ``time_limit`` (a plan and a bound with a gap), ``infeasible`` (no plan)."""
+BUFFER_KINDS: tuple[str, ...] = get_args(BufferKind)
+BANK_RULES: tuple[str, ...] = get_args(BankRule)
+
+
+class Stage(IntEnum):
+    """Which slice a transfer in a timestep row serves, relative to the slice whose ops run in that row
+    (the three stages of the software pipeline: load slice i+1, compute slice i, store slice i-1)."""
+
+    PREFETCH = 0  # the next slice: loads for the first rows, placed in the last row
+    SAME = 1
+    WRITE_BACK = 2  # the previous slice: stores that wrap past the last row
+
+    @property
+    def serves(self) -> int:
+        """The served slice minus the iteration the row belongs to: +1, 0 or -1."""
+        return 1 - int(self)
+
+
+class GroupCost(TypedDict, total=False):
+    """A group's or a global layer's costs (:mod:`lgopt.group.cost`), and where it was placed."""
+
+    cycles: int
+    tiu_cycles: int
+    gdma_cycles: int
+    traffic_bytes: int
+    lmem_peak: int  # highest byte used per lane
+    bank_conflicts: int  # operand pairs sharing a bank (soft rule)
+
+
+class PlanCost(TypedDict, total=False):
+    """A plan's totals and the network's lower bound (:func:`lgopt.group.totals.finish`)."""
+
+    cycles: int
+    traffic_bytes: int
+    lmem_peak: int
+    bank_conflicts: int
+    lower_bound_cycles: int
+    lower_bound_traffic_bytes: int
+    seconds_per_cycle: float
 
 
 @dataclass(frozen=True)
@@ -25,8 +71,8 @@ class Transfer:
     """
 
     name: str
-    kind: str = "activation"  # activation | weight
-    stage: int = 1
+    kind: str = "activation"  # a TransferKind
+    stage: int = Stage.SAME  # a Stage (an int in files)
 
 
 @dataclass(frozen=True)
@@ -43,7 +89,7 @@ class Buffer:
     of every slice (weights of a sliced group)."""
 
     id: int
-    kind: str  # activation | weight | scratch
+    kind: str  # a BufferKind: activation | weight | scratch (the verifier checks files)
     name: str  # tensor name, or the op owning the weights / scratch
     size: int
     start: int
@@ -82,7 +128,7 @@ class GroupPlan:
     buffers: tuple[Buffer, ...]
     windows: Mapping[str, tuple[Window4, ...]]  # tensor -> per-slice window
     stores: Mapping[str, tuple[Window4, ...]]  # group output -> per-slice stored part
-    cost: Mapping[str, Any] = field(default_factory=dict)
+    cost: GroupCost = field(default_factory=lambda: GroupCost())
     # tensors handed over in LMEM between this group and the previous / next step (both groups):
     # whole-tensor resident buffers at the same offset in both, no store-and-reload through GMEM
     kept_in: tuple[str, ...] = ()
@@ -104,10 +150,10 @@ class Plan:
     strategy: str
     steps: tuple[tuple[str, Any], ...]  # ("group", index) or ("global", op name), in execution order
     groups: tuple[GroupPlan, ...]
-    status: str = "feasible"
+    status: PlanStatus = "feasible"
     h_ratio: float = 0.5
-    bank_rule: str = "soft"
-    cost: Mapping[str, Any] = field(default_factory=dict)
+    bank_rule: BankRule = "soft"
+    cost: PlanCost = field(default_factory=lambda: PlanCost())
     solver: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lgopt.group.slicing import DEFAULT_H_RATIO
+from lgopt.model.plan import BankRule
 
 Progress = Callable[[str], None]
 """Called with a one-line status message while a strategy runs (the CLI draws it on stderr)."""
@@ -19,6 +20,6 @@ Progress = Callable[[str], None]
 @dataclass(frozen=True)
 class SearchSettings:
     h_ratio: float = DEFAULT_H_RATIO
-    bank_rule: str = "soft"
+    bank_rule: BankRule = "soft"
     max_h_slices: int = 64
     max_group_ops: int = 256  # longest run the greedy will try to extend (bounds evaluation cost)

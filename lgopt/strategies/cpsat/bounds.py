@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from lgopt.group.cost import ISSUE_CYCLES, gdma_cycles, gmem_bytes
+from lgopt.group.cost import cost_model, gdma_cycles, gmem_bytes
 from lgopt.group.handover import store_skipped
 from lgopt.strategies.cpsat.common import INF
 
@@ -113,7 +113,7 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
         chip.gdma_latency_cycles * len(first_in)
     can_whole, can_slice = space.fits(i, j)
     unsliced = unsliced if can_whole else INF
-    sliced = (sum(tiu) + ISSUE_CYCLES * (j + 1 - i) + sum(c for _, c in weights)
+    sliced = (sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i) + sum(c for _, c in weights)
               + chip.gdma_latency_cycles * edges) if can_slice else INF
     stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
     return max(min(unsliced, sliced), stream)

@@ -23,7 +23,7 @@ from ortools.sat.python import cp_model
 
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
-from lgopt.model.plan import GroupPlan, Plan
+from lgopt.model.plan import GroupPlan, Plan, PlanStatus
 from lgopt.strategies.cpsat.bounds import interval_lower_bound
 from lgopt.strategies.cpsat.common import INF, CpsatSettings, Key
 from lgopt.strategies.cpsat.evaluate import Evaluator
@@ -145,9 +145,11 @@ class _Search:
                                   deadline=self.deadline, full=False)
         return rounds, priced_bound, todo
 
-    def master_loop(self, bound: int, todo_left: bool) -> tuple[str, int, list[Key] | None, int]:
+    def master_loop(self, bound: int, todo_left: bool) -> tuple[PlanStatus, int, list[Key] | None, int]:
         """Phase 2: (status, bound, chosen candidates if the master's optimum is fully evaluated, iterations)."""
-        status, best_keys, iterations = "time_limit", None, 0
+        status: PlanStatus = "time_limit"
+        best_keys: list[Key] | None = None
+        iterations = 0
         evaluated = self.ev.evaluated
         while time.perf_counter() < self.deadline or iterations == 0 and not todo_left:
             iterations += 1
@@ -177,7 +179,7 @@ class _Search:
             self.ev.evaluate_many(fresh, processes=min(self.st.workers, len(fresh)), deadline=self.deadline)
         return status, bound, best_keys, iterations
 
-    def refine(self, status: str, bound: int) -> tuple[str, int, bool]:
+    def refine(self, status: PlanStatus, bound: int) -> tuple[PlanStatus, int, bool]:
         """Phase 3: where an evaluation left a gap (a quick one, or a packing or load-row solve cut by its
         budget), the bound is the master over every interval's bound; refine the intervals it rests on
         (every master over the bounds is a valid bound: each interval's bound is at or below its true

@@ -18,7 +18,7 @@ from lgopt.group.handover import without_kept
 from lgopt.group.solver import integral_bound, make_solver
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
-from lgopt.model.plan import Plan
+from lgopt.model.plan import Plan, PlanStatus
 from lgopt.strategies.cpsat.common import CpsatSettings, Key
 from lgopt.strategies.cpsat.group_model import GroupVars, add_group
 from lgopt.strategies.cpsat.loadtable import current_loads, with_loads
@@ -86,6 +86,6 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
             # the model ignored soft bank pairs: place_chosen reduces them now
             groups.append(place_chosen(net, chip, g, o, pchip, search.bank_rule))
     groups.sort(key=lambda g: net.op_index[g.ops[0]])
-    status = "optimal" if res == cp_model.OPTIMAL else "time_limit"
+    status: PlanStatus = "optimal" if res == cp_model.OPTIMAL else "time_limit"
     return result(net, chip, search, st, groups, base, integral_bound(solver), status, t0,
                    {"formulation": "monolithic", "candidates": len(cands), "buffers": buffers})

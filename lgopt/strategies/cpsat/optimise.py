@@ -30,7 +30,7 @@ import networkx as nx
 
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network, network_digest, reorder, topological_orders
-from lgopt.model.plan import Plan
+from lgopt.model.plan import Plan, PlanStatus
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.cpsat.decomposed import decomposed
 from lgopt.strategies.cpsat.monolithic import monolithic
@@ -65,7 +65,7 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
     bound = min(p.solver["bound"] for _, p in results)
     value = best.solver["value"]
     gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
-    status = "optimal" if all(p.status == "optimal" for _, p in results) and gap <= 1e-9 else (
+    status: PlanStatus = "optimal" if all(p.status == "optimal" for _, p in results) and gap <= 1e-9 else (
         "time_limit" if any(p.status == "time_limit" for _, p in results) else "feasible")
     space = f"{best.solver.get('space', '')}; searched in {len(results)} topological order(s): " + \
         ", ".join(k for k, _ in results)

@@ -10,13 +10,13 @@ from lgopt.group.build import assemble
 from lgopt.group.totals import finish
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
-from lgopt.model.plan import GroupPlan, Plan
+from lgopt.model.plan import GroupPlan, Plan, PlanStatus
 from lgopt.strategies.cpsat.common import CpsatSettings, objective_value
 from lgopt.strategies.settings import SearchSettings
 
 
 def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, groups: list[GroupPlan],
-            base: Plan, bound: int, status: str, t0: float, extra: dict) -> Plan:
+            base: Plan, bound: int, status: PlanStatus, t0: float, extra: dict) -> Plan:
     plan = assemble(net, chip, groups, "cpsat", h_ratio=search.h_ratio, bank_rule=search.bank_rule)
     plan = finish(chip, net, plan)
     value = objective_value(plan.cost, st.objective)

@@ -1,0 +1,105 @@
+"""Every op type of the op specification (lgopt.model.ops.OP_SPECS) goes through the whole pipeline: it is
+local, a problem file must give its required attributes, it has a TIU cost, and a plan that slices it
+simulates to the unsliced result.  A new entry in OP_SPECS is checked here without writing a test."""
+
+import pytest
+from dags import _op
+
+from lgopt.check.simulate import simulate
+from lgopt.check.verify import verify_plan
+from lgopt.errors import LgoptError
+from lgopt.group.cost import SliceShape, tiu_cycles
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import network_from_dict
+from lgopt.model.network import Network, Tensor, Weight, check_network, network_to_dict
+from lgopt.model.ops import OP_SPECS, Family, classify
+from lgopt.strategies.greedy import greedy
+from lgopt.strategies.settings import SearchSettings
+
+C, H, W = 8, 12, 6
+CHIP = get_chip("cv181x", {"lmem_bytes": "4K"})  # small enough that the greedy plan slices H
+
+
+def _one_op(op_type: str) -> Network:
+    """A network of one op of ``op_type`` between a conv that feeds it and one that reads it."""
+    spec = OP_SPECS[op_type]
+    t = {}
+
+    def ten(name, c=C, h=H, w=W):
+        t[name] = Tensor(name, (1, c, h, w), "f16", (1, c, h, w))
+        return name
+
+    def conv(name, src, dst, c_in=C, c_out=C):
+        return _op(name, "Conv", [src], [dst], {"kernel": (3, 3), "strides": (1, 1), "dilations": (1, 1),
+                                               "pads": (1, 1, 1, 1), "group": 1},
+                   [Weight(f"{name}.w", (c_out, c_in, 3, 3), "f16", "filter")])
+
+    ops = [conv("pre", ten("x"), ten("a"))]
+    ins, weights, attrs = ["a"], [], {}
+    out_c, out_h, out_w = C, H, W
+    if spec.family in (Family.CONV, Family.DECONV):
+        k, s = (3, 1) if spec.family is Family.CONV else (2, 2)
+        attrs = {"kernel": (k, k), "strides": (s, s), "dilations": (1, 1), "pads": (k // 2 if s == 1 else 0,) * 4,
+                 "group": 1}
+        shape = (C, C, k, k)
+        weights = [Weight("op.w", shape, "f16", "filter"), Weight("op.b", (C,), "f16", "bias")]
+        out_h, out_w = (H, W) if s == 1 else (2 * H, 2 * W)
+    elif spec.family is Family.POOL:
+        attrs = {"kernel": (2, 2), "strides": (2, 2), "dilations": (1, 1), "pads": (0, 0, 0, 0)}
+        out_h, out_w = H // 2, W // 2
+    elif spec.family is Family.GLOBAL_POOL:
+        attrs = {"axes": (2, 3)} if op_type == "ReduceMean" else {}
+        out_h, out_w = 1, 1
+    elif spec.family is Family.RESIZE:
+        attrs = {"mode": "nearest", "coord": "asymmetric", "nearest_mode": "floor"}
+        out_h, out_w = 2 * H, 2 * W
+    elif spec.family is Family.CONCAT:
+        ops.append(conv("side", "x", ten("b")))
+        ins, attrs, out_c = ["a", "b"], {"axis": 1}, 2 * C
+    elif spec.family is Family.BINARY:
+        ops.append(conv("side", "x", ten("s")))
+        ops.append(_op("sig", "Sigmoid", ["s"], [ten("b")], {}))  # in (0, 1): Div stays finite
+        ins = ["a", "b"]
+    elif op_type == "PRelu":
+        weights = [Weight("op.slope", (C,), "f16", "const")]
+    elif op_type == "BatchNormalization":
+        weights = [Weight(f"op.{r}", (C,), "f16", r) for r in ("scale", "bias", "mean", "var")]
+    elif op_type == "Clip":
+        attrs = {"min": 0.0, "max": 6.0}
+    ops.append(_op("op", op_type, ins, [ten("y", out_c, out_h, out_w)], attrs, weights))
+    ops.append(conv("post", "y", ten("z", out_c, out_h, out_w), c_in=out_c, c_out=out_c))
+    return check_network(Network(op_type, t, tuple(ops), ("x",), ("z",)))
+
+
+@pytest.mark.parametrize("op_type", sorted(OP_SPECS))
+def test_every_op_type_is_local_costed_and_simulates(op_type):
+    net = _one_op(op_type)
+    op = net.op("op")
+    assert op.local, op.reason
+    assert op.h_split == OP_SPECS[op_type].h_split
+    o = net.tensor(op.outputs[0])
+    assert tiu_cycles(CHIP, net, op, SliceShape(1, o.h, net.tensor(op.inputs[0]).h)) > 0
+    plan = greedy(net, CHIP, SearchSettings())
+    assert verify_plan(net, plan) == []
+    assert any("op" in g.ops for g in plan.groups), "the op runs in a group"
+    res = simulate(net, plan)
+    assert res.ok, res
+
+
+@pytest.mark.parametrize("op_type", sorted(t for t, s in OP_SPECS.items() if s.attrs))
+def test_a_problem_file_must_give_the_required_attributes(op_type):
+    d = network_to_dict(_one_op(op_type))
+    spec = OP_SPECS[op_type]
+    for key in spec.attrs:
+        broken = {**d, "ops": [dict(o, attrs={k: v for k, v in o["attrs"].items() if k != key})
+                               if o["name"] == "op" else o for o in d["ops"]]}
+        with pytest.raises(LgoptError, match=f"needs attribute '{key}'"):
+            network_from_dict(broken)
+
+
+def test_rules_and_ranks_make_an_op_global_with_a_reason():
+    assert classify("MaxPool", {"strides": (16, 16)}, [4], [4])[3] == "MaxPool stride above 15"
+    assert classify("Concat", {"axis": 2}, [4, 4], [4])[3] == "Concat not on the channel axis"
+    assert classify("Relu", {}, [3], [3])[3] == "Relu on non-4-D tensors"
+    assert classify("Gemm", {}, [4], [4])[3] == "Gemm is not a layer-group op"
+    assert classify("ReduceMean", {"axes": (1,)}, [4], [4])[3] == "ReduceMean not over H and W"
