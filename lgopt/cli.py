@@ -302,6 +302,28 @@ def cmd_chips(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from lgopt.io.exporters import export, get, write
+    from lgopt.io.planfile import load_plan
+
+    ex = get(args.format)
+    plan = load_plan(args.plan)
+    net = _load_model(args, args.model)
+    opts = {"reference": args.reference, "base_groups": args.base_groups}
+    if args.format == "tpu-mlir" and args.model.endswith(".onnx"):
+        opts["onnx_model"] = args.model
+    result = export(args.format, plan, net, **opts)
+    out = args.output or str(Path(args.plan).name).removesuffix(".json").removesuffix(".plan") + ex.suffix
+    write(result, out)
+    meta = result.get("lgopt", {}) if isinstance(result, dict) else {}
+    n = meta.get("groups", len(plan.groups))
+    print(f"{plan.model} ({plan.strategy}) -> {out}: {args.format}, {n} groups"
+          + (f", reference {args.reference}" if args.reference else ""))
+    for w in meta.get("warnings", []):
+        print(f"  warning: {w}", file=sys.stderr)
+    return 0
+
+
 def strategy_names() -> str:
     from lgopt.strategies.registry import names
 
@@ -400,6 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--group", type=int, default=0)
     s.add_argument("-o", "--output", default="group.png")
     s.set_defaults(func=cmd_show)
+
+    s = sub.add_parser("export", help="write a plan in another format (tpu-mlir: a layer_group_cache.json)")
+    s.add_argument("plan")
+    s.add_argument("--model", required=True, help="the model (.onnx or problem .json) the plan is for")
+    s.add_argument("--format", default="tpu-mlir", help="lgopt-plan or tpu-mlir (default tpu-mlir)")
+    s.add_argument("--reference", metavar="REF.layer_group_cache.json",
+                   help="tpu-mlir: a cache TPU-MLIR wrote for the same model and chip (op names, order, casts)")
+    s.add_argument("--base-groups", metavar="BASE.json",
+                   help="tpu-mlir: base_groups.json (or model_ops.csv) of the model: ops TPU-MLIR can run in LMEM")
+    s.add_argument("-o", "--output", help="file to write (default: PLAN name with the format's suffix)")
+    _model_args(s)
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("chips", help="list chip presets, or one chip's parameters and their sources")
     s.add_argument("--chip", default=None)

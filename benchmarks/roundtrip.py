@@ -1,0 +1,188 @@
+"""lgopt's groupings compiled by TPU-MLIR 1.30.2: solve, export, force into the compiler, read its cycles.
+
+    PEER_RUN=/path/to/tpu-mlir-run python benchmarks/roundtrip.py [--models resnet18,mobilenet_v2]
+        [--chips bm1684x] [--strategies greedy,cpsat] [--time-limit 30] [--out benchmarks/roundtrip]
+
+Needs TPU-MLIR installed by ``../shared/tpu-mlir/install.sh`` under ``$PEER_RUN`` (its venv and the full
+ONNX models in ``$PEER_RUN/models``); without it the script says so and exits 2.  For every model and chip:
+
+1. TPU-MLIR's own opt2 cache (``../shared/calibration/caches/MODEL_CHIP/opt2.layer_group_cache.json``) is
+   scored with ``score_grouping.sh``: TPU-MLIR's own cycles, and the model cache (op list, base groups);
+2. the row ``tpu-mlir opt2 (re-exported)``: that cache read by lgopt (``score(exact=False)``) and exported
+   again, a check of the exporter (same cycles as opt2 unless lgopt moved an op it only runs globally);
+3. per strategy: lgopt solves the weightless model, the plan is exported with the opt2 cache as reference
+   (and the model cache's ``base_groups.json``), and compiled; one compile at a time.
+
+Columns: ``lgopt predicted`` is lgopt's analytic cost model (its own cycle estimate, not TPU-MLIR's);
+``TPU-MLIR measured`` is codegen's simulated timeline of the compiled grouping (or why it was refused);
+``opt2`` / ``opt1`` are TPU-MLIR's own groupings (opt1 from ``../shared/calibration/totals.csv``).
+Written as ``roundtrip.csv`` and ``roundtrip.md`` under ``--out``, plus every exported cache and score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import get_chip
+from lgopt.io.exporters import export, write
+from lgopt.io.problem import load_model
+from lgopt.io.tpumlir_export import read_base_groups
+from lgopt.strategies.cpsat.common import CpsatSettings
+from lgopt.strategies.registry import StrategyOptions, parse_strategy
+from lgopt.strategies.tpumlir import score
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+CAL = SHARED / "calibration"
+SCORE = SHARED / "tpu-mlir" / "score_grouping.sh"
+
+
+def opt1_cycles(model: str, chip: str) -> int | None:
+    with open(CAL / "totals.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            if r["model"] == model and r["chip"] == chip and r["variant"] == "opt1" and r["status"] == "ok":
+                return int(r["total_cycles"])
+    return None
+
+
+def model_cache_dir(peer: Path, onnx: Path, chip: str) -> Path:
+    md5 = hashlib.md5(onnx.read_bytes()).hexdigest()[:10]
+    return peer / "score_cache" / f"{onnx.stem}_{chip}_f16_{md5}"
+
+
+def compile_cache(onnx: Path, chip: str, cache: Path, out: Path) -> dict:
+    """score_grouping.sh on one cache (one compile at a time: this blocks)."""
+    t0 = time.perf_counter()
+    p = subprocess.run(["nice", "-n", "10", "bash", str(SCORE), str(onnx), chip, str(cache), str(out)],
+                       capture_output=True, text=True, timeout=3600)
+    try:
+        r = json.loads(out.read_text())
+    except (OSError, ValueError):
+        r = {"status": "no_result", "lg_error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+    r["_wall_s"] = round(time.perf_counter() - t0, 1)
+    return r
+
+
+def measured(r: dict) -> tuple[int | None, str]:
+    if r.get("status") == "ok" and r.get("total_cycles"):
+        note = "" if r.get("honoured_exactly", True) else "not honoured exactly"
+        return int(r["total_cycles"]), note
+    msg = r.get("lg_error") or r.get("codegen_error") or r.get("status")
+    return None, f"TPU-MLIR refused: {' '.join(str(msg).split())[:160]}"
+
+
+def groups_text(cache: dict) -> str:
+    return "; ".join(f"[{g['func_start_idx']}-{g['func_end_idx']}] h{g['shape_secs'][3]}"
+                     + (f" n{g['shape_secs'][0]}" if g["shape_secs"][0] > 1 else "")
+                     for k, v in cache.items() if k.startswith("subfunc_") for g in v["GroupLayer"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--chips", default="bm1684x")
+    ap.add_argument("--strategies", default="greedy,cpsat")
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "roundtrip"))
+    a = ap.parse_args(argv)
+    peer = Path(os.environ.get("PEER_RUN", ""))
+    if not os.environ.get("PEER_RUN") or not (peer / "venv" / "bin" / "model_deploy").exists():
+        print("roundtrip: set PEER_RUN to a TPU-MLIR install (../shared/tpu-mlir/install.sh); see docs/tpu-mlir.md",
+              file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    (out / "caches").mkdir(parents=True, exist_ok=True)
+    (out / "scores").mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    for model in a.models.split(","):
+        for chip_name in a.chips.split(","):
+            onnx_full = peer / "models" / f"{model}.onnx"
+            onnx_lg = CAL / "onnx" / f"{model}.weightless.onnx"
+            ref = CAL / "caches" / f"{model}_{chip_name}" / "opt2.layer_group_cache.json"
+            if not (onnx_full.exists() and onnx_lg.exists() and ref.exists()):
+                print(f"skip {model}/{chip_name}: model or reference cache missing", file=sys.stderr)
+                continue
+            tag = f"{model}_{chip_name}"
+            print(f"== {tag}: TPU-MLIR's own opt2", file=sys.stderr, flush=True)
+            r_opt2 = compile_cache(onnx_full, chip_name, ref, out / "scores" / f"{tag}_opt2.json")
+            opt2, _ = measured(r_opt2)
+            opt2 = opt2 or (r_opt2.get("reference") or {}).get("tpu_mlir_own_opt2_total_cycles")
+            opt1 = opt1_cycles(model, chip_name)
+            bg_path = model_cache_dir(peer, onnx_full, chip_name) / "base_groups.json"
+            base_groups = read_base_groups(bg_path) if bg_path.exists() and bg_path.stat().st_size > 2 else None
+            net = load_model(str(onnx_lg), dtype="f16")
+            chip = get_chip(chip_name)
+            runs: list[tuple[str, object, float]] = []
+            t0 = time.perf_counter()
+            try:
+                plan, _ = score(net, chip, str(ref), exact=False)
+                runs.append(("tpu-mlir opt2 (re-exported)", plan, time.perf_counter() - t0))
+            except LgoptError as e:
+                rows.append({"model": model, "chip": chip_name, "strategy": "tpu-mlir opt2 (re-exported)",
+                             "opt2": opt2, "opt1": opt1, "note": f"lgopt cannot read it: {e}"})
+            for st in a.strategies.split(","):
+                print(f"== {tag}: lgopt {st}", file=sys.stderr, flush=True)
+                opts = StrategyOptions(cpsat=CpsatSettings(time_limit=a.time_limit, workers=a.workers))
+                t0 = time.perf_counter()
+                plan, _ = parse_strategy(st).run(net, chip, opts)
+                runs.append((st, plan, time.perf_counter() - t0))
+            for st, plan, secs in runs:
+                row = {"model": model, "chip": chip_name, "strategy": st,
+                       "lgopt predicted": int(plan.cost["cycles"]), "TPU-MLIR measured": None,
+                       "opt2": opt2, "opt1": opt1, "solve s": round(secs, 1)}
+                name = f"{tag}_{st.split()[0]}"
+                try:
+                    cache = export("tpu-mlir", plan, net, reference=str(ref), base_groups=base_groups)
+                except LgoptError as e:
+                    row["note"] = f"export refused: {e}"
+                    rows.append(row)
+                    continue
+                cpath = out / "caches" / f"{name}.layer_group_cache.json"
+                write(cache, cpath)
+                row["groups (TPU-MLIR op idx, secs)"] = groups_text(cache)
+                print(f"== {tag}: compiling {st}", file=sys.stderr, flush=True)
+                r = compile_cache(onnx_full, chip_name, cpath, out / "scores" / f"{name}.json")
+                row["TPU-MLIR measured"], row["note"] = measured(r)
+                rows.append(row)
+                print(f"   {st}: predicted {row['lgopt predicted']:,}, measured {row['TPU-MLIR measured']}, "
+                      f"opt2 {opt2} {row['note']}", file=sys.stderr, flush=True)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        print("roundtrip: nothing run", file=sys.stderr)
+        return 1
+    df["measured / opt2"] = [round(m / o, 3) if pd.notna(m) and o else None
+                             for m, o in zip(df["TPU-MLIR measured"], df["opt2"])]
+    df["measured / predicted"] = [round(m / p, 3) if pd.notna(m) and pd.notna(p) and p else None
+                                  for m, p in zip(df["TPU-MLIR measured"], df["lgopt predicted"])]
+    cols = ["model", "chip", "strategy", "lgopt predicted", "TPU-MLIR measured", "opt2", "opt1", "measured / opt2",
+            "measured / predicted", "solve s", "groups (TPU-MLIR op idx, secs)", "note"]
+    df = df[[c for c in cols if c in df.columns]]
+    for c in ("lgopt predicted", "TPU-MLIR measured", "opt2", "opt1"):
+        if c in df.columns:
+            df[c] = df[c].astype("Int64")
+    df.to_csv(out / "roundtrip.csv", index=False)
+    md = ["# lgopt groupings compiled by TPU-MLIR 1.30.2", "",
+          "`lgopt predicted`: lgopt's analytic cost model. `TPU-MLIR measured`: cycles of codegen's simulated "
+          "timeline for lgopt's grouping forced into TPU-MLIR (`LOAD_TPU_GROUP`, F16). `opt2`/`opt1`: TPU-MLIR's "
+          "own groupings, same model and chip. Made by `python benchmarks/roundtrip.py` "
+          f"(`--time-limit {a.time_limit:g}`).", "",
+          df.to_markdown(index=False, floatfmt="g"), ""]
+    (out / "roundtrip.md").write_text("\n".join(md))
+    print(df.drop(columns=["groups (TPU-MLIR op idx, secs)"], errors="ignore").to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
