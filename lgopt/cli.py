@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from lgopt import __version__
 from lgopt.errors import LgoptError
@@ -330,11 +330,8 @@ def strategy_names() -> str:
     return names()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="lgopt", description="LayerGroup optimiser for Sophgo-style TPUs")
-    p.add_argument("--version", action="version", version=f"lgopt {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-
+def _add_import(sub: Any) -> None:
+    """``lgopt import``."""
     s = sub.add_parser("import", help="read an ONNX model into an lgopt problem file")
     s.add_argument("model")
     s.add_argument("-o", "--output", help="problem file to write (default: MODEL name with .json)")
@@ -342,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(s)
     s.set_defaults(func=cmd_import)
 
+
+def _add_verify(sub: Any) -> None:
+    """``lgopt verify``."""
     s = sub.add_parser("verify", help="check a plan against its model without trusting the planner")
     s.add_argument("plan")
     s.add_argument("--model", required=True, help="the model (.onnx or problem .json) the plan is for")
@@ -349,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(s)
     s.set_defaults(func=cmd_verify)
 
+
+def _add_solve(sub: Any) -> None:
+    """``lgopt solve``."""
     s = sub.add_parser("solve", help="group, slice and allocate a model; write a verified plan")
     s.add_argument("model")
     _chip_args(s)
@@ -374,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(s)
     s.set_defaults(func=cmd_solve)
 
+
+def _add_pack(sub: Any) -> None:
+    """``lgopt pack``."""
     s = sub.add_parser("pack", help="exact static allocation of a CSV of buffers (id,lower,upper,size)")
     s.add_argument("csv")
     s.add_argument("--capacity", required=True, help="bytes available, e.g. 256K")
@@ -385,6 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", help="CSV to write (default: CSV name with .out.csv)")
     s.set_defaults(func=cmd_pack)
 
+
+def _add_simulate(sub: Any) -> None:
+    """``lgopt simulate``."""
     s = sub.add_parser("simulate", help="execute a plan on a simulated LMEM and compare with the unsliced network")
     s.add_argument("plan")
     s.add_argument("--model", required=True)
@@ -393,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(s)
     s.set_defaults(func=cmd_simulate)
 
+
+def _add_compare(sub: Any) -> None:
+    """``lgopt compare``."""
     s = sub.add_parser("compare", help="strategies side by side: report.md, results.csv, report.html")
     s.add_argument("models", nargs="+")
     s.add_argument("--strategies", default="greedy,cpsat", help=f"comma-separated: {strategy_names()}")
@@ -405,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(s)
     s.set_defaults(func=cmd_compare)
 
+
+def _add_sweep(sub: Any) -> None:
+    """``lgopt sweep``."""
     s = sub.add_parser("sweep", help="cross product of chip parameters: table, plots, Pareto front, knee")
     s.add_argument("model")
     s.add_argument("--chip", default="bm1684x")
@@ -417,12 +432,18 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(s)
     s.set_defaults(func=cmd_sweep)
 
+
+def _add_show(sub: Any) -> None:
+    """``lgopt show``."""
     s = sub.add_parser("show", help="draw a group's LMEM allocation (timesteps x addresses)")
     s.add_argument("plan")
     s.add_argument("--group", type=int, default=0)
     s.add_argument("-o", "--output", default="group.png")
     s.set_defaults(func=cmd_show)
 
+
+def _add_export(sub: Any) -> None:
+    """``lgopt export``."""
     s = sub.add_parser("export", help="write a plan in another format (tpu-mlir: a layer_group_cache.json)")
     s.add_argument("plan")
     s.add_argument("--model", required=True, help="the model (.onnx or problem .json) the plan is for")
@@ -435,11 +456,30 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(s)
     s.set_defaults(func=cmd_export)
 
+
+def _add_chips(sub: Any) -> None:
+    """``lgopt chips``."""
     s = sub.add_parser("chips", help="list chip presets, or one chip's parameters and their sources")
     s.add_argument("--chip", default=None)
     s.add_argument("--chip-file")
     s.add_argument("--set", action="append", metavar="KEY=VALUE")
     s.set_defaults(func=cmd_chips)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lgopt", description="LayerGroup optimiser for Sophgo-style TPUs")
+    p.add_argument("--version", action="version", version=f"lgopt {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    _add_import(sub)
+    _add_verify(sub)
+    _add_solve(sub)
+    _add_pack(sub)
+    _add_simulate(sub)
+    _add_compare(sub)
+    _add_sweep(sub)
+    _add_show(sub)
+    _add_export(sub)
+    _add_chips(sub)
     return p
 
 

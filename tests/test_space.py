@@ -255,12 +255,6 @@ def test_slicings_resnet18():
     assert sum(map(len, listed)) > 100
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "slicings() pre-filters hand-over candidates with fits(i, j, pchip.lmem_bytes), but min_footprint "
-    "counts the handed-over tensor (its smallest window) against the LMEM *below* the pinned banks, where "
-    "it never lives: e.g. mobilenet_v2 on cv181x, candidate (24, 24, 'in') unsliced has footprint 28736 > "
-    "28672 bytes left below the pin, yet its table (without the pinned tensor) packs greedily at 26816; "
-    "such slicings are silently missing from the space the optimiser's proofs cover"))
 @pytest.mark.parametrize("problem", ["mobilenet_v2", "yolov5s"])
 def test_slicings_of_handover_candidates(problem):
     """Hand-over variants follow the same rules: every slicing whose unpinned buffers fit below the pinned

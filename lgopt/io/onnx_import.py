@@ -17,7 +17,7 @@ Errors in the file itself (unreadable, truncated, unknown shapes) are
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -209,6 +209,28 @@ def _spatial_attrs(node: onnx.NodeProto, in_hw: tuple[int, ...], wshape: tuple[i
     return {"kernel": kernel, "strides": strides, "dilations": dil, "pads": pads}
 
 
+@dataclass
+class _Form:
+    """A node as lgopt sees it, before classification."""
+
+    op_type: str
+    attrs: dict[str, Any]
+    weights: list[Weight]
+    acts: list[str]
+    consts: list[str]
+    outs: list[str]
+
+
+@dataclass
+class _Global:
+    """A node that runs as a global layer, with its operands and why."""
+
+    acts: list[str]
+    consts: list[str]
+    outs: list[str]
+    reason: str
+
+
 class _Builder:
     """Turns inferred, folded ONNX nodes into lgopt ops, fusing as it goes."""
 
@@ -266,6 +288,7 @@ class _Builder:
         return self.uses.get(tensor, 0) == 1 and tensor not in self.graph_outputs
 
     def convert(self, node: onnx.NodeProto) -> None:
+        """One ONNX node as an lgopt op: an alias, a fusion into its producer, a local op, or a global layer."""
         t = node.op_type
         ins = [self.res(i) for i in node.input]
         outs = [o for o in node.output if o]
@@ -280,13 +303,30 @@ class _Builder:
             return
         acts = [i for i in ins if i and i not in self.inits]
         consts = [i for i in ins if i and i in self.inits]
+        form = self._form(node, t, ins, acts, consts, outs)
+        if isinstance(form, _Global):
+            return self._global(node, name, form.acts, form.consts, form.outs, form.reason)
+        if t not in opsem.LOCAL_TYPES and t not in ("Upsample",):
+            return self._global(node, name, form.acts, form.consts, form.outs, f"{t} is not a layer-group op")
+        in_ranks = [len(self.shape(a)) for a in form.acts]
+        out_ranks = [len(self.shape(o)) for o in form.outs]
+        local, h_split, n_split, reason = opsem.classify(form.op_type, form.attrs, in_ranks, out_ranks)
+        dts = {self._dt(self.info.get(a, (None, "f32"))[1]) for a in form.acts + form.outs}
+        if local and not dts <= set(COMPUTE_DTYPES):
+            local, h_split, n_split, reason = False, False, False, f"dtype {sorted(dts)}"
+        self.add(Op(name, form.op_type, tuple(form.acts), tuple(form.outs), tuple(form.weights), form.attrs, (), local,
+                    h_split, n_split, (node.name or outs[0],), reason))
+
+    def _form(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+              outs: list[str]) -> _Form | _Global:
+        """The node's lgopt type, attributes, weights and operands (or why it must run as a global layer)."""
         attrs: dict[str, Any] = {}
         weights: list[Weight] = []
         op_type = t
         if t in ("Conv", "ConvTranspose"):
             wshape = tuple(self.inits[ins[1]].dims) if len(ins) > 1 and ins[1] in self.inits else None
             if wshape is None or len(wshape) != 4:
-                return self._global(node, name, acts, consts, outs, f"{t} with non-constant or non-2-D weights")
+                return _Global(acts, consts, outs, f"{t} with non-constant or non-2-D weights")
             in_hw = tuple(self.shape(acts[0])[2:4]) if len(self.shape(acts[0])) == 4 else (1, 1)
             attrs = _spatial_attrs(node, in_hw, wshape)
             attrs["group"] = int(_attr(node, "group", 1))
@@ -312,12 +352,12 @@ class _Builder:
             attrs = {"axes": tuple(sorted(int(a) % rank for a in (axes or range(rank)))),
                      "keepdims": int(_attr(node, "keepdims", 1))}
             if not attrs["keepdims"]:
-                return self._global(node, name, acts, consts, outs, "ReduceMean without keepdims")
+                return _Global(acts, consts, outs, "ReduceMean without keepdims")
         elif t == "Concat":
             rank = len(self.shape(outs[0]))
             attrs = {"axis": int(_attr(node, "axis", 1)) % rank}
             if consts:
-                return self._global(node, name, acts, consts, outs, "Concat with a constant operand")
+                return _Global(acts, consts, outs, "Concat with a constant operand")
         elif t in ("Resize", "Upsample"):
             op_type = "Resize"
             mode = _attr(node, "mode", "nearest")
@@ -343,20 +383,8 @@ class _Builder:
             weights = [self.weight(c, "const") for c in consts]
             consts = []
             if not acts:
-                return self._global(node, name, acts, [c for c in ins if c], outs, "constant-only op")
-        if t not in opsem.LOCAL_TYPES and t not in ("Upsample",):
-            return self._global(node, name, acts, consts, outs, f"{t} is not a layer-group op")
-        try:
-            in_ranks = [len(self.shape(a)) for a in acts]
-            out_ranks = [len(self.shape(o)) for o in outs]
-        except LgoptError:
-            raise
-        local, h_split, n_split, reason = opsem.classify(op_type, attrs, in_ranks, out_ranks)
-        dts = {self._dt(self.info.get(a, (None, "f32"))[1]) for a in acts + outs}
-        if local and not dts <= set(COMPUTE_DTYPES):
-            local, h_split, n_split, reason = False, False, False, f"dtype {sorted(dts)}"
-        self.add(Op(name, op_type, tuple(acts), tuple(outs), tuple(weights), attrs, (), local, h_split, n_split,
-                    (node.name or outs[0],), reason))
+                return _Global(acts, [c for c in ins if c], outs, "constant-only op")
+        return _Form(op_type, attrs, weights, acts, consts, outs)
 
     def _global(self, node: onnx.NodeProto, name: str, acts: list[str], consts: list[str], outs: list[str],
                 reason: str) -> None:

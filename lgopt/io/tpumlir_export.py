@@ -177,12 +177,21 @@ def _assemble(subs: list[str], groups: dict[int, list[tuple[int, OrderedDict[str
 
 # --- with a reference ----------------------------------------------------------------------------------
 
-def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseGroups | None,
-                    edge_casts: str) -> tuple[OrderedDict[str, Any], list[str], dict[str, Any]]:
-    ref_ops, subs = _reference_ops(reference)
-    map_cache(net, load_cache(reference))  # raises for a cache of another model / unknown names
+@dataclass
+class _RefMap:
+    """The reference's ops and how lgopt's ops sit on them."""
+
+    byidx: dict[tuple[int, int], Any]  # (subfunc, func_idx) -> reference op
+    covers: dict[tuple[int, int], list[str]]  # TPU-MLIR op -> the lgopt ops it runs
+    where: dict[str, list[tuple[int, int]]]  # lgopt op -> its TPU-MLIR ops
+    casts: set[tuple[int, int]]  # casts lowering inserted
+    unplaced: list[str]  # lgopt ops no TPU-MLIR op runs (folded away)
+
+
+def _ref_map(net: Network, ref_ops: dict[int, list[Any]]) -> _RefMap:
+    """Each TPU-MLIR op of the reference with the lgopt ops it runs: by name, and an lgopt op no name points at
+    with its first consumer's op."""
     aliases = _aliases(net)
-    # TPU-MLIR op (sub, idx) -> lgopt ops it runs; lgopt op -> its TPU-MLIR ops
     covers: dict[tuple[int, int], list[str]] = {}
     where: dict[str, list[tuple[int, int]]] = {}
     casts: set[tuple[int, int]] = set()
@@ -208,12 +217,99 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
             where[op.name] = [p]
         else:
             unplaced.append(op.name)
-    group_of, notes = _plan_groups(plan, net)
     byidx = {(r.sub, r.idx): r for ops in ref_ops.values() for r in ops}
+    return _RefMap(byidx, covers, where, casts, unplaced)
+
+
+def _group_span(k: int, g: Any, rm: _RefMap, group_of: dict[str, int], subs: list[str],
+                base_groups: BaseGroups | None, notes: list[str]) -> tuple[int, int, int] | None:
+    """(subfunc, first, last func_idx) of plan group ``k`` in TPU-MLIR's order, refusing what the loader or the
+    compiler would refuse; None (and a note) when TPU-MLIR runs it as one op."""
+    byidx, covers, where, casts, unplaced = rm.byidx, rm.covers, rm.where, rm.casts, rm.unplaced
 
     def step(o: str) -> str:
         return f"group {group_of[o]}" if o in group_of else "a global layer"
 
+    tag = f"plan group {k} ({g.ops[0]} .. {g.ops[-1]})"
+    gone = [o for o in g.ops if o in unplaced]
+    if gone:
+        notes.append(f"{tag}: {', '.join(gone)} has no TPU-MLIR op (TPU-MLIR folded it away); nothing to place")
+    pos = sorted({p for o in g.ops for p in where.get(o, ())})
+    for p in pos:
+        other = [o for o in covers[p] if group_of.get(o) != k]
+        if other:
+            mine = next(o for o in covers[p] if group_of.get(o) == k)
+            raise LgoptError(f"cannot export {tag} to TPU-MLIR: TPU-MLIR runs lgopt ops {mine} (group {k}) and "
+                             f"{other[0]} ({step(other[0])}) as one op {byidx[p].loc}")
+    if len(pos) < 2:
+        notes.append(f"{tag}: TPU-MLIR runs its ops as one op ({byidx[pos[0]].loc if pos else 'none'}): "
+                     "written as a global layer")
+        return None
+    if len({si for si, _ in pos}) > 1:
+        raise LgoptError(f"cannot export {tag} to TPU-MLIR: its ops are in different TPU-MLIR subfunctions")
+    si = pos[0][0]
+    lo, hi = pos[0][1], pos[-1][1]
+    span = [byidx[(si, i)] for i in range(lo, hi + 1)]
+    mine_pos = set(pos)
+    for r in span:
+        p = (si, r.idx)
+        if p in mine_pos or p in casts:
+            continue
+        who = covers.get(p)
+        what = f"lgopt's {who[0]} ({step(who[0])})" if who else "an op lgopt does not have"
+        raise LgoptError(f"cannot export {tag} to TPU-MLIR: not contiguous in TPU-MLIR's op order: {r.loc} "
+                         f"(func_idx {r.idx}, {what}) lies between its ops {byidx[pos[0]].loc} (func_idx {lo}) "
+                         f"and {byidx[pos[-1]].loc} (func_idx {hi})")
+    if base_groups is not None:
+        bgs = base_groups.get(subs[si], ())
+        if not any(a <= lo and hi <= b for a, b in bgs):
+            bad = next((r for r in span if not any(a <= r.idx <= b and b > a for a, b in bgs)), None)
+            if bad is not None:
+                raise LgoptError(f"cannot export {tag} to TPU-MLIR: it contains {bad.loc} (func_idx {bad.idx}), "
+                                 "which TPU-MLIR can only run as a global layer (in no base group)")
+            raise LgoptError(f"cannot export {tag} to TPU-MLIR: func_idx {lo}..{hi} cross TPU-MLIR's base "
+                             "groups (runs of ops it can put in LMEM)")
+    else:
+        glob = next((r for r in span if r.ref_group < 0), None)
+        if glob is not None:
+            raise LgoptError(f"cannot export {tag} to TPU-MLIR: it contains {glob.loc} (func_idx {glob.idx}), "
+                             "which TPU-MLIR runs as a global layer in the reference (give its base groups to "
+                             "allow ops it can run in LMEM)")
+        bases = sorted({r.base for r in span})
+        if len(bases) > 1:
+            raise LgoptError(f"cannot export {tag} to TPU-MLIR: it crosses TPU-MLIR's base groups {bases[0]} "
+                             f"and {bases[1]} (an op between them cannot run in LMEM)")
+    return si, lo, hi
+
+
+def _take_edge_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]]) -> int:
+    """A cast next to a group's first or last op joins the group when TPU-MLIR's reference groups it with
+    that very op: TPU-MLIR itself allocated them together (its own groups end on such casts)."""
+    byidx, casts = rm.byidx, rm.casts
+    edge = 0
+    for sp in spans:
+        si, lo, hi, _ = sp
+        for step_, end in ((1, hi), (-1, lo)):
+            edge_op = byidx[(si, end)]
+            i = end + step_
+            while ((si, i) in casts and (si, i) not in taken and edge_op.ref_group >= 0
+                   and byidx[(si, i)].ref_group == edge_op.ref_group):
+                taken.add((si, i))
+                edge += 1
+                if step_ > 0:
+                    sp[2] = i
+                else:
+                    sp[1] = i
+                i += step_
+    return edge
+
+
+def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseGroups | None,
+                    edge_casts: str) -> tuple[OrderedDict[str, Any], list[str], dict[str, Any]]:
+    ref_ops, subs = _reference_ops(reference)
+    map_cache(net, load_cache(reference))  # raises for a cache of another model / unknown names
+    rm = _ref_map(net, ref_ops)
+    group_of, notes = _plan_groups(plan, net)
     groups: dict[int, list[tuple[int, OrderedDict[str, Any]]]] = {}
     taken: set[tuple[int, int]] = set()
     interior_casts = 0
@@ -221,78 +317,19 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     for k, g in enumerate(plan.groups):
         if len(g.ops) < 2:
             continue
-        tag = f"plan group {k} ({g.ops[0]} .. {g.ops[-1]})"
-        gone = [o for o in g.ops if o in unplaced]
-        if gone:
-            notes.append(f"{tag}: {', '.join(gone)} has no TPU-MLIR op (TPU-MLIR folded it away); nothing to place")
-        pos = sorted({p for o in g.ops for p in where.get(o, ())})
-        for p in pos:
-            other = [o for o in covers[p] if group_of.get(o) != k]
-            if other:
-                mine = next(o for o in covers[p] if group_of.get(o) == k)
-                raise LgoptError(f"cannot export {tag} to TPU-MLIR: TPU-MLIR runs lgopt ops {mine} (group {k}) and "
-                                 f"{other[0]} ({step(other[0])}) as one op {byidx[p].loc}")
-        if len(pos) < 2:
-            notes.append(f"{tag}: TPU-MLIR runs its ops as one op ({byidx[pos[0]].loc if pos else 'none'}): "
-                         "written as a global layer")
+        found = _group_span(k, g, rm, group_of, subs, base_groups, notes)
+        if found is None:
             continue
-        if len({si for si, _ in pos}) > 1:
-            raise LgoptError(f"cannot export {tag} to TPU-MLIR: its ops are in different TPU-MLIR subfunctions")
-        si = pos[0][0]
-        lo, hi = pos[0][1], pos[-1][1]
-        span = [byidx[(si, i)] for i in range(lo, hi + 1)]
-        mine_pos = set(pos)
-        for r in span:
-            p = (si, r.idx)
-            if p in mine_pos or p in casts:
-                continue
-            who = covers.get(p)
-            what = f"lgopt's {who[0]} ({step(who[0])})" if who else "an op lgopt does not have"
-            raise LgoptError(f"cannot export {tag} to TPU-MLIR: not contiguous in TPU-MLIR's op order: {r.loc} "
-                             f"(func_idx {r.idx}, {what}) lies between its ops {byidx[pos[0]].loc} (func_idx {lo}) "
-                             f"and {byidx[pos[-1]].loc} (func_idx {hi})")
-        if base_groups is not None:
-            bgs = base_groups.get(subs[si], ())
-            if not any(a <= lo and hi <= b for a, b in bgs):
-                bad = next((r for r in span if not any(a <= r.idx <= b and b > a for a, b in bgs)), None)
-                if bad is not None:
-                    raise LgoptError(f"cannot export {tag} to TPU-MLIR: it contains {bad.loc} (func_idx {bad.idx}), "
-                                     "which TPU-MLIR can only run as a global layer (in no base group)")
-                raise LgoptError(f"cannot export {tag} to TPU-MLIR: func_idx {lo}..{hi} cross TPU-MLIR's base "
-                                 "groups (runs of ops it can put in LMEM)")
-        else:
-            glob = next((r for r in span if r.ref_group < 0), None)
-            if glob is not None:
-                raise LgoptError(f"cannot export {tag} to TPU-MLIR: it contains {glob.loc} (func_idx {glob.idx}), "
-                                 "which TPU-MLIR runs as a global layer in the reference (give its base groups to "
-                                 "allow ops it can run in LMEM)")
-            bases = sorted({r.base for r in span})
-            if len(bases) > 1:
-                raise LgoptError(f"cannot export {tag} to TPU-MLIR: it crosses TPU-MLIR's base groups {bases[0]} "
-                                 f"and {bases[1]} (an op between them cannot run in LMEM)")
-        interior_casts += sum(1 for r in span if (si, r.idx) in casts)
+        si, lo, hi = found
+        interior_casts += sum(1 for i in range(lo, hi + 1) if (si, i) in rm.casts)
         spans.append([si, lo, hi, g])
         taken.update((si, i) for i in range(lo, hi + 1))
     edge = 0
     if edge_casts == "reference":
-        # a cast next to a group's first or last op joins the group when TPU-MLIR's reference groups it with
-        # that very op: TPU-MLIR itself allocated them together (its own groups end on such casts)
-        for sp in spans:
-            si, lo, hi, _ = sp
-            for step_, end in ((1, hi), (-1, lo)):
-                edge_op = byidx[(si, end)]
-                i = end + step_
-                while ((si, i) in casts and (si, i) not in taken and edge_op.ref_group >= 0
-                       and byidx[(si, i)].ref_group == edge_op.ref_group):
-                    taken.add((si, i))
-                    edge += 1
-                    if step_ > 0:
-                        sp[2] = i
-                    else:
-                        sp[1] = i
-                    i += step_
+        edge = _take_edge_casts(spans, rm, taken)
     elif edge_casts != "global":
         raise LgoptError(f"edge_casts must be 'reference' or 'global', not {edge_casts!r}")
+    byidx = rm.byidx
     for si, lo, hi, g in spans:
         span = [byidx[(si, i)] for i in range(lo, hi + 1)]
         base = span[0].base

@@ -194,9 +194,12 @@ class CandidateSpace:
         batch = max(net.tensor(t).n for t in io.outputs)
         unit = n_unit(net, chip, ops)
         max_h = min(st.max_h_slices, min(net.tensor(t).h for t in io.outputs))
-        # necessary conditions (weights resident when sliced, every op's smallest row): skip what cannot pack
+        # necessary conditions (weights resident when sliced, every op's smallest row): skip what cannot pack.
+        # The footprints count a handed-over tensor too, which lives in the pinned banks above ``pchip``'s LMEM,
+        # not below them: with one, the condition holds only against the whole LMEM.
         first = net.op_index[ops[0]]
-        whole_possible, slicing_possible = self.fits(first, first + len(ops) - 1, pchip.lmem_bytes)
+        room = pchip.lmem_bytes if not (kin or kout) else chip.lmem_bytes
+        whole_possible, slicing_possible = self.fits(first, first + len(ops) - 1, room)
         out: list[Slicing] = []
         for n in range(1, cdiv(batch, unit) + 1):
             for h in range(1, max_h + 1):
