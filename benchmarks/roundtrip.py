@@ -96,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "roundtrip"))
+    ap.add_argument("--space", choices=("compiler", "free"), default="compiler",
+                    help="compiler: solve with the opt2 cache as --reference (what TPU-MLIR compiles as planned); "
+                         "free: lgopt's own space, exported with --groups-only")
+    ap.add_argument("--cost-model", default="analytic", help="the chip's cost model for lgopt's prediction")
     a = ap.parse_args(argv)
     peer = Path(os.environ.get("PEER_RUN", ""))
     if not os.environ.get("PEER_RUN") or not (peer / "venv" / "bin" / "model_deploy").exists():
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             bg_path = model_cache_dir(peer, onnx_full, chip_name) / "base_groups.json"
             base_groups = read_base_groups(bg_path) if bg_path.exists() and bg_path.stat().st_size > 2 else None
             net = load_model(str(onnx_lg), dtype="f16")
-            chip = get_chip(chip_name)
+            chip = get_chip(chip_name, {"cost_model": a.cost_model})
             runs: list[tuple[str, object, float]] = []
             t0 = time.perf_counter()
             try:
@@ -134,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
                              "opt2": opt2, "opt1": opt1, "note": f"lgopt cannot read it: {e}"})
             for st in a.strategies.split(","):
                 print(f"== {tag}: lgopt {st}", file=sys.stderr, flush=True)
-                opts = StrategyOptions(cpsat=CpsatSettings(time_limit=a.time_limit, workers=a.workers))
+                opts = StrategyOptions(cpsat=CpsatSettings(time_limit=a.time_limit, workers=a.workers),
+                                       reference=str(ref) if a.space == "compiler" else None,
+                                       base_groups=str(bg_path) if a.space == "compiler" and base_groups else None)
                 t0 = time.perf_counter()
                 plan, _ = parse_strategy(st).run(net, chip, opts)
                 runs.append((st, plan, time.perf_counter() - t0))
@@ -144,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                        "opt2": opt2, "opt1": opt1, "solve s": round(secs, 1)}
                 name = f"{tag}_{st.split()[0]}"
                 try:
-                    cache = export("tpu-mlir", plan, net, reference=str(ref), base_groups=base_groups)
+                    cache = export("tpu-mlir", plan, net, reference=str(ref), base_groups=base_groups,
+                                   groups_only=(a.space == "free") or None)
                 except LgoptError as e:
                     row["note"] = f"export refused: {e}"
                     rows.append(row)
@@ -177,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
           "`lgopt predicted`: lgopt's analytic cost model. `TPU-MLIR measured`: cycles of codegen's simulated "
           "timeline for lgopt's grouping forced into TPU-MLIR (`LOAD_TPU_GROUP`, F16). `opt2`/`opt1`: TPU-MLIR's "
           "own groupings, same model and chip. Made by `python benchmarks/roundtrip.py` "
-          f"(`--time-limit {a.time_limit:g}`).", "",
+          f"(`--time-limit {a.time_limit:g} --space {a.space} --cost-model {a.cost_model}`): `--space compiler` "
+          "solves with the opt2 cache as `--reference` (groups in TPU-MLIR's op order and base groups, its "
+          "weight-load rule, no hand-over), `free` in lgopt's own space, exported as groups only.", "",
           df.to_markdown(index=False, floatfmt="g"), ""]
     (out / "roundtrip.md").write_text("\n".join(md))
     print(df.drop(columns=["groups (TPU-MLIR op idx, secs)"], errors="ignore").to_string(index=False))

@@ -140,7 +140,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from lgopt.strategies.tpumlir import GroupingInfeasible
 
     try:
-        plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress))
+        plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress,
+                                                        reference=args.reference, base_groups=args.base_groups))
     except GroupingInfeasible as e:  # a given grouping lgopt's rules cannot build: a verdict, not an input error
         if args.json:
             print(json.dumps({"model": net.name, "chip": chip.name, "strategy": choice.label, "status": "infeasible",
@@ -240,8 +241,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     strategies = parse_strategies(args.strategies)
     models = [(m, _load_model(args, m)) for m in args.models]
     chip = _chip(args)
+    if args.reference and len(models) > 1:
+        raise LgoptError("--reference is a cache of one model: compare one model with it")
     df = compare(models, chip, strategies, args.output, SearchSettings(bank_rule=args.bank_rule), args.time_limit,
-                 args.workers, stderr_progress, args.save_plans)
+                 args.workers, stderr_progress, args.save_plans, reference=args.reference,
+                 base_groups=args.base_groups)
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
     cols = ["model", "strategy", "groups", "global layers", "slices", "cycles", "traffic MB", "peak LMEM %",
@@ -309,7 +313,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     ex = get(args.format)
     plan = load_plan(args.plan)
     net = _load_model(args, args.model)
-    opts = {"reference": args.reference, "base_groups": args.base_groups}
+    opts = {"reference": args.reference, "base_groups": args.base_groups, "groups_only": args.groups_only or None}
     if args.format == "tpu-mlir" and args.model.endswith(".onnx"):
         opts["onnx_model"] = args.model
     result = export(args.format, plan, net, **opts)
@@ -355,6 +359,12 @@ def _add_solve(sub: Any) -> None:
     s = sub.add_parser("solve", help="group, slice and allocate a model; write a verified plan")
     s.add_argument("model")
     _chip_args(s)
+    s.add_argument("--reference", metavar="REF.layer_group_cache.json",
+                   help="search only groupings TPU-MLIR compiles as planned: its op order and base groups, from a "
+                        "cache it wrote for this model and chip (see docs/tpu-mlir.md)")
+    s.add_argument("--base-groups", metavar="BASE.json",
+                   help="with --reference: TPU-MLIR's base groups (base_groups.json or model_ops.csv), so ops it left "
+                        "global but can run in LMEM may be grouped")
     s.add_argument("--strategy", default="greedy", metavar="NAME[=ARG]",
                    help=f"a registered strategy: {strategy_names()} (default greedy)")
     s.add_argument("--cp-sat-params", metavar="TEXT",
@@ -407,6 +417,12 @@ def _add_compare(sub: Any) -> None:
     """``lgopt compare``."""
     s = sub.add_parser("compare", help="strategies side by side: report.md, results.csv, report.html")
     s.add_argument("models", nargs="+")
+    s.add_argument("--reference", metavar="REF.layer_group_cache.json",
+                   help="search only groupings TPU-MLIR compiles as planned: its op order and base groups, from a "
+                        "cache it wrote for this model and chip (see docs/tpu-mlir.md)")
+    s.add_argument("--base-groups", metavar="BASE.json",
+                   help="with --reference: TPU-MLIR's base groups (base_groups.json or model_ops.csv), so ops it left "
+                        "global but can run in LMEM may be grouped")
     s.add_argument("--strategies", default="greedy,cpsat", help=f"comma-separated: {strategy_names()}")
     _chip_args(s)
     s.add_argument("-o", "--output", help="report folder, e.g. reports/NAME")
@@ -452,6 +468,9 @@ def _add_export(sub: Any) -> None:
                    help="tpu-mlir: a cache TPU-MLIR wrote for the same model and chip (op names, order, casts)")
     s.add_argument("--base-groups", metavar="BASE.json",
                    help="tpu-mlir: base_groups.json (or model_ops.csv) of the model: ops TPU-MLIR can run in LMEM")
+    s.add_argument("--groups-only", action="store_true",
+                   help="tpu-mlir: export the groups and slice counts of a plan whose schedule goes beyond what the "
+                        "cache can say (lgopt's weight load rows, hand-over); TPU-MLIR then schedules them itself")
     s.add_argument("-o", "--output", help="file to write (default: PLAN name with the format's suffix)")
     _model_args(s)
     s.set_defaults(func=cmd_export)

@@ -421,9 +421,20 @@ def _without_reference(plan: Plan, net: Network, onnx_model: str | Path | None
 
 def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None, *,
                    base_groups: BaseGroups | str | Path | None = None,
-                   onnx_model: str | Path | None = None, edge_casts: str = "reference") -> dict[str, Any]:
+                   onnx_model: str | Path | None = None, edge_casts: str = "reference",
+                   groups_only: bool = False) -> dict[str, Any]:
     """The layer-group cache TPU-MLIR 1.30.2 loads for ``plan`` (see the module doc); raises LgoptError
-    for a plan the compiler would refuse.  ``result["lgopt"]["warnings"]`` lists what may not match."""
+    for a plan the compiler would refuse.  ``result["lgopt"]["warnings"]`` lists what may not match.
+
+    A plan whose schedule goes beyond what the cache can say (``plan.solver["beyond_compiler"]``: weight
+    load rows lgopt chose, tensors handed over in LMEM) is refused: TPU-MLIR would compile its groups with a
+    schedule of its own, not the plan.  ``groups_only`` exports its groups and slice counts anyway, and says so.
+    """
+    beyond = list(plan.solver.get("beyond_compiler", []))
+    if beyond and not groups_only:
+        raise LgoptError(f"the plan goes beyond what TPU-MLIR's cache can say ({beyond[0]}"
+                         f"{f'; +{len(beyond) - 1} more' if len(beyond) > 1 else ''}): solve with --reference for a "
+                         "plan TPU-MLIR compiles as planned, or export its groups alone with --groups-only")
     if isinstance(base_groups, (str, Path)):
         base_groups = read_base_groups(base_groups)
     if reference is not None:
@@ -433,6 +444,57 @@ def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None
     meta: OrderedDict[str, Any] = OrderedDict([("model", plan.model), ("strategy", plan.strategy)])
     meta.update(info)
     meta["groups"] = sum(len(v["GroupLayer"]) for k, v in cache.items() if k.startswith("subfunc_"))
-    meta["warnings"] = notes
+    meta["warnings"] = notes + [f"groups only: {b}; TPU-MLIR schedules the group itself" for b in beyond]
     cache["lgopt"] = meta
     return dict(cache)
+
+
+# --- the space TPU-MLIR can compile ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CompilerSpace:
+    """What TPU-MLIR 1.30.2 accepts as a grouping of this network, from a cache it wrote for it: its op order
+    (as lgopt ops) and the runs of ops a group must stay within (its base groups), each in that order."""
+
+    reference: str
+    order: tuple[str, ...]
+    runs: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...]
+
+
+def compiler_space(net: Network, reference: str | Path, base_groups: BaseGroups | str | Path | None = None
+                   ) -> CompilerSpace:
+    """Groups contiguous in TPU-MLIR's op order inside one of its base groups export and load.
+
+    Without ``base_groups`` the reference's own groups stand in for them: an op the reference runs globally is
+    in no run (TPU-MLIR may have left it out for a reason lgopt cannot see).  An lgopt op TPU-MLIR runs as
+    several ops in different base groups, or folds away, is in no run either.
+    """
+    if isinstance(base_groups, (str, Path)):
+        base_groups = read_base_groups(base_groups)
+    ref_ops, subs = _reference_ops(str(reference))
+    cmap = map_cache(net, load_cache(str(reference)))  # raises for a cache of another model / unknown names
+    rm = _ref_map(net, ref_ops)
+
+    def base_of(si: int, idx: int) -> int | None:
+        if base_groups is not None:
+            return next((k for k, (a, b) in enumerate(base_groups.get(subs[si], ())) if a <= idx <= b), None)
+        b = rm.byidx[(si, idx)].base
+        return b if rm.byidx[(si, idx)].ref_group >= 0 and b >= 0 else None
+
+    notes: list[str] = []
+    runs: list[list[str]] = []
+    last: tuple[int, int | None] | None = None
+    for name in cmap.order:
+        places = {(si, base_of(si, idx)) for si, idx in rm.where.get(name, ())}
+        key = next(iter(places)) if len(places) == 1 else None
+        if key is None or key[1] is None:
+            if len(places) > 1:
+                notes.append(f"{name}: TPU-MLIR runs it as ops in different base groups; it stays global")
+            last = None
+            continue
+        if key != last:
+            runs.append([])
+        runs[-1].append(name)
+        last = key
+    return CompilerSpace(str(reference), cmap.order, tuple(tuple(r) for r in runs), tuple(notes))

@@ -21,7 +21,7 @@ from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
-from lgopt.strategies.settings import Progress, SearchSettings
+from lgopt.strategies.settings import Progress, SearchSettings, group_runs
 
 
 def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSettings
@@ -50,19 +50,21 @@ def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: Sea
 
 
 def greedy(net: Network, chip: Chip, st: SearchSettings = SearchSettings(), progress: Progress | None = None) -> Plan:
+    """Groups from the tail toward the head within each run of ops a group may span (module docstring)."""
     t0 = time.perf_counter()
     ops = net.ops
     groups: list[GroupPlan] = []
+    first = {k: s for s, e in group_runs(net, st) for k in range(s, e + 1)}  # op -> first op of its run
     end = len(ops) - 1
     while end >= 0:
         if progress:
             progress(f"greedy: {len(ops) - 1 - end}/{len(ops)} ops placed")
-        if not ops[end].local:
+        if end not in first:
             end -= 1
             continue
         best: GroupPlan | None = None
         start = end
-        while start >= 0 and ops[start].local and end - start < st.max_group_ops:
+        while start >= first[end] and end - start < st.max_group_ops:
             names = [op.name for op in ops[start:end + 1]]
             g, _ = first_feasible_slicing(net, chip, names, st)
             if g is None:

@@ -11,12 +11,13 @@ after which ``lgopt solve MODEL --strategy mine`` and ``lgopt compare --strategi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
-from lgopt.model.network import Network
+from lgopt.model.network import Network, network_digest, reorder
 from lgopt.model.plan import Plan
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.settings import Progress, SearchSettings
@@ -32,6 +33,8 @@ class StrategyOptions:
     progress: Progress | None = None
     exact: bool = True  # a given grouping (tpu-mlir=CACHE) is built exactly, or infeasible; False relaxes it as
     # documented in lgopt.strategies.tpumlir (ops lgopt runs only globally at a group's ends run beside it)
+    reference: str | None = None  # a TPU-MLIR cache of this model and chip: search only what TPU-MLIR compiles
+    base_groups: str | None = None  # its base groups (base_groups.json or model_ops.csv): ops it can put in LMEM
 
 
 Solve = Callable[[Network, Chip, StrategyOptions], tuple[Plan, dict[str, Any]]]
@@ -67,9 +70,32 @@ class StrategyChoice:
         return self.spec.name
 
     def run(self, net: Network, chip: Chip, options: StrategyOptions) -> tuple[Plan, dict[str, Any]]:
-        from dataclasses import replace
+        options = replace(options, arg=self.arg)
+        if options.reference is not None and self.spec.name != "tpu-mlir":
+            return _in_compiler_space(self.spec, net, chip, options)
+        return self.spec.solve(net, chip, options)
 
-        return self.spec.solve(net, chip, replace(options, arg=self.arg))
+
+COMPILER_SPACE = ("groups contiguous in TPU-MLIR 1.30.2's op order within its base groups (from {ref}); the "
+                  "pipelined timestep table with the seed's weight-load rule; no tensor handed over in LMEM: the "
+                  "groupings `lgopt export --reference` writes")
+
+
+def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: StrategyOptions
+                       ) -> tuple[Plan, dict[str, Any]]:
+    """``spec`` over what TPU-MLIR can compile: the network in its op order, groups within its base groups,
+    weights loaded by the table's own rule, no hand-over (the cache it loads can say none of these)."""
+    from lgopt.io.tpumlir_export import compiler_space
+
+    space = compiler_space(net, str(o.reference), o.base_groups)
+    onet = reorder(net, list(space.order))
+    inner = replace(o, reference=None, search=replace(o.search, runs=space.runs),
+                    cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1))
+    plan, extra = spec.solve(onet, chip, inner)
+    described = COMPILER_SPACE.format(ref=Path(str(o.reference)).name)
+    solver = {**plan.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
+              "compiler_notes": list(space.notes)}
+    return replace(plan, model_digest=network_digest(net), solver=solver), extra
 
 
 def names() -> str:

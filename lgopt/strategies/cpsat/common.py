@@ -38,4 +38,5 @@ class CpsatSettings:
     pack_time: float = 2.0  # CP-SAT deterministic time per exact packing or load-row solve
     orders: int = 1  # topological orders searched: 1 = the given one; up to 3 adds depth- and breadth-first
     handover: bool = True  # let consecutive groups hand a tensor over in LMEM (lgopt.group.handover)
+    free_loads: bool = True  # unsliced groups choose each weight's load row (False: the table's own rule)
     cp_sat_params: str = ""  # extra CP-SAT parameters (text format) for the master and monolithic models

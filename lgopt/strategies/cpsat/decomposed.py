@@ -43,7 +43,7 @@ HANDOVER_SPACE = ("; a tensor handed over in LMEM between consecutive groups (he
 def decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
                progress: Progress | None) -> Plan:
     """The best plan over the candidate space, from the greedy plan ``base`` (evaluated first) up."""
-    space = CandidateSpace(net, chip, search, st.objective, st.handover)
+    space = CandidateSpace(net, chip, search, st.objective, st.handover, st.free_loads)
     with Evaluator(space, st.pack_time, st.workers, st.seed) as ev:
         return _Search(space, ev, st, base, t0, progress).run()
 

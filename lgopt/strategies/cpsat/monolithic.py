@@ -30,7 +30,7 @@ from lgopt.strategies.settings import Progress, SearchSettings
 
 def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
                 progress: Progress | None) -> Plan:
-    space = CandidateSpace(net, chip, search, st.objective, st.handover)
+    space = CandidateSpace(net, chip, search, st.objective, st.handover, st.free_loads)
     local = [k for k, op in enumerate(net.ops) if op.local]
     gval = {k: space.global_value(k) for k in local}
     fixed = sum(space.global_value(k) for k, op in enumerate(net.ops) if not op.local)
@@ -59,6 +59,11 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
                 for name, opts in gv.loads.items():
                     for lit, ld in opts:
                         m.add_hint(lit, mine.get(name) == ld)
+            if not st.free_loads:  # every weight loads where the table's own rule puts it
+                mine = current_loads(c.table)
+                for name, opts in gv.loads.items():
+                    for lit, ld in opts:
+                        m.add(lit == (x if mine.get(name) == ld else 0))
             cands.append((iv, c, x, gv))
     gl = {k: m.new_bool_var(f"gl{k}") for k in local}
     add_handover_links(m, ((iv, x) for iv, _, x, _ in cands))

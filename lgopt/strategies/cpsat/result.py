@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from lgopt.group.build import assemble
+from lgopt.group.build import assemble, schedule
 from lgopt.group.totals import finish
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan, PlanStatus
 from lgopt.strategies.cpsat.common import CpsatSettings, objective_value
+from lgopt.strategies.cpsat.loadtable import chosen_weights, current_loads
 from lgopt.strategies.settings import SearchSettings
 
 
@@ -28,5 +29,20 @@ def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, 
         status = "time_limit" if time.perf_counter() - t0 >= st.time_limit else "feasible"
     solver = {"seconds": round(time.perf_counter() - t0, 3), "objective": st.objective, "value": value,
               "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "workers": st.workers,
-              "seed": st.seed, **extra}
+              "seed": st.seed, **extra, "beyond_compiler": beyond_compiler(net, chip, plan, search)}
     return replace(plan, strategy="cpsat", status=status, solver=solver)
+
+
+def beyond_compiler(net: Network, chip: Chip, plan: Plan, search: SearchSettings) -> list[str]:
+    """What in ``plan`` a compiler given only its groups and slice counts (TPU-MLIR's layer-group cache) would
+    not do: weight load rows lgopt chose, tensors handed over in LMEM.  ``lgopt export`` refuses such a plan
+    unless asked for its groups alone."""
+    out = []
+    for k, g in enumerate(plan.groups):
+        if g.kept_in or g.kept_out:
+            out.append(f"group {k} ({g.ops[0]}..): a tensor handed over in LMEM ({', '.join(g.kept_in + g.kept_out)})")
+        if g.num_slices == 1 and chosen_weights(g):
+            own = schedule(net, chip, g.ops, 1, 1, search.h_ratio, kept_in=g.kept_in, kept_out=g.kept_out)
+            if current_loads(own) != current_loads(g):
+                out.append(f"group {k} ({g.ops[0]}..): weight load rows chosen by lgopt, not the table's own rule")
+    return out

@@ -33,7 +33,7 @@ from lgopt.model.plan import GroupPlan
 from lgopt.strategies.cpsat.common import Key, Objective, objective_value
 from lgopt.strategies.cpsat.loadrows import table_bound
 from lgopt.strategies.cpsat.loadtable import chosen_weights, with_loads
-from lgopt.strategies.settings import SearchSettings
+from lgopt.strategies.settings import SearchSettings, group_runs
 
 
 @dataclass(frozen=True)
@@ -63,19 +63,12 @@ class CandidateSpace:
     settings: SearchSettings = field(default_factory=SearchSettings)
     objective: Objective = "cycles"
     handover: bool = True  # candidates that keep a tensor in LMEM for the next group (lgopt.group.handover)
+    free_loads: bool = True  # unsliced groups choose each weight's load row (else the table's own rule)
 
     def __post_init__(self) -> None:
         net = self.net
         self.names = [op.name for op in net.ops]
-        self.runs: list[tuple[int, int]] = []
-        k = 0
-        while k < len(net.ops):
-            if net.ops[k].local:
-                s = k
-                while k + 1 < len(net.ops) and net.ops[k + 1].local:
-                    k += 1
-                self.runs.append((s, k))
-            k += 1
+        self.runs = group_runs(net, self.settings)
         index = net.op_index
         self.last_use = {t: max((index[c.name] for c in net.consumers.get(t, ())), default=-1) for t in net.tensors}
         self.net_outputs = set(net.outputs)
@@ -221,7 +214,7 @@ class CandidateSpace:
                 tightest = with_loads(g, {o: (u - 1, 1) for o, u in use.items() if u >= 1}) if use else g
                 if peak_live_bytes(pack_items(without_kept(tightest)), chip.align_bytes) > pchip.lmem_bytes:
                     continue
-                if use:
+                if use and self.free_loads:
                     out.append(Slicing(n, h, g, table_bound(chip, net, g, self.objective), True))
                 else:
                     out.append(Slicing(n, h, g, self.value(group_cost(chip, net, g)), False))

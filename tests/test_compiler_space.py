@@ -1,0 +1,82 @@
+"""Solving in the space TPU-MLIR compiles (``--reference``): groups contiguous in its op order within its
+base groups, the table's own weight-load rule, no hand-over; such plans verify and export, and a plan that
+goes beyond what its cache can say is refused by the exporter unless only its groups are asked for."""
+
+from pathlib import Path
+
+import pytest
+
+from lgopt.check.verify import verify_plan
+from lgopt.cli import main
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import get_chip
+from lgopt.io.planfile import save_plan
+from lgopt.io.problem import load_model, load_problem
+from lgopt.io.tpumlir_export import compiler_space, export_tpumlir
+from lgopt.strategies.cpsat.common import CpsatSettings
+from lgopt.strategies.registry import StrategyOptions, parse_strategy
+from lgopt.strategies.settings import SearchSettings, group_runs
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+CAL = SHARED / "calibration"
+PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
+
+
+def _case(model: str, chip: str):
+    onnx = CAL / "onnx" / f"{model}.weightless.onnx"
+    ref = CAL / "caches" / f"{model}_{chip}" / "opt2.layer_group_cache.json"
+    if not (onnx.exists() and ref.exists()):
+        pytest.skip(f"{onnx} or {ref} not found (shared data not beside the checkout)")
+    return load_model(str(onnx), dtype="f16"), get_chip(chip), str(ref)
+
+
+def test_group_runs_cut_local_runs_where_the_settings_say():
+    net = load_problem(PROBLEMS / "resnet18.json")
+    local = [op.name for op in net.ops if op.local]
+    assert group_runs(net, SearchSettings()) == [(0, len(local) - 1)]
+    runs = (tuple(local[:5]), tuple(local[5:12]))
+    assert group_runs(net, SearchSettings(runs=runs)) == [(0, 4), (5, 11)]  # the rest runs as global layers
+
+
+@pytest.mark.parametrize("model,chip", [("resnet18", "bm1688"), ("mobilenet_v2", "bm1684x")])
+@pytest.mark.parametrize("strategy", ["greedy", "cpsat"])
+def test_plans_in_the_compiler_space_verify_and_export(model, chip, strategy):
+    net, c, ref = _case(model, chip)
+    space = compiler_space(net, ref)
+    allowed = {o: k for k, run in enumerate(space.runs) for o in run}
+    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=20, workers=2), reference=ref)
+    plan, _ = parse_strategy(strategy).run(net, c, opts)
+    assert verify_plan(net, plan) == []
+    position = {o: i for i, o in enumerate(space.order)}
+    for g in plan.groups:
+        assert len({allowed.get(o) for o in g.ops}) == 1 and allowed.get(g.ops[0]) is not None
+        idx = sorted(position[o] for o in g.ops)
+        assert idx == list(range(idx[0], idx[0] + len(idx))), "contiguous in TPU-MLIR's op order"
+        assert not g.kept_in and not g.kept_out
+    assert plan.solver.get("beyond_compiler", []) == []
+    cache = export_tpumlir(plan, net, ref)  # never refused: the plan is in the space the exporter accepts
+    assert cache["opt"] == 2
+
+
+def test_a_plan_beyond_the_cache_is_refused_unless_groups_only(tmp_path):
+    net = load_problem(PROBLEMS / "resnet18.json")
+    chip = get_chip("bm1684x")
+    plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(cpsat=CpsatSettings(time_limit=20)))
+    assert any("weight load rows" in b for b in plan.solver["beyond_compiler"])
+    with pytest.raises(LgoptError, match="beyond what TPU-MLIR's cache can say"):
+        export_tpumlir(plan, net)
+    out = export_tpumlir(plan, net, groups_only=True)
+    assert any("groups only" in w for w in out["lgopt"]["warnings"])
+    path = tmp_path / "p.json"
+    save_plan(plan, path)
+    assert main(["export", str(path), "--model", str(PROBLEMS / "resnet18.json"), "-o", str(tmp_path / "c.json")]) == 2
+    assert main(["export", str(path), "--model", str(PROBLEMS / "resnet18.json"), "--groups-only",
+                 "-o", str(tmp_path / "c.json")]) == 0
+
+
+def test_solve_with_a_reference_from_the_command_line(capsys):
+    net, _, ref = _case("resnet18", "bm1688")
+    model = str(CAL / "onnx" / "resnet18.weightless.onnx")
+    assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--reference", ref]) == 0
+    assert "verified OK" in capsys.readouterr().out
+    assert main(["solve", model, "--dtype", "f16", "--reference", str(PROBLEMS / "resnet18.json")]) == 2
