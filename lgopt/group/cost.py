@@ -118,6 +118,9 @@ def cost_model(chip: Chip) -> CostModel:
     """The model ``chip`` names."""
     model = COST_MODELS.get(chip.cost_model)
     if model is None:
+        import lgopt.group.calibrated  # noqa: F401  (registers the models fitted on TPU-MLIR)
+        model = COST_MODELS.get(chip.cost_model)
+    if model is None:
         raise LgoptError(f"unknown cost model {chip.cost_model!r} (registered: {', '.join(COST_MODELS)})")
     return model
 

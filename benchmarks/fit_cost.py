@@ -1,0 +1,501 @@
+"""Fit the calibrated cost model (``tpu-mlir-1.30``, ``lgopt/group/calibrated.py``) on TPU-MLIR timelines
+and report its error on held-out models next to the analytic model's.
+
+    python benchmarks/fit_cost.py [--data ../shared/calibration] [--chips bm1684x,bm1688]
+        [--holdout mobilenet_v3_small,resnet50,unet_small] [--out lgopt/group/calibration]
+        [--report benchmarks/fit] [--no-eval] [--eval-limit N]
+
+``--data`` is a folder in the format of ``shared/calibration`` (``ops.csv.gz``, ``globals.csv``,
+``groups.csv``, ``totals.csv``, ``model_ops.csv``, ``onnx/MODEL.weightless.onnx``, ``caches/``): run your
+own compiler version through the same scripts and refit.  Writes ``<out>/<chip>.json`` (the constants and
+where they came from) and, unless ``--no-eval``, ``<report>/ops.csv`` (held-out op slices and transfers),
+``<report>/groups.csv``, ``<report>/groupings.csv`` (every grouping of the held-out models scored by lgopt's
+reader with both models) and ``<report>/summary.md``.
+
+The fit, per chip, on the models not held out:
+
+* TIU: the compute rows of ``ops.csv`` mapped to lgopt ops (TPU-MLIR's op names -> ONNX outputs ->
+  lgopt ops; casts TPU-MLIR inserts are charged to the op they feed), one row per op x slice; per
+  category ``cycles = a + b * W`` (``W`` the analytic work of the slice's shape) by least squares
+  weighted by 1/cycles (relative error), clamped to ``a >= issue, b >= 0``;
+* GDMA: lgopt's transfers (all of an op's weights in one slice as one transfer, as lgopt loads them;
+  activation loads and stores per row), one concave curve ``min(c0 + s0*b, c1 + s1*b, c2 + s2*b)``
+  (breakpoints on a grid, slopes fitted, non-increasing);
+* global layers: TPU-MLIR's global ops mapped to lgopt's non-local ops (plus the casts around them),
+  per op type ``a + b * X``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from lgopt.errors import LgoptError  # noqa: E402
+from lgopt.group.calibrated import MODEL_NAME, CalibratedModel, global_work, load_constants, tiu_category, work_term  # noqa: E402
+from lgopt.group.cost import AnalyticModel, SliceShape, weight_gmem_bytes  # noqa: E402
+from lgopt.hw.chip import get_chip  # noqa: E402
+from lgopt.io.problem import load_model  # noqa: E402
+from lgopt.model import ops as opsem  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "calibration"
+HOLDOUT = ("mobilenet_v3_small", "resnet50", "unet_small")
+CAST_SUFFIX = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32)$")
+
+
+# --- mapping TPU-MLIR ops to lgopt ops ----------------------------------------------------------------
+
+class ModelMap:
+    """TPU-MLIR op names of one model x chip -> lgopt ops (and casts -> the op they feed)."""
+
+    def __init__(self, net, mops: pd.DataFrame):
+        self.net = net
+        by_out = {t: op for op in net.ops for t in op.outputs}
+        self.by_weight = {w.name: op for op in net.ops for w in op.weights}
+        self.op: dict[str, object] = {}
+        for r in mops.itertuples(index=False):
+            if isinstance(r.onnx_outputs, str):
+                hits = [by_out[t] for t in r.onnx_outputs.split("|") if t in by_out]
+                if hits:
+                    self.op[r.name] = hits[-1]
+        self.names = sorted(self.op, key=len, reverse=True)
+        self._cache: dict[str, object] = {}
+
+    def resolve(self, name: str):
+        """The lgopt op of a TPU-MLIR op, or of the op a cast feeds (name = producer + consumer + _dtype)."""
+        if name in self.op:
+            return self.op[name]
+        if name in self._cache:
+            return self._cache[name]
+        base = CAST_SUFFIX.sub("", name)
+        hit = next((self.op[n] for n in self.names if base.endswith(n)), None)
+        self._cache[name] = hit
+        return hit
+
+    def weight_op(self, tensor: str):
+        if tensor in self.by_weight:
+            return self.by_weight[tensor]
+        if tensor in self._cache:
+            return self._cache[tensor]
+        hit = next((self.op[n] for n in self.names if tensor.startswith(n)), None)
+        self._cache[tensor] = hit
+        return hit
+
+
+def load_maps(data: Path, models, chips) -> tuple[dict, dict]:
+    mops = pd.read_csv(data / "model_ops.csv")
+    nets, maps = {}, {}
+    for m in models:
+        nets[m] = load_model(data / "onnx" / f"{m}.weightless.onnx", dtype="f16")
+        for c in chips:
+            sub = mops[(mops.model == m) & (mops.chip == c)]
+            if len(sub):
+                maps[(m, c)] = ModelMap(nets[m], sub)
+    return nets, maps
+
+
+# --- data sets ----------------------------------------------------------------------------------------
+
+def tiu_rows(ops: pd.DataFrame, maps: dict) -> pd.DataFrame:
+    """One row per (scoring, group, lgopt op, slice): measured TIU cycles and the slice's shape."""
+    c = ops[(ops.role == "compute") & (ops.engine == "TIU") & (ops.group_pos >= 0)]
+    out = []
+    for (m, chip), x in c.groupby(["model", "chip"]):
+        mp = maps.get((m, chip))
+        if mp is None:
+            continue
+        names = x.op_name.map(lambda n, mp=mp: getattr(mp.resolve(n), "name", None))
+        x = x.assign(lg=names).dropna(subset=["lg"])
+        direct = x.op_name.map(lambda n, mp=mp: n in mp.op)
+        shp = x[direct][["variant", "group_pos", "lg", "slice_idx", "nslice", "cslice", "hslice", "wslice"]]
+        cyc = x.groupby(["variant", "group_pos", "lg", "slice_idx"]).cycles.sum()
+        shp = shp.drop_duplicates(["variant", "group_pos", "lg", "slice_idx"]).set_index(
+            ["variant", "group_pos", "lg", "slice_idx"])
+        j = shp.join(cyc, how="inner").reset_index()
+        j["model"], j["chip"] = m, chip
+        out.append(j)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def tiu_features(df: pd.DataFrame, nets: dict, chips: dict) -> pd.DataFrame:
+    """Add category, work term W, the analytic prediction; drop slices lgopt cannot express (C or W cut)."""
+    cats, work, ana, keep = [], [], [], []
+    amodel = AnalyticModel()
+    for r in df.itertuples(index=False):
+        net = nets[r.model]
+        op = net.op(r.lg)
+        o = net.tensor(op.outputs[0])
+        ok = op.local and op.type in opsem.OP_SPECS and int(r.cslice) == o.c and int(r.wslice) == o.w
+        if ok:
+            n, oh = int(r.nslice), int(r.hslice)
+            ih = o.h
+            if op.inputs:
+                i = net.tensor(op.inputs[0])
+                lo, hi = opsem.backward_h(op, 0, (0, oh), i.h, o.h)
+                ih = hi - lo
+            sl = SliceShape(n, oh, ih)
+            chip = chips[r.chip]
+            cats.append(tiu_category(op))
+            work.append(work_term(chip, net, op, sl))
+            ana.append(amodel.tiu_cycles(chip, net, op, sl))
+        else:
+            cats.append(("", ""))
+            work.append(0)
+            ana.append(0)
+        keep.append(ok)
+    df = df.assign(cat=[c for c, _ in cats], fam=[f for _, f in cats], work=work, analytic=ana)
+    return df[keep].reset_index(drop=True)
+
+
+def gdma_units(ops: pd.DataFrame, maps: dict) -> pd.DataFrame:
+    """lgopt's transfers: an op's weights in one slice as one unit, activation loads/stores per row."""
+    d = ops[(ops.engine == "GDMA") & ops.role.isin(["load", "store"]) & (ops.group_pos >= 0)]
+    out = []
+    for (m, chip), x in d.groupby(["model", "chip"]):
+        mp = maps.get((m, chip))
+        if mp is None:
+            continue
+        act = x[x.is_weight != 1]
+        out.append(pd.DataFrame({"model": m, "chip": chip, "variant": act.variant, "kind": act.role,
+                                 "bytes": act.bytes, "cycles": act.cycles}))
+        w = x[x.is_weight == 1]
+        wop = w.tensor.map(lambda t, mp=mp: mp.weight_op(t) if isinstance(t, str) else None)
+        w = w.assign(lg=wop.map(lambda o: getattr(o, "name", None)))
+        mapped = w.dropna(subset=["lg"])
+        agg = mapped.groupby(["variant", "group_pos", "slice_idx", "lg"]).cycles.sum().reset_index()
+        agg["bytes"] = agg.lg.map(lambda n, mp=mp: weight_gmem_bytes(mp.net.op(n)))
+        out.append(pd.DataFrame({"model": m, "chip": chip, "variant": agg.variant, "kind": "weight",
+                                 "bytes": agg.bytes, "cycles": agg.cycles}))
+    df = pd.concat(out, ignore_index=True)
+    return df[(df.bytes > 0) & (df.cycles > 0)].reset_index(drop=True)
+
+
+def global_rows(glob: pd.DataFrame, maps: dict) -> pd.DataFrame:
+    """Per scoring and non-local lgopt op: the cycles of the TPU-MLIR global ops (and casts) it became."""
+    out = []
+    for (m, chip), x in glob.groupby(["model", "chip"]):
+        mp = maps.get((m, chip))
+        if mp is None:
+            continue
+        lg = x.name.map(lambda n, mp=mp: getattr(mp.resolve(n), "name", None))
+        x = x.assign(lg=lg).dropna(subset=["lg", "cycles"])
+        x = x[x.lg.map(lambda n, mp=mp: not mp.net.op(n).local)]
+        agg = x.groupby(["variant", "lg"]).cycles.sum().reset_index()
+        agg["model"], agg["chip"] = m, chip
+        agg["type"] = agg.lg.map(lambda n, mp=mp: mp.net.op(n).type)
+        agg["work"] = agg.lg.map(lambda n, mp=mp: global_work(mp.net, mp.net.op(n)))
+        out.append(agg)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+# --- fits ---------------------------------------------------------------------------------------------
+
+def wls(x: np.ndarray, y: np.ndarray, a_min: float, iters: int = 12) -> tuple[float, float]:
+    """min sum |(a + b x - y) / y| (relative L1, by reweighted least squares) with a >= a_min, b >= 0."""
+    y = np.maximum(y, 1.0)
+    u = np.ones_like(y)
+    a, b = a_min, 0.0
+    for _ in range(iters):
+        w = np.sqrt(u) / y
+        A = np.c_[np.ones_like(x), x] * w[:, None]
+        a, b = np.linalg.lstsq(A, y * w, rcond=None)[0]
+        if b < 0:
+            b = 0.0
+            a = float(np.sum(y * w * w) / np.sum(w * w))
+        if a < a_min:
+            a = a_min
+            xx = x * w
+            b = max(0.0, float(np.dot(xx, (y - a) * w) / max(np.dot(xx, xx), 1e-12)))
+        u = 1.0 / np.maximum(np.abs((a + b * x - y) / y), 0.01)
+    return float(a), float(b)
+
+
+PER_TYPE_FAMILIES = ("unary", "binary", "pool")  # one category per op type: an unseen type has no peer
+
+
+def fit_tiu(df: pd.DataFrame) -> tuple[int, dict]:
+    """Per category a + b*W.  Types the data never shows keep the analytic work (b = 1): the conv family
+    falls back to the fit over all its convs, an elementwise or pool type to its analytic ops per element."""
+    d = df.drop_duplicates(["model", "lg", "nslice", "hslice", "cycles"])  # one point per distinct op slice
+    raw = {}
+    for k, x in d.groupby("cat"):
+        if len(x) >= 3:
+            raw[k] = x
+    for k, x in d.groupby("fam"):
+        if k not in raw and k not in PER_TYPE_FAMILIES and len(x) >= 3:
+            raw[k] = x
+    fits = {k: wls(x.work.to_numpy(float), x.cycles.to_numpy(float), 0.0) for k, x in raw.items()}
+    issue = max(1, int(min(a for a, _ in fits.values()))) if fits else 1
+    tiu = {}
+    for k, x in raw.items():
+        a, b = wls(x.work.to_numpy(float), x.cycles.to_numpy(float), float(issue))
+        tiu[k] = {"a": math.ceil(a), "b": round(b, 6), "n": int(len(x))}
+    for k in (*PER_TYPE_FAMILIES, "default"):
+        tiu.setdefault(k, {"a": issue, "b": 1.0, "n": 0, "note": "not fitted: the analytic work"})
+    return issue, tiu
+
+
+def fit_gdma(df: pd.DataFrame, loss: str = "l1") -> list[dict]:
+    """Concave piecewise-linear in bytes, 3 pieces: continuous, slopes non-increasing, fitted by WLS."""
+    x, y = df.bytes.to_numpy(float), df.cycles.to_numpy(float)
+    w = 1.0 / np.maximum(y, 1.0)
+    grid = np.unique(np.round(np.geomspace(64, 4e6, 20)))
+    best = None
+    for i, b1 in enumerate(grid):
+        for b2 in grid[i + 1:]:
+            A = np.c_[np.ones_like(x), np.minimum(x, b1), np.clip(x - b1, 0, b2 - b1), np.maximum(x - b2, 0)]
+            u = np.ones_like(y)
+            for _ in range(6 if loss == "l1" else 1):  # relative L1 by reweighted least squares, or L2
+                ww = w * np.sqrt(u)
+                c, s0, s1, s2 = np.linalg.lstsq(A * ww[:, None], y * ww, rcond=None)[0]
+                s2 = max(s2, 0.0)
+                s1 = max(s1, s2)
+                s0 = max(s0, s1)
+                c = max(c, 0.0)
+                pred = c + s0 * np.minimum(x, b1) + s1 * np.clip(x - b1, 0, b2 - b1) + s2 * np.maximum(x - b2, 0)
+                u = 1.0 / np.maximum(np.abs((pred - y) * w), 0.01)
+            err = float(np.sum(np.abs((pred - y) * w) ** (1 if loss == "l1" else 2)))
+            if best is None or err < best[0]:
+                best = (err, c, s0, s1, s2, b1, b2)
+    _, c, s0, s1, s2, b1, b2 = best
+    # as min of affine pieces: c + s0 b; (c + (s0-s1) b1) + s1 b; (c + (s0-s1) b1 + (s1-s2) b2) + s2 b
+    c1 = c + (s0 - s1) * b1
+    c2 = c1 + (s1 - s2) * b2
+    return [{"c": round(c, 3), "s": round(s0, 8)}, {"c": round(c1, 3), "s": round(s1, 8)},
+            {"c": round(c2, 3), "s": round(s2, 8)}]
+
+
+def fit_global(df: pd.DataFrame) -> dict:
+    d = df.groupby(["model", "lg", "type", "work"]).cycles.median().reset_index()
+    out = {}
+    for t, x in d.groupby("type"):
+        if len(x) < 3:
+            continue
+        a, b = wls(x.work.to_numpy(float), x.cycles.to_numpy(float), 0.0)
+        if len(x.work.unique()) < 2:  # one size seen: a pure rate
+            a, b = 0.0, float(np.median(x.cycles / np.maximum(x.work, 1)))
+        out[t] = {"a": round(a, 3), "b": round(b, 8), "n": int(len(x))}
+    # a type seen fewer than 3 times: one line over all global layers (held out, it beats the analytic
+    # global compute, which is far too cheap for TPU-MLIR's global elementwise layers)
+    a, b = wls(d.work.to_numpy(float), d.cycles.to_numpy(float), 0.0)
+    out["default"] = {"a": round(a, 3), "b": round(b, 8), "n": int(len(d))}
+    return out
+
+
+def med_err(pred, meas) -> float | None:
+    e = [abs(p / m - 1) for p, m in zip(pred, meas) if m and not pd.isna(p) and not pd.isna(m)]
+    return statistics.median(e) if e else None
+
+
+# --- evaluation through lgopt's reader ----------------------------------------------------------------
+
+def score_all(data: Path, tot: pd.DataFrame, meas: pd.DataFrame, nets: dict, model_dir: Path | None
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every grouping in ``tot`` through lgopt's reader with the analytic and the calibrated model."""
+    from calibration import run_one  # benchmarks/calibration.py
+
+    from lgopt.group.cost import COST_MODELS, register_cost_model
+    from lgopt.strategies.tpumlir import build_groups
+
+    name = MODEL_NAME
+    if model_dir is not None:  # constants just written elsewhere: a model of their own
+        name = f"{MODEL_NAME}@{model_dir}"
+        if name not in COST_MODELS:
+            register_cost_model(CalibratedModel(name=name, directory=str(model_dir)))
+    mg = {k: v for k, v in meas.groupby(["model", "chip", "variant"])}
+    rows, grows = [], []
+    for r in tot.itertuples(index=False):
+        net, cache = nets[r.model], str(data / r.cache_file)
+        rec = {"model": r.model, "chip": r.chip, "variant": r.variant, "kind": r.kind,
+               "meas_cycles": r.total_cycles if r.status == "ok" else None}
+        gpred: dict[str, dict[int, float]] = {}
+        for label, chip in (("analytic", get_chip(r.chip)), ("calibrated", get_chip(r.chip, {"cost_model": name}))):
+            st, why, pred, _ = run_one(net, chip, cache, exact=True)
+            mode = "exact"
+            if st == "infeasible":
+                st, why, pred, _ = run_one(net, chip, cache, exact=False)
+                mode = "relaxed"
+            rec[f"{label}_status"], rec[f"{label}_mode"], rec[label] = st, mode, pred
+            try:
+                ex = build_groups(net, chip, cache, exact=True)
+                rx = build_groups(net, chip, cache, exact=False)
+            except LgoptError:
+                continue
+            gp = gpred.setdefault(label, {})
+            for g, h in zip(ex.groups, rx.groups):
+                use = g if g.plan is not None else (h if h.plan is not None else None)
+                if use is not None:
+                    gp[g.index] = (float(use.plan.cost["cycles"]), "exact" if use is g else "relaxed",
+                                   ex.cmap.cache.groups[g.index].start)
+        rows.append(rec)
+        m = mg.get((r.model, r.chip, r.variant))
+        if m is None or r.status != "ok":
+            continue
+        for x in m.itertuples(index=False):
+            a = gpred.get("analytic", {}).get(int(x.group_pos))
+            c = gpred.get("calibrated", {}).get(int(x.group_pos))
+            if a is None or c is None or a[2] != int(x.func_start_idx) or pd.isna(x.cycles):
+                continue
+            grows.append({"model": r.model, "chip": r.chip, "variant": r.variant, "group_pos": int(x.group_pos),
+                          "mode": a[1], "n_slices": x.n_slices, "meas_cycles": float(x.cycles),
+                          "analytic": a[0], "calibrated": c[0]})
+    return pd.DataFrame(rows), pd.DataFrame(grows)
+
+
+# --- main ---------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--chips", default="bm1684x,bm1688")
+    ap.add_argument("--holdout", default=",".join(HOLDOUT))
+    ap.add_argument("--models", help="only these models (fit and held-out), comma-separated")
+    ap.add_argument("--out", default=str(ROOT / "lgopt" / "group" / "calibration"))
+    ap.add_argument("--report", default=str(ROOT / "benchmarks" / "fit"))
+    ap.add_argument("--gdma-loss", choices=("l1", "l2"), default="l1",
+                    help="relative error the GDMA curve minimises: l2 keeps sums (group cycles), l1 medians")
+    ap.add_argument("--no-eval", action="store_true", help="fit and write the constants only")
+    ap.add_argument("--eval-limit", type=int, help="score at most this many held-out groupings per chip")
+    a = ap.parse_args(argv)
+    data, out, rep = Path(a.data), Path(a.out), Path(a.report)
+    if not (data / "ops.csv.gz").exists():
+        print(f"no calibration data at {data}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    chips = a.chips.split(",")
+    hold = [h for h in a.holdout.split(",") if h]
+    tot = pd.read_csv(data / "totals.csv")
+    tot = tot[tot.chip.isin(chips)]
+    models = sorted(tot.model.unique()) if not a.models else a.models.split(",")
+    tot = tot[tot.model.isin(models)]
+    train = [m for m in models if m not in hold]
+    ops = pd.read_csv(data / "ops.csv.gz")
+    ops = ops[ops.model.isin(models) & ops.chip.isin(chips)]
+    glob = pd.read_csv(data / "globals.csv")
+    glob = glob[glob.model.isin(models) & glob.chip.isin(chips)]
+    nets, maps = load_maps(data, models, chips)
+    chip_objs = {c: get_chip(c) for c in chips}
+    tiu = tiu_features(tiu_rows(ops, maps), nets, chip_objs)
+    gd = gdma_units(ops, maps)
+    gl = global_rows(glob, maps)
+    print(f"data: {len(tiu)} TIU op slices, {len(gd)} transfers, {len(gl)} global layers "
+          f"({time.perf_counter() - t0:.0f} s); fit on {', '.join(train)}; held out {', '.join(hold)}")
+    version = str(tot.tpu_mlir.dropna().iloc[0]) if "tpu_mlir" in tot and len(tot.tpu_mlir.dropna()) else "?"
+    out.mkdir(parents=True, exist_ok=True)
+    for c in chips:
+        tr = tiu[(tiu.chip == c) & tiu.model.isin(train)]
+        issue, tc = fit_tiu(tr)
+        pieces = fit_gdma(gd[(gd.chip == c) & gd.model.isin(train)], a.gdma_loss)
+        gc = fit_global(gl[(gl.chip == c) & gl.model.isin(train)]) if len(gl) else {}
+        doc = {"model": MODEL_NAME, "chip": c, "issue_cycles": issue, "tiu": tc,
+               "gdma": {"form": "max(chip.gdma_latency_cycles, min_i(c_i + s_i*bytes), bytes/chip bandwidth)",
+                        "pieces": pieces},
+               "global": gc,
+               "source": {"compiler": f"TPU-MLIR {version}", "data": str(data),
+                          "timeline": "codegen simulated command timeline (compiler_profile_0.txt)",
+                          "fitted_on": train, "held_out": hold,
+                          "date": _dt.date.today().isoformat(), "script": "benchmarks/fit_cost.py",
+                          "n_tiu_slices": int(len(tr)),
+                          "n_transfers": int(((gd.chip == c) & gd.model.isin(train)).sum())}}
+        (out / f"{c}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if a.no_eval:
+        print(f"wrote {', '.join(str(out / (c + '.json')) for c in chips)}")
+        return 0
+    # --- held-out error --------------------------------------------------------------------------------
+    model_dir = None if out.resolve() == (ROOT / "lgopt" / "group" / "calibration").resolve() else out
+    cal = CalibratedModel(directory=str(model_dir) if model_dir else None)
+    if model_dir is None:
+        from lgopt.group import calibrated as _c
+        _c._CONSTANTS.clear()
+        _c._calibrated_tiu.cache_clear()
+        _c._calibrated_gdma.cache_clear()
+        _c._min_issue.cache_clear()
+    ho_t = tiu[tiu.model.isin(hold)].copy()
+    def cal_tiu(r) -> int:
+        k = load_constants(r.chip, model_dir).tiu
+        a_, b_ = k.get(r.cat) or k.get(r.fam) or k["default"]
+        return a_ + math.ceil(b_ * r.work)
+
+    ho_t["calibrated"] = [cal_tiu(r) for r in ho_t.itertuples()]
+    ho_g = gd[gd.model.isin(hold)].copy()
+    amodel = AnalyticModel()
+    ho_g["analytic"] = [amodel.gdma_cycles(chip_objs[r.chip], int(r.bytes)) for r in ho_g.itertuples()]
+    ho_g["calibrated"] = [cal.gdma_cycles(chip_objs[r.chip], int(r.bytes)) for r in ho_g.itertuples()]
+    ho_gl = gl[gl.model.isin(hold)].copy() if len(gl) else pd.DataFrame()
+    if len(ho_gl):
+        ho_gl["analytic"] = [amodel.global_compute(chip_objs[r.chip], nets[r.model], nets[r.model].op(r.lg))
+                             for r in ho_gl.itertuples()]
+        ho_gl["calibrated"] = [cal.global_compute(chip_objs[r.chip], nets[r.model], nets[r.model].op(r.lg))
+                               for r in ho_gl.itertuples()]
+    rep.mkdir(parents=True, exist_ok=True)
+    pd.concat([ho_t.assign(what="tiu"), ho_g.assign(what="gdma")], ignore_index=True).to_csv(rep / "ops.csv",
+                                                                                              index=False)
+    ht = tot[tot.model.isin(hold)]
+    if a.eval_limit:
+        ht = ht.groupby("chip").head(a.eval_limit)
+    groupings, groups = score_all(data, ht, pd.read_csv(data / "groups.csv"), nets, model_dir)
+    groupings.to_csv(rep / "groupings.csv", index=False)
+    groups.to_csv(rep / "groups.csv", index=False)
+    lines = summary(chips, hold, train, ho_t, ho_g, ho_gl, groups, groupings)
+    (rep / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def summary(chips, hold, train, ho_t, ho_g, ho_gl, groups, groupings) -> list[str]:
+    lines = [f"Held-out models: {', '.join(hold)} (fitted on {', '.join(train)}).", "",
+             "median |pred/meas - 1| (n)", "",
+             "| chip | what | n | analytic | calibrated |", "|---|---|---:|---:|---:|"]
+
+    def row(c, what, df, pcol="analytic", qcol="calibrated", mcol="cycles"):
+        if df is None or not len(df):
+            lines.append(f"| {c} | {what} | 0 | - | - |")
+            return
+        lines.append(f"| {c} | {what} | {len(df)} | {_fmt(med_err(df[pcol], df[mcol]))} | "
+                     f"{_fmt(med_err(df[qcol], df[mcol]))} |")
+
+    for c in chips:
+        row(c, "op slice TIU", ho_t[ho_t.chip == c])
+        row(c, "transfer GDMA", ho_g[ho_g.chip == c])
+        if len(ho_gl):
+            row(c, "global layer (non-local op)", ho_gl[ho_gl.chip == c])
+        g = groups[groups.chip == c] if len(groups) else groups
+        row(c, "group (exact build)", g[g["mode"] == "exact"] if len(g) else g, mcol="meas_cycles")
+        row(c, "group (exact + relaxed)", g, mcol="meas_cycles")
+        t = groupings[(groupings.chip == c) & groupings.meas_cycles.notna()] if len(groupings) else groupings
+        if len(t):
+            t = t[t.analytic.notna() & t.calibrated.notna()]
+        row(c, "model total (exact or relaxed)", t, mcol="meas_cycles")
+    lines += ["", "per held-out model (model total, median |pred/meas-1|; median pred/meas):", "",
+              "| chip | model | groupings | analytic | calibrated | analytic ratio | calibrated ratio |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    if len(groupings):
+        t = groupings[groupings.meas_cycles.notna() & groupings.analytic.notna() & groupings.calibrated.notna()]
+        for (c, m), x in t.groupby(["chip", "model"]):
+            lines.append(f"| {c} | {m} | {len(x)} | {_fmt(med_err(x.analytic, x.meas_cycles))} | "
+                         f"{_fmt(med_err(x.calibrated, x.meas_cycles))} | "
+                         f"{statistics.median(x.analytic / x.meas_cycles):.2f} | "
+                         f"{statistics.median(x.calibrated / x.meas_cycles):.2f} |")
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""A cost model fitted on TPU-MLIR's codegen timeline: the analytic model's work terms, per-chip constants.
+
+Registered as ``tpu-mlir-1.30`` (``--set cost_model=tpu-mlir-1.30``).  Same contract as every
+:class:`lgopt.group.cost.CostModel`; the form and the fit are in ``docs/cost-model.md`` ("A model fitted
+on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written by
+``benchmarks/fit_cost.py``, each saying where it came from).  In short:
+
+* TIU: an op slice costs ``a_k + b_k * W`` where ``W`` is the analytic model's work (cycles without the
+  issue cost: lanes, EU and IC rounding, kernel size) and ``k`` the op's category (dense conv, depthwise
+  conv, deconv, each pool, resize, concat, each elementwise / activation type); ``a_k >= issue_cycles``
+  and ``b_k >= 0``, so slices never save compute and each slice issues again;
+* GDMA: ``max(chip.gdma_latency_cycles, min_i(c_i + s_i * bytes), bytes / chip bandwidth)`` with
+  ``c_i, s_i >= 0``: monotone, concave hence subadditive, never cheaper than the chip's latency or its
+  peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
+* a global layer: local op types cost their TIU cycles at full size (so the lower bound ``sum of
+  global_compute`` stays below any grouping); other types ``a_t + b_t * X`` fitted on the timeline of
+  TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul, elements read and written otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from lgopt.errors import LgoptError
+from lgopt.group.cost import AnalyticModel, SliceShape, _analytic_tiu, register_cost_model
+from lgopt.hw.chip import Chip
+from lgopt.hw.sizing import is_depthwise
+from lgopt.model import ops as opsem
+from lgopt.model.network import Network, Op
+
+CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
+MODEL_NAME = "tpu-mlir-1.30"
+
+
+def tiu_category(op: Op) -> tuple[str, str]:
+    """(category, family fallback) an op's TIU constants are looked up by."""
+    spec = opsem.OP_SPECS.get(op.type)
+    if spec is None:
+        return op.type, "default"
+    fam = spec.family
+    if fam is opsem.Family.CONV:
+        if is_depthwise(op):  # strided depthwise runs at well under the output rate
+            return ("conv_dw_s2" if max(op.attrs.get("strides", (1, 1))) > 1 else "conv_dw"), "conv"
+        f = next((w for w in op.weights if w.role == "filter"), None)
+        if f is not None and f.shape[1] <= 4:  # stems: the IC rounding the analytic work pays is not paid
+            return "conv_smallic", "conv"
+        return "conv", "conv"
+    if fam in (opsem.Family.BINARY, opsem.Family.UNARY, opsem.Family.POOL):
+        return op.type, fam.value
+    return fam.value, fam.value
+
+
+def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """The analytic model's TIU cycles of the slice without its issue cost (lane/EU/IC-rounded work)."""
+    return _analytic_tiu(chip, net, op, sl, 0)
+
+
+def global_work(net: Network, op: Op) -> int:
+    """The size term of a global layer: MACs for Gemm/MatMul, elements read and written otherwise."""
+    outs = [net.tensor(t) for t in op.outputs]
+    if op.type in ("Gemm", "MatMul") and op.inputs:
+        a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
+        return sum(t.elems for t in outs) * (a[-1] if a else 1)
+    return sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
+
+
+@dataclass(frozen=True)
+class ChipConstants:
+    """One chip's fitted constants (``lgopt/group/calibration/<chip>.json``)."""
+
+    issue: int
+    tiu: dict[str, tuple[int, float]]  # category -> (a, b): a + b * work
+    gdma: tuple[tuple[float, float], ...]  # (c, s): min over pieces of c + s * bytes
+    glob: dict[str, tuple[float, float]]  # non-local op type -> (a, b): a + b * global_work
+    source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> ChipConstants:
+        tiu = {k: (int(math.ceil(v["a"])), float(v["b"])) for k, v in d["tiu"].items()}
+        gdma = tuple((float(p["c"]), float(p["s"])) for p in d["gdma"]["pieces"])
+        glob = {k: (float(v["a"]), float(v["b"])) for k, v in d.get("global", {}).items()}
+        return ChipConstants(int(d["issue_cycles"]), tiu, gdma, glob, d.get("source", {}))
+
+    def check(self, chip_name: str) -> None:
+        """The contract's preconditions on the constants themselves."""
+        bad = [k for k, (a, b) in self.tiu.items() if a < self.issue or b < 0]
+        if bad or self.issue < 0:
+            raise LgoptError(f"calibration {chip_name}: TIU constants break the contract (a >= issue, b >= 0): {bad}")
+        if not self.gdma or any(c < 0 or s < 0 for c, s in self.gdma):
+            raise LgoptError(f"calibration {chip_name}: GDMA pieces need non-negative intercepts and slopes")
+        if "default" not in self.tiu:
+            raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
+
+
+_CONSTANTS: dict[str, ChipConstants] = {}
+
+
+def load_constants(chip_name: str, directory: Path | None = None) -> ChipConstants:
+    """The constants of ``chip_name`` (cached), from ``directory`` or the shipped calibration files."""
+    key = f"{directory}:{chip_name}"
+    c = _CONSTANTS.get(key)
+    if c is None:
+        path = (directory or CALIBRATION_DIR) / f"{chip_name.lower()}.json"
+        if not path.exists():
+            have = sorted(p.stem for p in (directory or CALIBRATION_DIR).glob("*.json"))
+            raise LgoptError(f"cost model {MODEL_NAME!r} has no calibration for chip {chip_name!r} "
+                             f"(calibrated: {', '.join(have) or 'none'}); fit one with benchmarks/fit_cost.py")
+        c = ChipConstants.from_json(json.loads(path.read_text()))
+        c.check(chip_name)
+        _CONSTANTS[key] = c
+    return c
+
+
+@dataclass(frozen=True)
+class CalibratedModel:
+    """Analytic work terms with per-chip, per-category constants fitted on TPU-MLIR's timeline."""
+
+    name: str = MODEL_NAME
+    directory: str | None = None  # where the per-chip JSON files are (None: lgopt/group/calibration)
+
+    def constants(self, chip: Chip) -> ChipConstants:
+        return load_constants(chip.name, Path(self.directory) if self.directory else None)
+
+    @property
+    def issue_cycles(self) -> int:
+        """The smallest intercept over the shipped chips (a chip's own is ``constants(chip).issue``)."""
+        return _min_issue(self.directory)
+
+    def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+        return _calibrated_tiu(self, chip, net, op, sl)
+
+    def gdma_cycles(self, chip: Chip, nbytes: int) -> int:
+        return _calibrated_gdma(self, chip, nbytes)
+
+    def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
+        outs = [net.tensor(t) for t in op.outputs]
+        if op.local:
+            o = outs[0]
+            i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
+            return self.tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
+        k = self.constants(chip)
+        ab = k.glob.get(op.type) or k.glob.get("default")
+        if ab is None:
+            return AnalyticModel(issue_cycles=k.issue).global_compute(chip, net, op)
+        return int(math.ceil(ab[0] + ab[1] * global_work(net, op)))
+
+
+@lru_cache(maxsize=8)
+def _min_issue(directory: str | None) -> int:
+    d = Path(directory) if directory else CALIBRATION_DIR
+    vals = [load_constants(p.stem, Path(directory) if directory else None).issue for p in sorted(d.glob("*.json"))]
+    return min(vals) if vals else 0
+
+
+@lru_cache(maxsize=1 << 16)
+def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    k = model.constants(chip)
+    cat, fam = tiu_category(op)
+    a, b = k.tiu.get(cat) or k.tiu.get(fam) or k.tiu["default"]
+    w = work_term(chip, net, op, sl) if op.type in opsem.OP_SPECS else 0
+    return a + int(math.ceil(b * w))
+
+
+@lru_cache(maxsize=1 << 14)
+def _calibrated_gdma(model: CalibratedModel, chip: Chip, nbytes: int) -> int:
+    k = model.constants(chip)
+    fit = min(c + s * nbytes for c, s in k.gdma)
+    stream = nbytes * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
+    return max(chip.gdma_latency_cycles, int(math.ceil(fit)), int(math.ceil(stream)))
+
+
+register_cost_model(CalibratedModel())

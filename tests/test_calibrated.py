@@ -1,0 +1,129 @@
+"""The cost model fitted on TPU-MLIR's timeline (lgopt/group/calibrated.py, benchmarks/fit_cost.py).
+
+The contract tests need nothing but the shipped constants; the fit and the held-out comparison use
+``../shared/calibration`` and skip without it.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROBLEMS
+
+from lgopt.group.cost import SliceShape, cost_model, gdma_cycles, tiu_cycles
+from lgopt.hw.chip import get_chip
+
+ROOT = Path(__file__).resolve().parents[1]
+CAL = ROOT.parent / "shared" / "calibration"
+NAME = "tpu-mlir-1.30"
+CHIPS = ("bm1684x", "bm1688")
+needs_data = pytest.mark.skipif(not (CAL / "ops.csv.gz").exists(),
+                                reason=f"no TPU-MLIR calibration data at {CAL}")
+
+
+def test_registered_and_selected_by_the_chip():
+    for c in CHIPS:
+        chip = get_chip(c, {"cost_model": NAME})
+        model = cost_model(chip)  # registers the calibrated models on first use
+        assert model.name == NAME and chip.to_dict()["cost_model"] == NAME
+        src = model.constants(chip).source
+        assert src["compiler"].startswith("TPU-MLIR") and src["held_out"] and src["fitted_on"]
+
+
+def test_unknown_chip_says_how_to_calibrate():
+    from lgopt.errors import LgoptError
+
+    with pytest.raises(LgoptError, match="no calibration for chip"):
+        gdma_cycles(get_chip("cv181x", {"cost_model": NAME}), 100)
+
+
+def test_contract_holds_for_the_fitted_constants():
+    """Slices add up to the whole plus an issue per extra slice; DMA monotone, >= latency, subadditive, and
+    never faster than the chip's peak bandwidth (the CP-SAT stream bounds use it)."""
+    from lgopt.io.problem import load_problem
+
+    for name in ("yolov5s.json", "resnet18.json"):
+        net = load_problem(PROBLEMS / name)
+        for c in CHIPS:
+            chip = get_chip(c, {"cost_model": NAME})
+            model = cost_model(chip)
+            for op in [o for o in net.ops if o.local][::3]:
+                out = net.tensor(op.outputs[0])
+                in_h = net.tensor(op.inputs[0]).h if op.inputs else out.h
+                whole = tiu_cycles(chip, net, op, SliceShape(out.n, out.h, in_h))
+                assert whole >= model.issue_cycles
+                assert model.global_compute(chip, net, op) == whole
+                for k in (2, 3, 5):
+                    if out.h < k or not op.h_split:
+                        continue
+                    rows = [out.h // k + (i < out.h % k) for i in range(k)]
+                    ins = [max(1, in_h * r // out.h) for r in rows]
+                    parts = sum(tiu_cycles(chip, net, op, SliceShape(out.n, r, i)) for r, i in zip(rows, ins))
+                    assert parts >= whole + (k - 1) * model.issue_cycles, (op.name, k)
+            sizes = [1, 17, 64, 100, 255, 1024, 4096, 10_000, 65536, 300_000, 1 << 20, 5 << 20]
+            for a in sizes:
+                assert gdma_cycles(chip, a) >= chip.gdma_latency_cycles
+                assert gdma_cycles(chip, a) >= a * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
+                for b in sizes:
+                    assert gdma_cycles(chip, a + b) >= gdma_cycles(chip, a)
+                    assert gdma_cycles(chip, a + b) <= gdma_cycles(chip, a) + gdma_cycles(chip, b)
+
+
+def test_shipped_constants_are_well_formed():
+    from lgopt.group.calibrated import CALIBRATION_DIR, ChipConstants
+
+    for c in CHIPS:
+        d = json.loads((CALIBRATION_DIR / f"{c}.json").read_text())
+        k = ChipConstants.from_json(d)
+        k.check(c)
+        assert d["source"]["date"] and d["source"]["held_out"]
+        assert {"conv", "conv_dw", "default"} <= set(k.tiu)
+
+
+@needs_data
+def test_fit_script_runs_on_a_subset_and_writes_valid_constants(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fit_cost
+
+    from lgopt.group.calibrated import load_constants
+
+    rc = fit_cost.main(["--data", str(CAL), "--chips", "bm1688", "--models", "resnet18,mobilenet_v2,unet_small",
+                        "--holdout", "unet_small", "--out", str(tmp_path), "--no-eval"])
+    assert rc == 0
+    d = json.loads((tmp_path / "bm1688.json").read_text())
+    assert d["source"]["held_out"] == ["unet_small"] and "unet_small" not in d["source"]["fitted_on"]
+    k = load_constants("bm1688", tmp_path)
+    k.check("bm1688")
+    # dense convs of these models run close to the analytic work on bm1688 (slope near 1)
+    a, b = k.tiu["conv"]
+    assert 0.5 < b < 2.0 and a >= k.issue
+
+
+@needs_data
+def test_calibrated_is_closer_than_analytic_on_held_out_groupings():
+    """TPU-MLIR's own groupings of models the shipped constants were not fitted on."""
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from calibration import run_one
+
+    from lgopt.group.calibrated import load_constants
+    from lgopt.io.problem import load_model
+
+    tot = pd.read_csv(CAL / "totals.csv")
+    cases = [("mobilenet_v3_small", "bm1684x"), ("mobilenet_v3_small", "bm1688"), ("unet_small", "bm1688"),
+             ("resnet50", "bm1684x")]
+    err = {"analytic": [], "calibrated": []}
+    for model, c in cases:
+        assert model in load_constants(c).source["held_out"]
+        r = tot[(tot.model == model) & (tot.chip == c) & (tot.variant == "opt2")].iloc[0]
+        net = load_model(CAL / "onnx" / f"{model}.weightless.onnx", dtype="f16")
+        for label, chip in (("analytic", get_chip(c)), ("calibrated", get_chip(c, {"cost_model": NAME}))):
+            st, why, pred, _ = run_one(net, chip, str(CAL / r.cache_file), exact=True)
+            if st == "infeasible":
+                st, why, pred, _ = run_one(net, chip, str(CAL / r.cache_file), exact=False)
+            assert st == "loaded", why
+            err[label].append(abs(pred / r.total_cycles - 1))
+    assert sum(err["calibrated"]) < sum(err["analytic"]), err
+    assert max(err["calibrated"]) < 0.35, err
