@@ -313,7 +313,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     ex = get(args.format)
     plan = load_plan(args.plan)
     net = _load_model(args, args.model)
-    opts = {"reference": args.reference, "base_groups": args.base_groups, "groups_only": args.groups_only or None}
+    opts = {"reference": args.reference, "base_groups": args.base_groups, "groups_only": args.groups_only or None,
+            "edge_casts": args.edge_casts}
     if args.format == "tpu-mlir" and args.model.endswith(".onnx"):
         opts["onnx_model"] = args.model
     result = export(args.format, plan, net, **opts)
@@ -468,6 +469,10 @@ def _add_export(sub: Any) -> None:
                    help="tpu-mlir: a cache TPU-MLIR wrote for the same model and chip (op names, order, casts)")
     s.add_argument("--base-groups", metavar="BASE.json",
                    help="tpu-mlir: base_groups.json (or model_ops.csv) of the model: ops TPU-MLIR can run in LMEM")
+    s.add_argument("--edge-casts", choices=("global", "reference"),
+                   help="tpu-mlir: casts TPU-MLIR inserted at a group's edge run as global layers (default for lgopt's "
+                        "plans: lgopt does not budget their f32 buffers) or join the group where the reference has "
+                        "them (default for TPU-MLIR's own grouping)")
     s.add_argument("--groups-only", action="store_true",
                    help="tpu-mlir: export the groups and slice counts of a plan whose schedule goes beyond what the "
                         "cache can say (lgopt's weight load rows, hand-over); TPU-MLIR then schedules them itself")

@@ -74,14 +74,14 @@ def _lgopt_plan(plan: Plan, net: Network) -> dict[str, Any]:
 
 
 def _tpu_mlir(plan: Plan, net: Network, reference: Any = None, base_groups: Any = None,
-              onnx_model: Any = None, groups_only: Any = None) -> dict[str, Any]:
+              onnx_model: Any = None, groups_only: Any = None, edge_casts: Any = None) -> dict[str, Any]:
     from lgopt.io.tpumlir_export import export_tpumlir
 
     return export_tpumlir(plan, net, reference, base_groups=base_groups, onnx_model=onnx_model,
-                          groups_only=bool(groups_only))
+                          groups_only=bool(groups_only), edge_casts=edge_casts)
 
 
 register("lgopt-plan", _lgopt_plan, ".plan.json", "the plan JSON (docs/plan-format.md)")
 register("tpu-mlir", _tpu_mlir, ".layer_group_cache.json",
          "TPU-MLIR 1.30.2 layer_group_cache.json for LOAD_TPU_GROUP=1 model_deploy",
-         ("reference", "base_groups", "onnx_model", "groups_only"))
+         ("reference", "base_groups", "onnx_model", "groups_only", "edge_casts"))
