@@ -49,6 +49,15 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", metavar="NAME=N,C,H,W", help="fix a dynamic input shape")
 
 
+def _reference_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reference", metavar="REF.layer_group_cache.json",
+                   help="search only groupings TPU-MLIR compiles as planned: its op order and base groups, from a "
+                        "cache it wrote for this model and chip (see docs/tpu-mlir.md)")
+    p.add_argument("--base-groups", metavar="BASE.json",
+                   help="with --reference: TPU-MLIR's base groups (base_groups.json or model_ops.csv), so ops it left "
+                        "global but can run in LMEM may be grouped")
+
+
 def _chip_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chip", default="bm1684x", help="chip preset (default bm1684x)")
     p.add_argument("--chip-file", help="TOML or JSON chip parameters (key 'base' names the preset)")
@@ -360,12 +369,7 @@ def _add_solve(sub: Any) -> None:
     s = sub.add_parser("solve", help="group, slice and allocate a model; write a verified plan")
     s.add_argument("model")
     _chip_args(s)
-    s.add_argument("--reference", metavar="REF.layer_group_cache.json",
-                   help="search only groupings TPU-MLIR compiles as planned: its op order and base groups, from a "
-                        "cache it wrote for this model and chip (see docs/tpu-mlir.md)")
-    s.add_argument("--base-groups", metavar="BASE.json",
-                   help="with --reference: TPU-MLIR's base groups (base_groups.json or model_ops.csv), so ops it left "
-                        "global but can run in LMEM may be grouped")
+    _reference_args(s)
     s.add_argument("--strategy", default="greedy", metavar="NAME[=ARG]",
                    help=f"a registered strategy: {strategy_names()} (default greedy)")
     s.add_argument("--cp-sat-params", metavar="TEXT",
@@ -418,12 +422,7 @@ def _add_compare(sub: Any) -> None:
     """``lgopt compare``."""
     s = sub.add_parser("compare", help="strategies side by side: report.md, results.csv, report.html")
     s.add_argument("models", nargs="+")
-    s.add_argument("--reference", metavar="REF.layer_group_cache.json",
-                   help="search only groupings TPU-MLIR compiles as planned: its op order and base groups, from a "
-                        "cache it wrote for this model and chip (see docs/tpu-mlir.md)")
-    s.add_argument("--base-groups", metavar="BASE.json",
-                   help="with --reference: TPU-MLIR's base groups (base_groups.json or model_ops.csv), so ops it left "
-                        "global but can run in LMEM may be grouped")
+    _reference_args(s)
     s.add_argument("--strategies", default="greedy,cpsat", help=f"comma-separated: {strategy_names()}")
     _chip_args(s)
     s.add_argument("-o", "--output", help="report folder, e.g. reports/NAME")

@@ -1,10 +1,45 @@
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+SHARED = ROOT.parent / "shared"  # beside the checkout: tests that need it skip, saying so, when it is absent
+FIXTURES = SHARED / "fixtures"
+CAL = SHARED / "calibration"
+
+
+def need(p: Path) -> Path:
+    """``p``, or skip the test when the shared data it is part of is not beside the checkout."""
+    if not p.exists():
+        pytest.skip(f"{p} not found (shared data not beside the checkout)")
+    return p
+
+
+@cache
+def net_of(path: str):
+    """A model file loaded once per session (f16)."""
+    from lgopt.io.problem import load_model
+
+    return load_model(path, dtype="f16")
+
+
+def assert_slices_cost_more(chip, net, op, model) -> None:
+    """The cost-model contract the bounds rely on: H slices add up to at least the whole op plus one issue
+    per extra slice."""
+    from lgopt.group.cost import SliceShape, tiu_cycles
+
+    out = net.tensor(op.outputs[0])
+    in_h = net.tensor(op.inputs[0]).h if op.inputs else out.h
+    whole = tiu_cycles(chip, net, op, SliceShape(out.n, out.h, in_h))
+    for k in (2, 3, 5):
+        if out.h < k or not op.h_split:
+            continue
+        rows = [out.h // k + (i < out.h % k) for i in range(k)]
+        ins = [max(1, in_h * r // out.h) for r in rows]
+        parts = sum(tiu_cycles(chip, net, op, SliceShape(out.n, r, i)) for r, i in zip(rows, ins))
+        assert parts >= whole + (k - 1) * model.issue_cycles, (op.name, k)
 
 
 @pytest.fixture(scope="session")

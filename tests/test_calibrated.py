@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROBLEMS
+from conftest import PROBLEMS, assert_slices_cost_more
 
 from lgopt.group.cost import SliceShape, cost_model, gdma_cycles, tiu_cycles
 from lgopt.hw.chip import get_chip
@@ -54,13 +54,7 @@ def test_contract_holds_for_the_fitted_constants():
                 whole = tiu_cycles(chip, net, op, SliceShape(out.n, out.h, in_h))
                 assert whole >= model.issue_cycles
                 assert model.global_compute(chip, net, op) == whole
-                for k in (2, 3, 5):
-                    if out.h < k or not op.h_split:
-                        continue
-                    rows = [out.h // k + (i < out.h % k) for i in range(k)]
-                    ins = [max(1, in_h * r // out.h) for r in rows]
-                    parts = sum(tiu_cycles(chip, net, op, SliceShape(out.n, r, i)) for r, i in zip(rows, ins))
-                    assert parts >= whole + (k - 1) * model.issue_cycles, (op.name, k)
+                assert_slices_cost_more(chip, net, op, model)
             sizes = [1, 17, 64, 100, 255, 1024, 4096, 10_000, 65536, 300_000, 1 << 20, 5 << 20]
             for a in sizes:
                 assert gdma_cycles(chip, a) >= chip.gdma_latency_cycles

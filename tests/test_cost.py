@@ -1,7 +1,7 @@
 """The cost model on small cases computed by hand (docs/cost-model.md)."""
 
 import pytest
-from conftest import PROBLEMS
+from conftest import PROBLEMS, assert_slices_cost_more
 from dags import _op
 
 from lgopt.group.build import try_group
@@ -66,23 +66,14 @@ def test_lower_bound_below_plans():
 def test_analytic_model_keeps_the_contract_the_bounds_rely_on():
     """CostModel's contract: slices add up to the whole plus an issue per extra slice; DMA is monotone,
     at least its latency and subadditive."""
-    from lgopt.group.cost import SliceShape, cost_model, gdma_cycles, tiu_cycles
+    from lgopt.group.cost import cost_model, gdma_cycles
     from lgopt.io.problem import load_problem
 
     net = load_problem(PROBLEMS / "yolov5s.json")
     for chip in (get_chip("bm1684x"), get_chip("cv181x")):
         model = cost_model(chip)
         for op in [o for o in net.ops if o.local][::7]:
-            out = net.tensor(op.outputs[0])
-            in_h = net.tensor(op.inputs[0]).h if op.inputs else out.h
-            whole = tiu_cycles(chip, net, op, SliceShape(out.n, out.h, in_h))
-            for k in (2, 3, 5):
-                if out.h < k or not op.h_split:
-                    continue
-                rows = [out.h // k + (i < out.h % k) for i in range(k)]
-                ins = [max(1, in_h * r // out.h) for r in rows]
-                parts = sum(tiu_cycles(chip, net, op, SliceShape(out.n, r, i)) for r, i in zip(rows, ins))
-                assert parts >= whole + (k - 1) * model.issue_cycles, (op.name, k)
+            assert_slices_cost_more(chip, net, op, model)
         for a, b in ((0, 1), (100, 4096), (65536, 65536), (1 << 20, 3)):
             assert gdma_cycles(chip, a) >= chip.gdma_latency_cycles
             assert gdma_cycles(chip, a + b) >= gdma_cycles(chip, a)

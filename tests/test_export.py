@@ -5,35 +5,21 @@ reference, the exporter registry and ``lgopt export``."""
 import json
 import tempfile
 from dataclasses import replace
-from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import CAL, FIXTURES, need, net_of
 
 from lgopt.cli import main
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
 from lgopt.io.exporters import export, names
 from lgopt.io.planfile import save_plan
-from lgopt.io.problem import load_model
 from lgopt.io.tpumlir_export import base_groups_from_model_ops, export_tpumlir, tpumlir_name
 from lgopt.model.plan import Plan
 from lgopt.strategies.tpumlir import score
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-FIX = SHARED / "fixtures"
-CAL = SHARED / "calibration"
-
-
-def need(p: Path) -> Path:
-    if not p.exists():
-        pytest.skip(f"{p} not found (shared data not beside the checkout)")
-    return p
-
-
-@cache
-def net_of(path: str):
-    return load_model(path, dtype="f16")
+FIX = FIXTURES
 
 
 def cal(model: str, chip: str):

@@ -2,32 +2,18 @@
 structured infeasibility; bad caches are one-line input errors."""
 
 import json
-from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import CAL, FIXTURES, need, net_of
 
 from lgopt.check.verify import verify_plan
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
-from lgopt.io.problem import load_model
 from lgopt.io.tpumlir_cache import load_cache, map_cache
 from lgopt.strategies.tpumlir import GroupingInfeasible, score
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-FIX = SHARED / "fixtures"
-CAL = SHARED / "calibration"
-
-
-def need(p: Path) -> Path:
-    if not p.exists():
-        pytest.skip(f"{p} not found (shared data not beside the checkout)")
-    return p
-
-
-@cache
-def net_of(path: str):
-    return load_model(path, dtype="f16")
+FIX = FIXTURES
 
 
 def cal_net(model: str):

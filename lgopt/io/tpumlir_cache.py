@@ -24,7 +24,6 @@ impossible slice counts) raise :class:`~lgopt.errors.LgoptError` with one line.
 
 from __future__ import annotations
 
-import heapq
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -32,7 +31,7 @@ from typing import Any, Sequence
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.io.jsonio import read_json
-from lgopt.model.network import Network
+from lgopt.model.network import Network, priority_order
 
 CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)$")
 SECS = ("n", "c", "d", "h", "w")
@@ -246,22 +245,7 @@ def map_cache(net: Network, cache: Cache) -> CacheMap:
             notes.append(f"{op.name} ({op.type}) is named by no TPU-MLIR op; run as a global layer")
     # TPU-MLIR's order of lgopt ops: a topological order by position (ties: network order)
     index = net.op_index
-    preds = {op.name: {net.producer[t].name for t in op.inputs if t in net.producer} for op in net.ops}
-    succs: dict[str, list[str]] = {op.name: [] for op in net.ops}
-    for n, ps in preds.items():
-        for pred in ps:
-            succs[pred].append(n)
-    missing = {n: len(ps) for n, ps in preds.items()}
-    heap = [(pos_of[n], index[n], n) for n, k in missing.items() if k == 0]
-    heapq.heapify(heap)
-    order: list[str] = []
-    while heap:
-        _, _, n = heapq.heappop(heap)
-        order.append(n)
-        for m in succs[n]:
-            missing[m] -= 1
-            if missing[m] == 0:
-                heapq.heappush(heap, (pos_of[m], index[m], m))
+    order = priority_order(net, lambda n, _: pos_of[n])
     groups = tuple(tuple(sorted((o for o, g in owner.items() if g == gi), key=index.__getitem__))
                    for gi in range(len(cache.groups)))
     fused_notes = []

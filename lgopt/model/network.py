@@ -10,10 +10,11 @@ op, so every later stage and the verifier agree on it.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import networkx as nx
 
@@ -213,39 +214,45 @@ def topological_orders(net: Network) -> dict[str, list[str]]:
     Ties go to the given order.  Any convex set of ops is a contiguous run of *some* topological
     order, so searching several orders reaches groups one fixed order cannot.
     """
-    import heapq
+    def latest(n: str, pos: Mapping[str, int]) -> int:
+        return max((pos[net.producer[t].name] for t in net.op(n).inputs if t in net.producer), default=-1)
 
+    return {"given": [op.name for op in net.ops],
+            "depth-first": priority_order(net, lambda n, pos: -latest(n, pos)),
+            "breadth-first": priority_order(net, latest)}
+
+
+def priority_order(net: Network, priority: Callable[[str, Mapping[str, int]], Any]) -> list[str]:
+    """A topological order that always takes, among the ready ops, the one with the smallest
+    ``priority(op, positions of the ops placed so far)``; ties go to the given order.
+
+    >>> net = Network("n", {}, (), (), ())
+    >>> priority_order(net, lambda n, pos: 0)
+    []
+    """
     index = net.op_index
-    preds = {op.name: {net.producer[t].name for t in op.inputs if t in net.producer} for op in net.ops}
     succs: dict[str, list[str]] = {op.name: [] for op in net.ops}
-    for n, ps in preds.items():
-        for p in ps:
-            succs[p].append(n)
-    out = {"given": [op.name for op in net.ops]}
-    for kind in ("depth-first", "breadth-first"):
-        pos: dict[str, int] = {}
-        missing = {n: len(ps) for n, ps in preds.items()}
-        heap: list[tuple[int, int, str]] = []
-
-        def push(n: str) -> None:
-            latest = max((pos[p] for p in preds[n]), default=-1)  # noqa: B023 (called in this iteration)
-            key = -latest if kind == "depth-first" else latest  # noqa: B023 (called in this iteration)
-            heapq.heappush(heap, (key, index[n], n))  # noqa: B023 (called in this iteration)
-
-        for n, k in missing.items():
-            if k == 0:
-                push(n)
-        order: list[str] = []
-        while heap:
-            _, _, n = heapq.heappop(heap)
-            pos[n] = len(order)
-            order.append(n)
-            for m in succs[n]:
-                missing[m] -= 1
-                if missing[m] == 0:
-                    push(m)
-        out[kind] = order
-    return out
+    missing: dict[str, int] = {}
+    for op in net.ops:
+        preds = {net.producer[t].name for t in op.inputs if t in net.producer}
+        missing[op.name] = len(preds)
+        for p in preds:
+            succs[p].append(op.name)
+    pos: dict[str, int] = {}
+    heap: list[tuple[Any, int, str]] = []
+    for n, k in missing.items():
+        if k == 0:
+            heapq.heappush(heap, (priority(n, pos), index[n], n))
+    order: list[str] = []
+    while heap:
+        _, _, n = heapq.heappop(heap)
+        pos[n] = len(order)
+        order.append(n)
+        for m in succs[n]:
+            missing[m] -= 1
+            if missing[m] == 0:
+                heapq.heappush(heap, (priority(m, pos), index[m], m))
+    return order
 
 
 def check_network(net: Network) -> Network:
