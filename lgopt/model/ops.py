@@ -116,6 +116,7 @@ UNARY_TYPES = _types(Family.UNARY)
 FUSABLE_ACTIVATIONS = frozenset(t for t, s in OP_SPECS.items() if s.fusable)
 TABLE_ACTIVATIONS = frozenset(t for t, s in OP_SPECS.items() if s.table)
 LOCAL_TYPES = frozenset(OP_SPECS)
+_FAMILY = {t: s.family for t, s in OP_SPECS.items()}
 
 
 def eu_ops(op_type: str) -> int:
@@ -216,12 +217,11 @@ def resize_source(o: int, in_size: int, out_size: int, attrs: Mapping[str, Any])
 
 def backward_h(op: Op, k: int, out: Window, in_h: int, out_h: int) -> Window:
     """Rows of input ``k`` that output rows ``out`` need."""
-    spec = OP_SPECS.get(op.type)
-    family = spec.family if spec is not None else None
+    family = _FAMILY.get(op.type)  # a plain dict: this runs for every op of every slice tried
     a = op.attrs
     if out[0] >= out[1]:
         return (0, 0)
-    if family in (Family.CONV, Family.POOL):
+    if family is Family.CONV or family is Family.POOL:
         return _sliding_window_rows(out, a["kernel"][0], a["strides"][0], a.get("dilations", (1, 1))[0],
                                     a["pads"][0], in_h)
     if family is Family.DECONV:
