@@ -173,7 +173,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         return 0
     df = collapse_globals(group_table(net, plan))
     print(df.to_string(index=False, na_rep="-"))
-    print(f"\n{s['model']} on {s['chip']} ({args.strategy}): {s['cycles']:,} cycles ({s['time_ms']} ms), "
+    print(f"\n{s['model']} on {s['chip']} ({args.strategy}; cycles by the {s['cost_model']} cost model): "
+          f"{s['cycles']:,} cycles ({s['time_ms']} ms), "
           f"{s['traffic_bytes'] / 1e6:.2f} MB GMEM traffic, {s['groups']} groups, {s['global_layers']} global layers")
     for line in extra.get("searched", []) + extra.get("adjusted", []):
         print(f"tpu-mlir: {line}")

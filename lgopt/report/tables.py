@@ -66,6 +66,7 @@ def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str,
         "strategy": plan.strategy,
         "status": plan.status,
         "cycles": int(c["cycles"]),
+        "cost_model": chip.cost_model,  # what produced the cycle counts
         "time_ms": round(c["cycles"] / (chip.tiu_mhz * 1e3), 4),
         "traffic_bytes": int(c["traffic_bytes"]),
         "groups": len(plan.groups),
