@@ -47,7 +47,7 @@ def plan_row(net: Network, chip: Chip, s: StrategyChoice, plan: Plan, seconds: f
         "model": net.name, "chip": chip.name, "strategy": s.label,
         "groups": len(plan.groups), "ops in groups": sum(len(g.ops) for g in plan.groups),
         "global layers": len(plan.global_layers), "slices": _slices(plan),
-        "cycles": int(c["cycles"]), "traffic MB": round(c["traffic_bytes"] / 1e6, 3),
+        "cycles": int(c["cycles"]), "cost model": chip.cost_model, "traffic MB": round(c["traffic_bytes"] / 1e6, 3),
         "peak LMEM %": round(100 * c.get("lmem_peak", 0) / chip.lmem_bytes, 1),
         "bank conflicts": int(c.get("bank_conflicts", 0)), "seconds": round(seconds, 2),
         "status": plan.status, "gap %": round(100 * plan.solver["gap"], 2) if "gap" in plan.solver else None,
