@@ -258,8 +258,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                  base_groups=args.base_groups)
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
-    cols = ["model", "strategy", "groups", "global layers", "slices", "cycles", "cost model", "traffic MB", "peak LMEM %",
-            "status", "gap %", "seconds", "x greedy", "x LB"]
+    cols = ["model", "strategy", "groups", "global layers", "slices", "cycles", "cost model", "traffic MB",
+            "peak LMEM %", "status", "gap %", "seconds", "x greedy", "x LB"]
     print(df[[c for c in cols if c in df]].to_string(index=False, na_rep="-"))
     if args.output:
         print(f"\nwrote {args.output}/report.md, results.csv, report.html" + (" and plans/" if args.save_plans else ""))
