@@ -13,10 +13,11 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn, Sequence, get_args
 
 from lgopt import __version__
 from lgopt.errors import LgoptError
+from lgopt.strategies.cpsat.common import Formulation, Objective
 
 
 def stderr_progress(msg: str) -> None:
@@ -376,11 +377,11 @@ def _add_solve(sub: Any) -> None:
     s.add_argument("--cp-sat-params", metavar="TEXT",
                    help="extra CP-SAT parameters for cpsat's master and monolithic models, in SatParameters "
                         "text format, e.g. 'linearization_level:2'")
-    s.add_argument("--objective", default="cycles", choices=["cycles", "traffic"], help="what cpsat minimises")
+    s.add_argument("--objective", default="cycles", choices=get_args(Objective), help="what cpsat minimises")
     s.add_argument("--time-limit", type=float, default=60.0, help="cpsat wall-clock seconds (default 60)")
     s.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
-    s.add_argument("--formulation", default="auto", choices=["auto", "monolithic", "decomposed"])
+    s.add_argument("--formulation", default="auto", choices=get_args(Formulation))
     s.add_argument("--no-handover", action="store_true",
                    help="cpsat: consecutive groups always meet in GMEM (no tensor kept in LMEM between them)")
     s.add_argument("--orders", type=int, default=1, choices=[1, 2, 3],

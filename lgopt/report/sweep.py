@@ -47,7 +47,7 @@ def _sweep_one(args: tuple[str, dict[str, Any], dict[str, str], str, float, int,
         return {**json.loads(cfile.read_text()), "cached": True}
     options = StrategyOptions(SearchSettings(), CpsatSettings(time_limit=time_limit, workers=workers))
     plan, secs, _ = run_strategy(net, chip, parse_strategy(strategy), options)
-    row = {**point, "strategy": strategy, "cycles": int(plan.cost["cycles"]),
+    row = {**point, "strategy": strategy, "cycles": int(plan.cost["cycles"]), "cost model": chip.cost_model,
            "traffic MB": round(plan.cost["traffic_bytes"] / 1e6, 3), "groups": len(plan.groups),
            "global layers": len(plan.global_layers), "status": plan.status, "seconds": round(secs, 2)}
     cfile.write_text(json.dumps(row))

@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 INF = 1 << 62
-Variant = Literal["", "in", "out"]
 Key = tuple[int, int, str]
-"""(first op, last op, hand-over variant): one candidate group."""
+"""(first op, last op, hand-over variant ``""``, ``"in"`` or ``"out"``): one candidate group."""
 Objective = Literal["cycles", "traffic"]
 Formulation = Literal["auto", "monolithic", "decomposed"]
-OBJECTIVES: tuple[Objective, ...] = ("cycles", "traffic")
 
 
 def objective_value(costs: Mapping[str, Any], objective: str) -> int:
