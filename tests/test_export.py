@@ -93,7 +93,8 @@ def test_round_trip_is_tpumlirs_own_cache_where_lgopt_agrees():
 
 
 def test_interior_cast_included_edge_cast_by_reference():
-    """resnet18 / bm1684x: a group from the last Add to GlobalAveragePool takes the f32 cast between them;
+    """resnet18 / bm1684x: a group from the last Add to the Flatten takes the f32 cast between the Add and
+    GlobalAveragePool, and (by the reference) the f16 cast after the Flatten that ends TPU-MLIR's own group;
     with edge_casts='global' the casts TPU-MLIR grouped at a group's edge stay global."""
     net, ref = fix("resnet18", "resnet18_bm1684x_f16")
     plan, _ = score(net, get_chip("bm1684x"), ref, exact=False)
@@ -102,7 +103,8 @@ def test_interior_cast_included_edge_cast_by_reference():
                      + tuple((k, v) for k, v in plan.steps if k == "global"))
     out = export_tpumlir(merged, net, ref)
     (g,) = out["subfunc_0"]["GroupLayer"]
-    assert (g["func_start_idx"], g["func_end_idx"]) == (1, 31)
+    assert (g["func_start_idx"], g["func_end_idx"]) == (1, 33)
+    assert g["locs"][31].endswith("Flatten") and g["locs"][32].endswith("Gemm_f16")
     assert g["locs"][29].endswith("GlobalAveragePool_f32") and out["lgopt"]["interior_casts"] == 1
     net2, ref2 = fix("yolov5s_like", "yolov5s_like_bm1684x_f16")
     plan2, _ = score(net2, get_chip("bm1684x"), ref2, exact=False)
@@ -138,7 +140,7 @@ def test_refuses_group_with_op_tpumlir_runs_globally():
         export_tpumlir(bad, net, ref)
     bg = base_groups_from_model_ops(need(CAL / "model_ops.csv"), "resnet18", "bm1688")
     out = export_tpumlir(bad, net, ref, base_groups=bg)
-    assert [(g["func_start_idx"], g["func_end_idx"]) for g in out["subfunc_0"]["GroupLayer"]][-1] == (3, 31)
+    assert [(g["func_start_idx"], g["func_end_idx"]) for g in out["subfunc_0"]["GroupLayer"]][-1] == (3, 33)
 
 
 def test_refuses_group_with_global_only_op_and_crossing_base_groups():
@@ -220,7 +222,7 @@ def test_cli_export(tmp_path, capsys):
                  "-o", str(out)]) == 0
     d = json.loads(out.read_text())
     assert d["opt"] == 2 and d["subfunc_0"]["GroupLayer"]
-    assert "1 groups" in capsys.readouterr().out
+    assert "2 groups" in capsys.readouterr().out  # TPU-MLIR's two, the head (pool, Flatten) among them
     assert main(["export", str(pf), "--model", onnx, "--format", "tpu-mlir", "-o", str(tmp_path / "n.json")]) == 0
     assert "warning:" in capsys.readouterr().err
     # bad input: one line, exit 2

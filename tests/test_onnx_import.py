@@ -22,7 +22,7 @@ def test_fixture_resnet18(fixtures_dir):
     net = import_onnx(fixtures_dir / "onnx" / "resnet18.weightless.onnx")
     types = [op.type for op in net.ops]
     assert types.count("Conv") == 20 and types.count("Add") == 8 and "Relu" not in types  # all Relus fused
-    assert [op.type for op in net.global_ops] == ["Flatten", "Gemm"]
+    assert [op.type for op in net.global_ops] == ["Gemm"]  # the Flatten after pooling is a view: local
     conv1 = net.ops[0]
     assert conv1.fused == ("Relu",) and conv1.outputs == ("/relu/Relu_output_0",)
     assert conv1.attrs["kernel"] == (7, 7) and conv1.attrs["strides"] == (2, 2) and conv1.attrs["pads"] == (3, 3, 3, 3)
@@ -200,3 +200,24 @@ def test_input_shape_override_reinfers_recorded_shapes(fixtures_dir):
     net = import_onnx(fixtures_dir / "onnx" / "resnet18.weightless.onnx", input_shapes={"input": (2, 3, 64, 64)})
     assert net.ops[0].outputs and net.tensor(net.ops[0].outputs[0]).shape == (2, 64, 32, 32)
     assert net.tensor(net.outputs[0]).orig_shape == (2, 1000)
+
+
+def test_classifier_heads_group_like_tpu_mlir(tmp_path):
+    """GlobalAveragePool -> Flatten and mean over H, W without keepdims (torchvision's ResNet/MobileNet and
+    MnasNet heads) are views in LMEM: local, as TPU-MLIR groups them; a Flatten of pixels into channels,
+    a reshape into another rank that moves channels, stays global with the reason."""
+    g = G((2, 3, 16, 16))
+    x = g.conv("x", 3, 8)
+    g.out(g.n("Flatten", [g.n("GlobalAveragePool", [x])], axis=1))
+    g.out(g.n("ReduceMean", [x], axes=[2, 3], keepdims=0))
+    g.out(g.n("Flatten", [x], axis=1))
+    g.out(g.n("Reshape", [x, g.w(None, np.array([2, 8, 2, 128], np.int64))]))
+    g.out(g.n("Reshape", [x, g.w(None, np.array([2, 2, 4, 16, 16], np.int64))]))
+    net = import_onnx(_save(g.model(), tmp_path))
+    flat_gap, mean, flat_pix, resplit, shuffle = [op for op in net.ops if op.type in ("Flatten", "ReduceMean",
+                                                                                      "Reshape")]
+    assert flat_gap.local and flat_gap.h_split and flat_gap.weights == ()
+    assert mean.local and net.tensor(mean.outputs[0]).shape == (2, 8, 1, 1)
+    assert not flat_pix.local and "moves data between lanes" in flat_pix.reason
+    assert resplit.local and not resplit.h_split  # (2, 8, 16, 16) -> (2, 8, 2, 128): H x W re-split
+    assert not shuffle.local and "moves data between lanes" in shuffle.reason

@@ -98,8 +98,37 @@ def test_a_problem_file_must_give_the_required_attributes(op_type):
 
 
 def test_rules_and_ranks_make_an_op_global_with_a_reason():
-    assert classify("MaxPool", {"strides": (16, 16)}, [4], [4])[3] == "MaxPool stride above 15"
-    assert classify("Concat", {"axis": 2}, [4, 4], [4])[3] == "Concat not on the channel axis"
-    assert classify("Relu", {}, [3], [3])[3] == "Relu on non-4-D tensors"
-    assert classify("Gemm", {}, [4], [4])[3] == "Gemm is not a layer-group op"
-    assert classify("ReduceMean", {"axes": (1,)}, [4], [4])[3] == "ReduceMean not over H and W"
+    s4 = (1, 8, 6, 6)
+    assert classify("MaxPool", {"strides": (16, 16)}, [s4], [s4])[3] == "MaxPool stride above 15"
+    assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis"
+    assert classify("Relu", {}, [(1, 8, 36)], [(1, 8, 36)])[3] == "Relu on non-4-D tensors"
+    assert classify("Gemm", {}, [s4], [s4])[3] == "Gemm is not a layer-group op"
+    assert classify("ReduceMean", {"axes": (1,)}, [s4], [s4])[3] == "ReduceMean not over H and W"
+    assert classify("ReduceMean", {"axes": (2, 3)}, [s4], [(1, 8)])[:3] == (True, False, True)  # keepdims=0
+
+
+def test_a_reshape_is_local_only_as_a_view_and_h_sliced_only_when_it_keeps_h():
+    assert classify("Flatten", {}, [(2, 512, 1, 1)], [(2, 512)]) == (True, True, True, "")
+    assert classify("Reshape", {}, [(1, 8, 6, 6)], [(1, 8, 36)]) == (True, False, True, "")  # H x W re-split
+    assert classify("Unsqueeze", {}, [(1, 8, 6, 6)], [(1, 8, 1, 6, 6)]) == (True, True, True, "")
+    shuffle = classify("Reshape", {}, [(1, 116, 28, 28)], [(1, 2, 58, 28, 28)])
+    assert not shuffle[0] and "moves data between lanes" in shuffle[3]
+    assert not classify("Flatten", {}, [(1, 8, 6, 6)], [(1, 288)])[0]  # channels x pixels -> channels
+
+
+def test_a_reshape_that_resplits_h_runs_whole_in_a_group_and_simulates():
+    """(1, 8, 12, 6) -> (1, 8, 6, 12) keeps every lane's bytes: local, but a group holding it is never
+    H-sliced (its rows do not map to rows), and the plan simulates to the unsliced result."""
+    t = {n: Tensor(n, s, "f16", s) for n, s in (("x", (1, 8, 12, 6)), ("a", (1, 8, 12, 6)),
+                                                 ("y", (1, 8, 6, 12)), ("z", (1, 8, 6, 12)))}
+    conv = {"kernel": (3, 3), "strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "group": 1}
+    ops = (_op("pre", "Conv", ["x"], ["a"], conv, [Weight("pre.w", (8, 8, 3, 3), "f16", "filter")]),
+           _op("op", "Reshape", ["a"], ["y"], {}, in_shapes=[(1, 8, 12, 6)], out_shapes=[(1, 8, 6, 12)]),
+           _op("post", "Conv", ["y"], ["z"], conv, [Weight("post.w", (8, 8, 3, 3), "f16", "filter")]))
+    net = check_network(Network("resplit", t, ops, ("x",), ("z",)))
+    assert net.op("op").local and not net.op("op").h_split
+    plan = greedy(net, CHIP, SearchSettings())
+    assert verify_plan(net, plan) == []
+    assert any("op" in g.ops for g in plan.groups)
+    assert all(g.h_slices == 1 for g in plan.groups if "op" in g.ops)
+    assert simulate(net, plan).ok

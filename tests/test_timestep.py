@@ -140,3 +140,40 @@ def test_min_footprint_is_a_floor_of_every_table(problem):
                 assert _live_in_row(g, row) >= floor[n * h > 1], (op.name, ops, n, h)
                 checked += 1
     assert checked > 20
+
+
+def test_a_sliced_group_whose_weights_fill_lmem_reloads_them_per_slice():
+    """TPU-MLIR cancels holding when the held weights reach LMEM's size: the weights are then loaded in the
+    table (every slice), not once before it; the plan verifies, costs every reload and simulates exactly."""
+    from lgopt.check.simulate import simulate
+    from lgopt.check.verify import verify_plan
+    from lgopt.group.build import assemble
+    from lgopt.group.totals import finish, with_cost
+    from lgopt.hw.sizing import weight_bytes
+
+    conv = {"kernel": (3, 3), "strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "group": 1}
+    names = ("x", "t0", "t1", "t2", "t3")
+    t = {n: Tensor(n, (2, 64, 8, 4), "f16", (2, 64, 8, 4)) for n in names}  # sliced along N: no halo
+    net = check_network(Network("wide", t, tuple(
+        _op(f"op{i}", "Conv", [names[i]], [names[i + 1]], conv, [Weight(f"w{i}", (64, 64, 3, 3), "f16", "filter")])
+        for i in range(4)), ("x",), ("t3",)))
+    ops = ("op0", "op1", "op2", "op3")
+    per_lane = sum(weight_bytes(CHIP, op) for op in net.ops)  # weights dwarf the activations
+
+    def chip(lmem):  # one bank, so that any multiple of 64 bytes is a valid LMEM size
+        return get_chip("bm1684x", {"lmem_bytes": str(lmem // 64 * 64), "lmem_banks": "1"})
+
+    held = schedule(net, chip(per_lane * 8), ops, 2, 1)
+    assert held.preloads == ops and all(b.resident for b in held.buffers if b.kind == "weight")
+    reload = schedule(net, chip(per_lane), ops, 2, 1)
+    assert reload.preloads == () and not any(b.resident for b in reload.buffers if b.kind == "weight")
+    assert sum(tr.kind == "weight" for row in reload.rows for tr in row.loads) == 4
+    # each weight lives two rows (loaded beside the previous conv): two at a time fit, four do not
+    small = chip(per_lane)
+    g, why = try_group(net, small, ops, 2, 1)
+    assert g is not None and not g.preloads, why
+    g = with_cost(small, net, g)
+    once = with_cost(small, net, held)
+    assert g.cost["traffic_bytes"] > once.cost["traffic_bytes"]  # the weights travel once per slice
+    plan = finish(small, net, assemble(net, small, [g], "test", h_ratio=0.5, bank_rule="soft"))
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok

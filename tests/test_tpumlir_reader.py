@@ -58,14 +58,27 @@ def test_fixture_caches(model, cache, chip):
         assert (g.n_slices, g.h_slices) == (secs[gi].secs[0], secs[gi].secs[3])
 
 
-def test_resnet18_flatten_is_reported_not_dropped():
+def test_resnet18_head_is_grouped_as_tpu_mlir_groups_it():
+    """TPU-MLIR groups GlobalAveragePool with the Flatten after it (a view in LMEM): lgopt builds that group
+    exactly, and leaves the Gemm global as TPU-MLIR does."""
     net = net_of(str(need(FIX / "onnx" / "resnet18.weightless.onnx")))
     path = str(need(FIX / "tpu-mlir" / "resnet18_bm1684x_f16.layer_group_cache.json"))
+    plan, info = score(net, get_chip("bm1684x"), path)
+    assert info["adjusted"] == [] and verify_plan(net, plan) == []
+    assert plan.groups[-1].ops == ("/avgpool/GlobalAveragePool", "/Flatten")
+    assert "/fc/Gemm" in plan.global_layers
+
+
+def test_an_op_lgopt_runs_only_globally_is_reported_not_dropped():
+    """shufflenet_v2 / bm1684x opt2: TPU-MLIR groups the channel Slice of each block; lgopt runs it only as a
+    global layer, so the exact build is infeasible and names it, and the relaxation runs it beside the group."""
+    net, path = cal_net("shufflenet_v2_x1_0"), cal_cache("shufflenet_v2_x1_0", "bm1684x", "opt2")
     with pytest.raises(GroupingInfeasible) as e:
         score(net, get_chip("bm1684x"), path)
-    assert e.value.group_index == 1 and "Flatten" in e.value.reason
+    assert "(Slice)" in e.value.reason
     plan, info = score(net, get_chip("bm1684x"), path, exact=False)
-    assert any("Flatten" in a for a in info["adjusted"]) and "/Flatten" in plan.global_layers
+    peeled = [a for a in info["adjusted"] if "(Slice) runs as a global layer next to the group" in a]
+    assert peeled and verify_plan(net, plan) == []
 
 
 # --- calibration: every model, and the cases that used to fail -----------------------------------------
@@ -174,3 +187,36 @@ def test_not_a_cache(tmp_path):
     p.write_text('{"opt": 2}')
     with pytest.raises(LgoptError, match="not a TPU-MLIR"):
         score(cal_net("resnet18"), get_chip("bm1684x"), str(p))
+
+
+def test_a_forced_cache_without_global_layers_leaves_unnamed_ops_global():
+    """resnet18 / bm1688 v01_split lists only its groups: layer4's convs, named by no group op, ran as global
+    layers (TPU-MLIR compiled its last group as Add, pool, Flatten); they are not folded into that group."""
+    net, path = cal_net("resnet18"), cal_cache("resnet18", "bm1688", "v01_split")
+    assert not load_cache(path).globals
+    cm = map_cache(net, load_cache(path))
+    assert [net.op(o).type for o in cm.group_ops[3]] == ["Add", "GlobalAveragePool", "Flatten"]
+    assert cm.owner["/layer4/layer4.1/conv2/Conv"] == -1
+    plan, _ = score(net, get_chip("bm1688"), path)
+    assert verify_plan(net, plan) == []
+
+
+def test_tpu_mlirs_folds_are_kept_in_a_forced_cache():
+    """mobilenet_v2 / bm1684x: TPU-MLIR folds the last 1x1 projection into the 1x1 conv after it; a cache
+    without global layers still maps the projection into that conv's group."""
+    net, path = cal_net("mobilenet_v2"), cal_cache("mobilenet_v2", "bm1684x", "v06_secs")
+    cm = map_cache(net, load_cache(path))
+    proj, last = "/features/features.17/conv/conv.2/Conv", "/features/features.18/features.18.0/Conv"
+    assert cm.owner[proj] == cm.owner[last] >= 0
+
+
+@pytest.mark.parametrize("model,chip,variant,why", [
+    ("resnet50", "bm1688", "opt2", "the greedy allocator alone finds no packing of its 39-op group"),
+    ("resnet18", "bm1684x", "v07_secs", "H slices that do not advance (TPU-MLIR compiles them)"),
+    ("vgg16", "bm1688", "v10_secs", "more duplicated rows than the h/2 rule allows"),
+])
+def test_groupings_tpu_mlir_compiled_load_under_its_rules(model, chip, variant, why):
+    net, path = cal_net(model), cal_cache(model, chip, variant)
+    plan, info = score(net, get_chip(chip), path)
+    assert plan.h_ratio is None and info["adjusted"] == [], why
+    assert verify_plan(net, plan) == []

@@ -213,6 +213,10 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
     elif family is Family.RESIZE:
         y = resize(op, xs[0], a, b, out.h, out.w)
+    elif family is Family.RESHAPE:  # a view: rows re-split when H changes (then the op is never H-sliced)
+        src = xs[0]
+        y = rows(src, a, b, np.nan) if src.H == out.h else \
+            rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], out.c, out.h, out.w)[:, :, a:b]
     elif family is Family.CONCAT:
         y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=1)
     elif family is Family.BINARY:

@@ -24,7 +24,7 @@ from lgopt.hw.chip import chip_from_dict
 from lgopt.hw.layout import activation_lane_bytes
 from lgopt.hw.sizing import weight_bytes
 from lgopt.model.network import Network, Op
-from lgopt.model.ops import resize_source
+from lgopt.model.ops import RESHAPE_TYPES, resize_source
 from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupPlan, Plan
 
 
@@ -56,7 +56,7 @@ def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int) -> set[i
         d = a.get("dilations", (1, 1))[0]
         outs = set(rows)
         need.update(i for i in range(in_h) if any(i * s - p + j * d in outs for j in range(kh)))
-    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean"):
+    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") or (t in RESHAPE_TYPES and in_h != out_h):
         need.update(range(in_h)) if len(rows) else None
     elif t == "Resize":
         attrs = {**a, "coord": a.get("coord_h", a.get("coord"))}
@@ -93,7 +93,7 @@ class Verifier:
             return self.violations
         if self.plan.bank_rule not in BANK_RULES:
             self.fail("settings", f"unknown bank rule {self.plan.bank_rule!r}")
-        if not 0 <= self.plan.h_ratio:
+        if self.plan.h_ratio is not None and not 0 <= self.plan.h_ratio:
             self.fail("settings", f"h_ratio {self.plan.h_ratio} is negative")
         self.check_cover_and_order()
         self.check_handovers()
@@ -309,7 +309,8 @@ class Verifier:
                         return
 
     def check_h_rule(self, where: str, g: GroupPlan, tensors: list[str]) -> None:
-        if g.h_slices <= 1:
+        ratio = self.plan.h_ratio
+        if g.h_slices <= 1 or ratio is None:  # None: TPU-MLIR's rule, no limit (empty windows fail elsewhere)
             return
         for t in tensors:
             H = self.net.tensor(t).h
@@ -324,8 +325,8 @@ class Verifier:
                                          f"after {run[i - 1][2]}:{run[i - 1][3]})")
                         return
                 dup = sum(w[3] - w[2] for w in run) - H
-                if dup > self.plan.h_ratio * H:
-                    self.fail(where, f"h/2 rule: {t} repeats {dup} of its {H} rows (limit {self.plan.h_ratio:g} x H)")
+                if dup > ratio * H:
+                    self.fail(where, f"h/2 rule: {t} repeats {dup} of its {H} rows (limit {ratio:g} x H)")
                     return
 
     def check_table_and_buffers(self, where: str, g: GroupPlan, ops: list[Op], inputs: list[str],

@@ -11,13 +11,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from lgopt.group.alloc import Allocation, count_bank_conflicts, greedy_allocate, polish_banks
+from lgopt.group.alloc import (
+    Allocation,
+    count_bank_conflicts,
+    exact_pack,
+    greedy_allocate,
+    multi_start_allocate,
+    polish_banks,
+)
 from lgopt.group.cost import group_cost
 from lgopt.group.handover import kept_buffers, without_kept
 from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, slice_group
 from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
-from lgopt.hw.layout import n_packing
+from lgopt.hw.layout import align_up, n_packing
 from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import BankRule, GroupPlan, Plan, PlanStatus
 
@@ -29,7 +36,7 @@ def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
 
 
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
-             h_ratio: float = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
+             h_ratio: float | None = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
              kept_out: tuple[str, ...] = ()) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
     sl = slice_group(net, list(ops), n_slices, h_slices, n_unit=n_unit(net, chip, ops), h_ratio=h_ratio)
@@ -58,19 +65,56 @@ def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, i
 
 
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
-              h_ratio: float = DEFAULT_H_RATIO, bank_rule: str = "soft") -> tuple[GroupPlan | None, str]:
-    """A placed group, or (None, why not)."""
+              h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False
+              ) -> tuple[GroupPlan | None, str]:
+    """A placed group, or (None, why not).
+
+    The greedy allocator alone judges a candidate of a search (it is fast and searches try thousands);
+    ``thorough`` is for a grouping given from outside (a compiler's cache), where "infeasible" is a
+    verdict: the greedy orders are retried and then the exact packer decides (:func:`allocate_thorough`).
+    """
     try:
         g = schedule(net, chip, ops, n_slices, h_slices, h_ratio)
     except SliceError as e:
         return None, str(e)
-    alloc = greedy_allocate(net, chip, g, bank_rule)
+    if thorough:
+        alloc, why = allocate_thorough(net, chip, g, bank_rule)
+    else:
+        alloc, why = greedy_allocate(net, chip, g, bank_rule), "LMEM allocation failed"
     if alloc is None:
-        return None, "LMEM allocation failed"
+        return None, why
     return place(net, chip, g, alloc), ""
 
 
-def assemble(net: Network, chip: Chip, groups: Sequence[GroupPlan], strategy: str, *, h_ratio: float,
+EXACT_PACK_SECONDS = 5.0  # CP-SAT deterministic time for one group's exact packing
+
+
+def allocate_thorough(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft"
+                      ) -> tuple[Allocation | None, str]:
+    """Offsets by the greedy orders, else by the exact packer; (None, why) says whether no packing exists
+    (the live bytes of some row exceed LMEM, or the packer proved it) or none was found in time."""
+    alloc = multi_start_allocate(net, chip, g, bank_rule)
+    if alloc is not None:
+        return alloc, ""
+    T = len(g.rows)
+    live = max(sum(align_up(b.size, chip.align_bytes) for b in g.buffers if b.resident or r in b.rows(T))
+               for r in range(T))
+    if live > chip.lmem_bytes:
+        return None, f"LMEM allocation failed: {live} bytes live in one row, LMEM has {chip.lmem_bytes}"
+    offs = exact_pack(net, chip, g, "off" if bank_rule == "soft" else bank_rule, time_limit=EXACT_PACK_SECONDS)
+    if offs is None:
+        return None, "LMEM allocation failed: no packing exists (proved by the exact packer)"
+    if offs == "unknown":
+        return None, f"LMEM allocation failed: no packing found in {EXACT_PACK_SECONDS:g} s of exact search"
+    assert isinstance(offs, dict)
+    if bank_rule == "soft":
+        offs = polish_banks(net, chip, g, offs)
+    peak = max(offs[b.id] + b.size for b in g.buffers)
+    conf = count_bank_conflicts(net, chip, g, offs) if bank_rule != "off" else 0
+    return Allocation(offs, peak, conf), ""
+
+
+def assemble(net: Network, chip: Chip, groups: Sequence[GroupPlan], strategy: str, *, h_ratio: float | None,
              bank_rule: BankRule, status: PlanStatus = "feasible", solver: dict | None = None) -> Plan:
     """Groups plus every op not in a group as a global layer, in network order."""
     index = net.op_index

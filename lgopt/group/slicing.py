@@ -9,7 +9,13 @@ consumers taking the union of what they need.  Slices run N-major: slice
 The **h/2 rule** (seed "LayerGroup"): a group fails when, for some tensor, the
 rows loaded or computed more than once, ``sum(slice heights) - H``, exceed
 ``ratio * H`` (default ratio 0.5).  With h = 100, windows [0,80) and [20,100)
-duplicate 60 rows and fail; [0,60) and [20,100) duplicate 40 and pass.
+duplicate 60 rows and fail; [0,60) and [20,100) duplicate 40 and pass.  lgopt
+also requires every H slice to advance past the previous one.
+
+``h_ratio=None`` is TPU-MLIR 1.30.2's rule instead (shared/reference s3.5): its
+``check_hsecs`` call is commented out and it compiles slices that do not advance
+(the calibration groupings show both on BM1684X and BM1688), so only an empty
+slice fails.  lgopt reads the compiler's own groupings under that rule.
 """
 
 from __future__ import annotations
@@ -129,7 +135,7 @@ def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: 
 
 
 def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int, *, n_unit: int = 1,
-                h_ratio: float = DEFAULT_H_RATIO) -> GroupSlicing:
+                h_ratio: float | None = DEFAULT_H_RATIO) -> GroupSlicing:
     """Per-slice windows of every tensor in the group, or :class:`SliceError` naming the rule broken."""
     ops = _check_members(net, names, n_slices, h_slices)
     io = group_io(net, names)
@@ -168,12 +174,13 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
 
 
 def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices: int,
-                  h_ratio: float = DEFAULT_H_RATIO) -> None:
-    """Empty, non-advancing and h/2 checks for one tensor's windows (N-major slice order)."""
+                  h_ratio: float | None = DEFAULT_H_RATIO) -> None:
+    """Empty, non-advancing and h/2 checks for one tensor's windows (N-major slice order); with
+    ``h_ratio=None`` (TPU-MLIR's rule) only the empty check."""
     for s, w in enumerate(ws):
         if w.n_len <= 0 or w.h_len <= 0:
             raise SliceError(f"slice {s} of tensor {tensor} is empty (n={w.n}, h={w.h})")
-    if h_slices <= 1 or height <= 1:
+    if h_slices <= 1 or height <= 1 or h_ratio is None:
         return
     for start in range(0, len(ws), h_slices):
         run = ws[start:start + h_slices]

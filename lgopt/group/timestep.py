@@ -13,7 +13,10 @@ Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, in :func:`schedule_
 * weights: resident for the whole loop when the group is sliced (the seed's end
   point "corrected to positive infinity", loaded once before the loop); in an
   unsliced group they are ordinary buffers, loaded while the previous weighted
-  op computes (the seed's w4 moved from [T5,T5] to [T2,T5]);
+  op computes (the seed's w4 moved from [T5,T5] to [T2,T5]).  A sliced group
+  whose weights together fill LMEM cannot hold them: as TPU-MLIR 1.30 does
+  (reference s4.5, "holding is cancelled"), they are then loaded like an
+  unsliced group's, once per slice (:func:`holds_weights`);
 * scratch lives in its op's row;
 * buffer ids are assigned breadth-first over the group's DAG.
 """
@@ -97,7 +100,6 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     """
     ops = sl.ops
     k = len(ops)
-    sliced = sl.num_slices > 1
     kept = set(kept_in) | set(kept_out)
     if kept_out:
         after = net.op_index[ops[-1]] + 1
@@ -111,13 +113,14 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         for t in dict.fromkeys(net.op(name).inputs):
             uses.setdefault(t, []).append(i)
     weighted = [i for i, name in enumerate(ops) if weight_bytes(chip, net.op(name))]
+    hold = holds_weights(net, chip, sl)
 
-    num_rows, stores = _rows_and_stores(net, ops, loaded, stored, uses, weighted, sliced)
+    num_rows, stores = _rows_and_stores(net, ops, loaded, stored, uses, weighted, hold)
     loads: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     events = _activation_events(net, ops, num_rows, kept_in, loaded, stores, uses, loads, st)
-    preloads = _weight_loads(ops, weighted, sliced, prefetch, num_rows, loads, events)
-    buffers = _buffers(net, chip, sl, kept, num_rows, events)
+    preloads = _weight_loads(ops, weighted, hold, prefetch, num_rows, loads, events)
+    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold)
 
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
     return GroupPlan(ops, sl.n_slices, sl.h_slices, rows, tuple(preloads), buffers,
@@ -127,14 +130,22 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
                      kept_in=tuple(kept_in), kept_out=tuple(kept_out))
 
 
+def holds_weights(net: Network, chip: Chip, sl: GroupSlicing) -> bool:
+    """Whether the group's weights stay resident across its slices: it is sliced and they fit in LMEM
+    (TPU-MLIR's rule: holding is cancelled when the held bytes reach LMEM's size)."""
+    if sl.num_slices <= 1:
+        return False
+    return sum(weight_bytes(chip, net.op(o)) for o in sl.ops) < chip.lmem_bytes
+
+
 def _rows_and_stores(net: Network, ops: tuple[str, ...], loaded: tuple[str, ...], stored: tuple[str, ...],
-                     uses: dict[str, list[int]], weighted: list[int], sliced: bool
+                     uses: dict[str, list[int]], weighted: list[int], hold: bool
                      ) -> tuple[int, dict[str, tuple[int, int]]]:
     """Row count and store (row, stage) per output: a row is appended until no wrap collides with itself."""
     k = len(ops)
     # rows: one per op, plus a tail row when the next slice's first loads cannot share the last op's row
     extra = int(k == 1 or any(uses[t][0] == 0 and uses[t][-1] == k - 1 for t in loaded))
-    if not sliced and weighted and weighted[0] == 0 and k == 1:
+    if not hold and weighted and weighted[0] == 0 and k == 1:
         extra = 1
     stores = None
     while stores is None:
@@ -168,13 +179,13 @@ def _activation_events(net: Network, ops: tuple[str, ...], num_rows: int, kept_i
     return events
 
 
-def _weight_loads(ops: tuple[str, ...], weighted: list[int], sliced: bool, prefetch: int, num_rows: int,
+def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetch: int, num_rows: int,
                   loads: dict[int, list[Transfer]], events: dict[tuple[str, str], list[Event]]) -> list[str]:
-    """Weighted ops preloaded once (sliced), else each weight's load row added to ``loads`` and ``events``."""
+    """Weighted ops preloaded once (held), else each weight's load row added to ``loads`` and ``events``."""
     preloads: list[str] = []
     for w, i in enumerate(weighted):
         name = ops[i]
-        if sliced:
+        if hold:
             preloads.append(name)
             continue
         # unsliced: load while the prefetch-th previous weighted op computes (the seed's w4 at T2)
@@ -188,10 +199,9 @@ def _weight_loads(ops: tuple[str, ...], weighted: list[int], sliced: bool, prefe
 
 
 def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_rows: int,
-             events: dict[tuple[str, str], list[Event]]) -> tuple[Buffer, ...]:
+             events: dict[tuple[str, str], list[Event]], hold: bool) -> tuple[Buffer, ...]:
     """Every buffer sized for the largest slice it holds, with its lifetime; ids breadth-first over the DAG."""
     ops = sl.ops
-    sliced = sl.num_slices > 1
 
     def act_size(t: str) -> int:
         ten = net.tensor(t)
@@ -208,7 +218,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
             return
         seen.add((kind, name))
         bid = len(buffers)
-        if kind == "weight" and sliced or kind == "activation" and name in kept:
+        if kind == "weight" and hold or kind == "activation" and name in kept:
             buffers.append(Buffer(bid, kind, name, size, 0, num_rows - 1, resident=True))
             return
         if kind == "scratch":

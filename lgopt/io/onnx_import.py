@@ -308,9 +308,8 @@ class _Builder:
             return self._global(node, name, form.acts, form.consts, form.outs, form.reason)
         if t not in opsem.LOCAL_TYPES and t not in ("Upsample",):
             return self._global(node, name, form.acts, form.consts, form.outs, f"{t} is not a layer-group op")
-        in_ranks = [len(self.shape(a)) for a in form.acts]
-        out_ranks = [len(self.shape(o)) for o in form.outs]
-        local, h_split, n_split, reason = opsem.classify(form.op_type, form.attrs, in_ranks, out_ranks)
+        local, h_split, n_split, reason = opsem.classify(form.op_type, form.attrs, [self.shape(a) for a in form.acts],
+                                                         [self.shape(o) for o in form.outs])
         dts = {self._dt(self.info.get(a, (None, "f32"))[1]) for a in form.acts + form.outs}
         if local and not dts <= set(COMPUTE_DTYPES):
             local, h_split, n_split, reason = False, False, False, f"dtype {sorted(dts)}"
@@ -351,8 +350,11 @@ class _Builder:
             rank = len(self.shape(acts[0]))
             attrs = {"axes": tuple(sorted(int(a) % rank for a in (axes or range(rank)))),
                      "keepdims": int(_attr(node, "keepdims", 1))}
-            if not attrs["keepdims"]:
+            if not attrs["keepdims"] and attrs["axes"] != (2, 3):  # over H and W, [N, C] folds to NC11 anyway
                 return _Global(acts, consts, outs, "ReduceMean without keepdims")
+        elif t in opsem.RESHAPE_TYPES:
+            consts = []  # the target shape or axes: shape data, not weights
+            acts = acts[:1]
         elif t == "Concat":
             rank = len(self.shape(outs[0]))
             attrs = {"axis": int(_attr(node, "axis", 1)) % rank}

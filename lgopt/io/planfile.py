@@ -117,7 +117,16 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
     bank_rule = cast(BankRule, str(settings.get("bank_rule", "soft")))
     return Plan(str(_get(d, "model", where)), str(d.get("model_digest", "")), _get(d, "chip", where, dict),
                 str(d.get("strategy", "?")), tuple(steps), tuple(groups), cast(PlanStatus, status),
-                float(settings.get("h_ratio", 0.5)), bank_rule, d.get("cost", {}), d.get("solver", {}))
+                _h_ratio(settings.get("h_ratio", 0.5), where), bank_rule, d.get("cost", {}), d.get("solver", {}))
+
+
+def _h_ratio(v: Any, where: str) -> float | None:
+    """The plan's slicing rule: a ratio, or null for TPU-MLIR's rule (no duplication limit)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise LgoptError(f"{where}: settings.h_ratio must be a number or null, got {v!r}")
+    return float(v)
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:

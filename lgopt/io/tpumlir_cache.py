@@ -225,24 +225,30 @@ def map_cache(net: Network, cache: Cache) -> CacheMap:
         if len(hits) > 1:
             split[name] = tuple(g for _, g in hits)
     group_at = {pos: gi for pos, _, gi in ops_pos}
+    at = {pos: name for name, pos in pos_of.items()}
     fused: list[str] = []
     notes: list[str] = []
+    listed = bool(cache.globals)
     for op in reversed(net.ops):  # consumers first
         if op.name in pos_of:
             continue
         cons = [pos_of[c.name] for t in op.outputs for c in net.consumers.get(t, ()) if c.name in pos_of]
-        if cons:
-            p = min(cons)
+        if not cons:
+            continue  # feeds nothing TPU-MLIR names: placed after its producers below
+        p = min(cons)
+        # a cache that lists no global layers (one written to force a grouping) names only grouped ops:
+        # an unnamed op is then fused only where TPU-MLIR is known to fuse it, else it ran globally
+        if listed or group_at.get(p, -1) < 0 or tpu_mlir_fuses(net, op.name, at[p]):
             pos_of[op.name], owner[op.name] = p, group_at.get(p, -1)
             fused.append(op.name)
-        # ops feeding nothing TPU-MLIR names: placed after their producers below
     for op in net.ops:
         if op.name not in pos_of:
             prod = [pos_of[net.producer[t].name] for t in op.inputs if t in net.producer
                     and net.producer[t].name in pos_of]
             pos_of[op.name] = max(prod, default=(0, -1))
             owner[op.name] = -1
-            notes.append(f"{op.name} ({op.type}) is named by no TPU-MLIR op; run as a global layer")
+            notes.append(f"{op.name} ({op.type}) is named by no TPU-MLIR op"
+                         f"{'' if listed else ' (the cache lists no global layers)'}; run as a global layer")
     # TPU-MLIR's order of lgopt ops: a topological order by position (ties: network order)
     index = net.op_index
     order = priority_order(net, lambda n, _: pos_of[n])
@@ -255,6 +261,33 @@ def map_cache(net: Network, cache: Cache) -> CacheMap:
         fused_notes.append(f"{o} -> {into}")
     return CacheMap(cache, tuple(order), owner, groups, casts, tuple(unmapped), tuple(fused_notes), split,
                     tuple(notes))
+
+
+def tpu_mlir_fuses(net: Network, op: str, consumer: str) -> bool:
+    """Whether TPU-MLIR 1.30 folds lgopt op ``op`` into ``consumer`` (so that no TPU-MLIR op is named after
+    ``op``): the patterns its opt1/opt2 caches of the calibration models show.
+
+    * a 1x1 convolution (stride 1, one group, no activation) read only by another such convolution;
+    * an identity pooling (kernel 1, stride 1, no padding: VGG's adaptive pooling at 7 x 7);
+    * a producer whose activation lgopt left unfused (a Relu after a Gemm), a ``HardSigmoid`` into the
+      ``Mul`` that makes it a hard swish.
+    """
+    a, c = net.op(op), net.op(consumer)
+    if len(net.consumers.get(a.outputs[0], ())) != 1 or c.name != net.consumers[a.outputs[0]][0].name:
+        return False
+
+    def pointwise(x: Any) -> bool:
+        return (x.type == "Conv" and tuple(x.attrs.get("kernel", ())) == (1, 1)
+                and tuple(x.attrs.get("strides", ())) == (1, 1) and x.attrs.get("group", 1) == 1)
+
+    if pointwise(a) and pointwise(c) and not a.fused:
+        return True
+    if a.type in ("MaxPool", "AveragePool") and tuple(a.attrs.get("kernel", ())) == (1, 1) \
+            and tuple(a.attrs.get("strides", ())) == (1, 1) and not any(a.attrs.get("pads", ())):
+        return True
+    if c.type in ("Relu", "Clip", "LeakyRelu", "Sigmoid", "SiLU", "Tanh") and c.inputs == a.outputs:
+        return True
+    return a.type == "HardSigmoid" and c.type == "Mul" and set(c.inputs) == {a.outputs[0], *a.inputs}
 
 
 def map_groups(net: Network, groups: Sequence[CacheGroup]) -> Mapping:

@@ -15,7 +15,7 @@ from fractions import Fraction
 from math import ceil, floor
 from typing import Any, Callable, Mapping
 
-from lgopt.model.network import Op
+from lgopt.model.network import Op, to_nchw
 
 Window = tuple[int, int]
 
@@ -31,6 +31,7 @@ class Family(Enum):
     CONCAT = "concat"  # channel concatenation
     BINARY = "binary"  # elementwise, two operands (one may broadcast)
     UNARY = "unary"  # elementwise activation
+    RESHAPE = "reshape"  # a view: the same bytes in every lane, only the 4-D shape's H x W split changes
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,13 @@ class OpSpec:
 
     @property
     def h_split(self) -> bool:
-        """Whether the op may be sliced along H."""
+        """Whether the op may be sliced along H (a reshape only when it keeps H: :func:`classify`)."""
         return self.family is not Family.GLOBAL_POOL
+
+    @property
+    def any_rank(self) -> bool:
+        """Whether tensors of another rank than 4 may be its operands (judged on their folded 4-D shapes)."""
+        return self.family is Family.RESHAPE or self.type == "ReduceMean"
 
 
 MAX_POOL_STRIDE = 15  # TPU-MLIR makes pools with a larger stride global (reference s2.1)
@@ -74,6 +80,9 @@ def _resize_rule(attrs: Mapping[str, Any]) -> str:
 
 def _reduce_rule(attrs: Mapping[str, Any]) -> str:
     return "not over H and W" if tuple(sorted(attrs.get("axes", ()))) != (2, 3) else ""
+
+
+RESHAPE_TYPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 _WINDOW = ("kernel", "strides", "pads")
@@ -100,6 +109,8 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("Tanh", Family.UNARY, eu_ops=6, table=True),
     OpSpec("Erf", Family.UNARY, eu_ops=8, table=True),
     OpSpec("SiLU", Family.UNARY, eu_ops=7, table=True),
+    # a view in LMEM (each lane keeps its channels' bytes, in order), one copy on the vector unit in TPU-MLIR
+    *(OpSpec(t, Family.RESHAPE) for t in RESHAPE_TYPES),
 )}
 
 
@@ -125,15 +136,48 @@ def eu_ops(op_type: str) -> int:
     return spec.eu_ops if spec is not None else 1
 
 
-def classify(op_type: str, attrs: Mapping[str, Any], in_ranks: list[int], out_ranks: list[int]
-             ) -> tuple[bool, bool, bool, str]:
-    """(local, h_split, n_split, reason-if-global) for an op of this type and attributes."""
+def reshape_is_view(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
+    """Why a reshape moves data between lanes or batches ("" when it is a view in LMEM).
+
+    In LMEM a tensor's channels are spread over the lanes and each channel's H x W rows are contiguous
+    in its lane, so a reshape that keeps N and C (of the folded 4-D shapes) and H x W is free of data
+    movement: ``(1, 512, 1, 1) -> (1, 512)`` (a Flatten after global pooling) is one, the channel
+    shuffle's ``(1, 116, 28, 28) -> (1, 2, 58, 28, 28)`` is not.
+
+    >>> reshape_is_view((1, 512, 1, 1), (1, 512))
+    ''
+    >>> reshape_is_view((1, 116, 28, 28), (1, 2, 58, 28, 28))
+    'moves data between lanes or batches: (1, 116, 28, 28) -> (1, 2, 1624, 28) in NCHW'
+    """
+    a, b = to_nchw(in_shape), to_nchw(out_shape)
+    if a[0] == b[0] and a[1] == b[1] and a[2] * a[3] == b[2] * b[3]:
+        return ""
+    return f"moves data between lanes or batches: {a} -> {b} in NCHW"
+
+
+def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]],
+             out_shapes: list[tuple[int, ...]]) -> tuple[bool, bool, bool, str]:
+    """(local, h_split, n_split, reason-if-global) for an op of this type and attributes on operands of
+    these (true, unfolded) shapes.
+
+    >>> classify("Flatten", {}, [(1, 512, 1, 1)], [(1, 512)])
+    (True, True, True, '')
+    >>> classify("Relu", {}, [(1, 8, 4)], [(1, 8, 4)])[3]
+    'Relu on non-4-D tensors'
+    """
     spec = OP_SPECS.get(op_type)
     if spec is None:
         return False, False, False, f"{op_type} is not a layer-group op"
-    if any(r != 4 for r in in_ranks + out_ranks):
-        return False, False, False, f"{op_type} on non-4-D tensors"
+    checked = in_shapes if spec.any_rank and spec.family is not Family.RESHAPE else in_shapes + out_shapes
+    if spec.family is not Family.RESHAPE and any(len(s) != 4 for s in checked):
+        return False, False, False, f"{op_type} on non-4-D tensors"  # ReduceMean: any rank out (keepdims=0)
     why = spec.rule(attrs) if spec.rule is not None else ""
+    if spec.family is Family.RESHAPE:
+        if len(in_shapes) != 1 or len(out_shapes) != 1:
+            return False, False, False, f"{op_type} with {len(in_shapes)} data inputs"
+        why = reshape_is_view(in_shapes[0], out_shapes[0])
+        if not why:  # H may be sliced when the view keeps it (then it keeps W too)
+            return True, to_nchw(in_shapes[0])[2] == to_nchw(out_shapes[0])[2], True, ""
     if why:
         return False, False, False, f"{op_type} {why}"
     return True, spec.h_split, True, ""
@@ -227,6 +271,8 @@ def backward_h(op: Op, k: int, out: Window, in_h: int, out_h: int) -> Window:
     if family is Family.DECONV:
         return _deconv_rows(out, a["kernel"][0], a["strides"][0], a.get("dilations", (1, 1))[0], a["pads"][0], in_h)
     if family is Family.GLOBAL_POOL:
+        return (0, in_h)
+    if family is Family.RESHAPE and in_h != out_h:  # a view that re-splits H x W: only whole (never sliced)
         return (0, in_h)
     if family is Family.RESIZE:
         lo, _ = resize_source(out[0], in_h, out_h, {**a, "coord": a.get("coord_h", a.get("coord"))})

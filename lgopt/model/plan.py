@@ -151,7 +151,7 @@ class Plan:
     steps: tuple[tuple[str, Any], ...]  # ("group", index) or ("global", op name), in execution order
     groups: tuple[GroupPlan, ...]
     status: PlanStatus = "feasible"
-    h_ratio: float = 0.5
+    h_ratio: float | None = 0.5  # None: TPU-MLIR 1.30's slicing rule (lgopt.group.slicing)
     bank_rule: BankRule = "soft"
     cost: PlanCost = field(default_factory=lambda: PlanCost())
     solver: Mapping[str, Any] = field(default_factory=dict)

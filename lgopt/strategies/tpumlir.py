@@ -1,11 +1,14 @@
 """TPU-MLIR's own grouping as a strategy: its cache, read and mapped by :mod:`lgopt.io.tpumlir_cache`,
 built exactly (same groups, same slice counts) with lgopt's slicing, timesteps, allocator and cost model.
 
-Nothing is adjusted to make it fit.  A group lgopt cannot build under its own rules (an op it only
-runs as a global layer, C/D/W slices, the h/2 rule, LMEM allocation) makes the whole grouping
-infeasible: :class:`GroupingInfeasible` names the group and the reason.  A group whose cache says
-``[0, 0, 0, 0, 0]`` ("compiler picks") gets its slice counts the way TPU-MLIR's quick search picks
-them: N up to its maximum first, then H, the first that fits (``info["searched"]`` says so).
+Nothing is adjusted to make it fit.  The slicing rule is the compiler's (``h_ratio=None``: no h/2
+limit, slices need not advance, :mod:`lgopt.group.slicing`), whatever ``--h-ratio`` says, since it is
+the compiler's grouping being rebuilt; LMEM allocation is judged thoroughly (greedy orders, then the exact
+packer).  A group lgopt cannot build (an op it only runs as a global layer, C/D/W slices, LMEM
+allocation) makes the whole grouping infeasible: :class:`GroupingInfeasible` names the group and the
+reason.  A group whose cache says ``[0, 0, 0, 0, 0]`` ("compiler picks") gets its slice counts the way
+TPU-MLIR's quick search picks them: N up to its maximum first, then H, the first that fits
+(``info["searched"]`` says so).
 
 ``exact=False`` is a documented relaxation for reports: ops lgopt can only run as global layers, at
 the start or end of a TPU-MLIR group, are run as global layers next to it, and an op TPU-MLIR splits
@@ -27,6 +30,8 @@ from lgopt.io.tpumlir_cache import CacheMap, check_secs, load_cache, map_cache
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
+
+COMPILER_H_RATIO = None  # TPU-MLIR 1.30.2 applies no h/2 limit (lgopt.group.slicing)
 
 
 class GroupingInfeasible(LgoptError):
@@ -92,11 +97,11 @@ def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings
     why = ""
     n = 1
     for n in range(1, n_max + 1):
-        gp, why = try_group(net, chip, ops, n, 1, st.h_ratio, st.bank_rule)
+        gp, why = try_group(net, chip, ops, n, 1, COMPILER_H_RATIO, st.bank_rule, thorough=True)
         if gp is not None:
             return gp, n, 1, ""
     for h in range(2, h_max + 1):
-        gp, why = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule)
+        gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True)
         if gp is not None:
             return gp, n, h, ""
     return None, n, h_max, f"no slice counts fit (searched N 1..{n_max}, then H 2..{h_max}; last: {why})"
@@ -163,7 +168,7 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             why = (f"shape_secs {list(g.secs)}: nsecs={n} but lgopt's N of this group is {batch} (TPU-MLIR slices "
                    "a dimension lgopt folds elsewhere)")
         else:
-            gp, why = try_group(net, chip, tops, n, h, st.h_ratio, st.bank_rule)
+            gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True)
             searched = False
             if gp is None:
                 why = f"secs n={n} h={h}: {why}"
@@ -226,7 +231,7 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
     if bad:
         raise GroupingInfeasible(bad[0].index, bad[0].reason)
     built = [(g.index, g.plan) for g in r.groups if g.plan is not None]
-    plan = assemble(net, chip, [gp for _, gp in built], "tpu-mlir", h_ratio=st.h_ratio, bank_rule=st.bank_rule,
+    plan = assemble(net, chip, [gp for _, gp in built], "tpu-mlir", h_ratio=COMPILER_H_RATIO, bank_rule=st.bank_rule,
                     status="scored")
     plan = replace(plan, steps=_steps(net, r.cmap, built))
     plan = finish(chip, net, plan)
