@@ -2,6 +2,7 @@
 agree on what is feasible, and predict its cycles?
 
     python benchmarks/calibration.py [--models resnet18,vgg16] [--chips bm1688] [--limit 50]
+        [--cost-model tpu-mlir-1.30|analytic]
 
 Reads ``../shared/calibration`` (``totals.csv``, ``groups.csv``, the forced caches and the weightless ONNX
 models) and writes ``benchmarks/calibration/groupings.csv`` (one row per scoring) and ``groups.csv`` (one
@@ -34,6 +35,7 @@ from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.strategies.tpumlir import GroupingInfeasible, build_groups, score  # noqa: E402
 
 CAL = ROOT.parent / "shared" / "calibration"
+HELD_OUT = ("mobilenet_v3_small", "resnet50", "unet_small")  # benchmarks/fit_cost.py's default hold-out
 OUT = ROOT / "benchmarks" / "calibration"
 
 
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chips", help="comma-separated chip names")
     ap.add_argument("--limit", type=int, help="at most this many scorings")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--cost-model", default="tpu-mlir-1.30",
+                    help="cost model of the predicted cycles (default tpu-mlir-1.30, fitted on this data with "
+                         "mobilenet_v3_small, resnet50 and unet_small held out)")
     a = ap.parse_args(argv)
     if not (CAL / "totals.csv").exists():
         print(f"no calibration data at {CAL}", file=sys.stderr)
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in tot.itertuples(index=False):
         if r.model not in nets:  # parse each model once
             nets[r.model] = load_model(CAL / "onnx" / f"{r.model}.weightless.onnx", dtype="f16")
-        net, chip, cache = nets[r.model], get_chip(r.chip), str(CAL / r.cache_file)
+        net, chip, cache = nets[r.model], get_chip(r.chip, {"cost_model": a.cost_model}), str(CAL / r.cache_file)
         st, why, pred, _ = run_one(net, chip, cache, exact=True)
         rst, rwhy, rpred = st, why, pred
         if st == "infeasible":
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     df, gdf = pd.DataFrame(rows), pd.DataFrame(grows)
     df.to_csv(out / "groupings.csv", index=False)
     gdf.to_csv(out / "groups.csv", index=False)
-    summary(df, gdf, time.perf_counter() - t0)
+    summary(df, gdf, time.perf_counter() - t0, a.cost_model)
     return 0
 
 
@@ -131,7 +136,7 @@ def _med(xs) -> str:
     return f"{100 * statistics.median(xs):.1f}% (n={len(xs)})" if xs else "-"
 
 
-def summary(df: pd.DataFrame, gdf: pd.DataFrame, secs: float) -> None:
+def summary(df: pd.DataFrame, gdf: pd.DataFrame, secs: float, model: str) -> None:
     ok = df[df.tpu_mlir_status == "ok"]
     both = df[df.tpu_mlir_status.isin(["ok", "lg_failed"])]
     print(f"{len(df)} scorings in {secs:.0f} s; {len(ok)} compiled by TPU-MLIR, "
@@ -141,7 +146,11 @@ def summary(df: pd.DataFrame, gdf: pd.DataFrame, secs: float) -> None:
         agree = ((both[col] == "loaded") == (both.tpu_mlir_status == "ok")).mean() * 100 if len(both) else 0
         print(f"  {label:8s}: compiled groupings that load and verify {load:.1f}%; feasibility agreement "
               f"{agree:.1f}% (lgopt loads <=> TPU-MLIR compiles)")
+    print(f"  predicted by cost model {model}:")
     print(f"  whole-model |pred/meas-1| median: exact {_med(ok.ratio)}, relaxed {_med(ok.relaxed_ratio)}")
+    held = ok[ok.model.isin(HELD_OUT)]
+    print(f"  whole-model |pred/meas-1| median on the models the fit held out ({', '.join(HELD_OUT)}): "
+          f"exact {_med(held.ratio)}")
     if len(gdf):
         print(f"  per group   |pred/meas-1| median: exact {_med(gdf[gdf['mode'] == 'exact'].ratio)}, "
               f"exact+relaxed {_med(gdf.ratio)}")

@@ -18,9 +18,10 @@ The fit, per chip, on the models not held out:
   lgopt ops; casts TPU-MLIR inserts are charged to the op they feed), one row per op x slice; per
   category ``cycles = a + b * W`` (``W`` the analytic work of the slice's shape) by least squares
   weighted by 1/cycles (relative error), clamped to ``a >= issue, b >= 0``;
-* GDMA: lgopt's transfers (all of an op's weights in one slice as one transfer, as lgopt loads them;
-  activation loads and stores per row), one concave curve ``min(c0 + s0*b, c1 + s1*b, c2 + s2*b)``
-  (breakpoints on a grid, slopes fitted, non-increasing);
+* GDMA: TPU-MLIR's transfer commands with their shapes (lgopt issues the same ones: an activation slice, a
+  weight tensor), per kind (activation load, store, weight load) ``c + max(bytes / bw, k * runs +
+  k_point * point_runs)``: runs are the contiguous GMEM pieces (batches x channels), point runs those of
+  one element (grid search, mean relative error);
 * global layers: TPU-MLIR's global ops mapped to lgopt's non-local ops (plus the casts around them),
   per op type ``a + b * X``.
 """
@@ -161,26 +162,26 @@ def tiu_features(df: pd.DataFrame, nets: dict, chips: dict) -> pd.DataFrame:
 
 
 def gdma_units(ops: pd.DataFrame, maps: dict) -> pd.DataFrame:
-    """lgopt's transfers: an op's weights in one slice as one unit, activation loads/stores per row."""
-    d = ops[(ops.engine == "GDMA") & ops.role.isin(["load", "store"]) & (ops.group_pos >= 0)]
-    out = []
-    for (m, chip), x in d.groupby(["model", "chip"]):
-        mp = maps.get((m, chip))
-        if mp is None:
-            continue
-        act = x[x.is_weight != 1]
-        out.append(pd.DataFrame({"model": m, "chip": chip, "variant": act.variant, "kind": act.role,
-                                 "bytes": act.bytes, "cycles": act.cycles}))
-        w = x[x.is_weight == 1]
-        wop = w.tensor.map(lambda t, mp=mp: mp.weight_op(t) if isinstance(t, str) else None)
-        w = w.assign(lg=wop.map(lambda o: getattr(o, "name", None)))
-        mapped = w.dropna(subset=["lg"])
-        agg = mapped.groupby(["variant", "group_pos", "slice_idx", "lg"]).cycles.sum().reset_index()
-        agg["bytes"] = agg.lg.map(lambda n, mp=mp: weight_gmem_bytes(mp.net.op(n)))
-        out.append(pd.DataFrame({"model": m, "chip": chip, "variant": agg.variant, "kind": "weight",
-                                 "bytes": agg.bytes, "cycles": agg.cycles}))
-    df = pd.concat(out, ignore_index=True)
-    return df[(df.bytes > 0) & (df.cycles > 0)].reset_index(drop=True)
+    """TPU-MLIR's transfers in groups, one row per GDMA command with its shape: kind (activation load, store,
+    weight load), bytes, contiguous GMEM runs (batches x channels of the slice moved; a weight's channels)
+    and whether each run is one element (a bias, a 1 x 1 map).  lgopt issues the same transfers (a weight
+    tensor each), so the fit is on the compiler's commands directly."""
+    d = ops[(ops.engine == "GDMA") & ops.role.isin(["load", "store"]) & (ops.group_pos >= 0)].copy()
+    d = d[d.model.map(lambda m: any(k[0] == m for k in maps))]
+    weight = d.is_weight == 1
+    shape = d.out_shape.astype(str).str.split("x")
+    dims = shape.map(lambda s: [int(v) for v in s] if all(v.isdigit() for v in s) and len(s) >= 2 else None)
+    d = d.assign(dims=dims).dropna(subset=["dims", "bytes", "cycles"])
+    weight = d.is_weight == 1
+    w_runs = d.dims.map(lambda s: s[0] * s[1])
+    w_point = d.dims.map(lambda s: int(np.prod(s[2:])) == 1 if len(s) > 2 else True)
+    runs = np.where(weight, w_runs, d.nslice * d.cslice)
+    point = np.where(weight, w_point, d.hslice * d.wslice == 1)
+    kind = np.where(d.role == "store", "store", np.where(weight, "weight", "load"))
+    df = pd.DataFrame({"model": d.model, "chip": d.chip, "variant": d.variant, "kind": kind, "bytes": d.bytes,
+                       "runs": runs, "point": point.astype(bool), "cycles": d.cycles})
+    df = df.dropna()
+    return df[(df.bytes > 0) & (df.cycles > 0) & (df.runs > 0)].reset_index(drop=True)
 
 
 def global_rows(glob: pd.DataFrame, maps: dict) -> pd.DataFrame:
@@ -248,34 +249,32 @@ def fit_tiu(df: pd.DataFrame) -> tuple[int, dict]:
     return issue, tiu
 
 
-def fit_gdma(df: pd.DataFrame, loss: str = "l1") -> list[dict]:
-    """Concave piecewise-linear in bytes, 3 pieces: continuous, slopes non-increasing, fitted by WLS."""
-    x, y = df.bytes.to_numpy(float), df.cycles.to_numpy(float)
-    w = 1.0 / np.maximum(y, 1.0)
-    grid = np.unique(np.round(np.geomspace(64, 4e6, 20)))
-    best = None
-    for i, b1 in enumerate(grid):
-        for b2 in grid[i + 1:]:
-            A = np.c_[np.ones_like(x), np.minimum(x, b1), np.clip(x - b1, 0, b2 - b1), np.maximum(x - b2, 0)]
-            u = np.ones_like(y)
-            for _ in range(6 if loss == "l1" else 1):  # relative L1 by reweighted least squares, or L2
-                ww = w * np.sqrt(u)
-                c, s0, s1, s2 = np.linalg.lstsq(A * ww[:, None], y * ww, rcond=None)[0]
-                s2 = max(s2, 0.0)
-                s1 = max(s1, s2)
-                s0 = max(s0, s1)
-                c = max(c, 0.0)
-                pred = c + s0 * np.minimum(x, b1) + s1 * np.clip(x - b1, 0, b2 - b1) + s2 * np.maximum(x - b2, 0)
-                u = 1.0 / np.maximum(np.abs((pred - y) * w), 0.01)
-            err = float(np.sum(np.abs((pred - y) * w) ** (1 if loss == "l1" else 2)))
-            if best is None or err < best[0]:
-                best = (err, c, s0, s1, s2, b1, b2)
-    _, c, s0, s1, s2, b1, b2 = best
-    # as min of affine pieces: c + s0 b; (c + (s0-s1) b1) + s1 b; (c + (s0-s1) b1 + (s1-s2) b2) + s2 b
-    c1 = c + (s0 - s1) * b1
-    c2 = c1 + (s1 - s2) * b2
-    return [{"c": round(c, 3), "s": round(s0, 8)}, {"c": round(c1, 3), "s": round(s1, 8)},
-            {"c": round(c2, 3), "s": round(s2, 8)}]
+BW_GRID = (8, 10, 12, 14, 15, 16, 16.5, 17, 18, 20, 22, 25, 28, 30, 32, 35, 38, 40, 41, 42, 44, 46, 48, 50, 52, 54,
+           56, 60, 64)
+
+
+def fit_gdma(df: pd.DataFrame) -> dict:
+    """Per transfer kind ``c + max(bytes / bw, k * runs + k_point * point runs)``, minimising the mean relative
+    error (capped at 100%, so that a few transfers TPU-MLIR lays out its own way do not decide) over the
+    distinct transfers: a grid over bw, k and k_point, the intercept the median residual."""
+    out = {}
+    for kind, x in df.drop_duplicates(["model", "kind", "bytes", "runs", "point", "cycles"]).groupby("kind"):
+        b, r, y = (x[c].to_numpy(float) for c in ("bytes", "runs", "cycles"))
+        pt = x.point.to_numpy(bool) * r
+        best = None
+        for bw in BW_GRID:
+            stream = b / bw
+            for k in np.arange(0.0, 12.01, 0.25):
+                for kp in np.arange(0.0, 30.01, 2.5):
+                    base = np.maximum(stream, k * r + kp * pt)
+                    c = max(0.0, float(np.median(y - base)))
+                    err = float(np.mean(np.minimum(np.abs((c + base) / y - 1), 1.0)))  # capped: outliers
+                    if best is None or err < best[0]:
+                        best = (err, c, bw, k, kp)
+        err, c, bw, k, kp = best
+        out[str(kind)] = {"c": round(c, 2), "bw": bw, "k": round(float(k), 3), "k_point": round(float(kp), 3),
+                          "n": int(len(x)), "mean_rel_err": round(err, 4)}
+    return out
 
 
 def fit_global(df: pd.DataFrame) -> dict:
@@ -365,8 +364,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", help="only these models (fit and held-out), comma-separated")
     ap.add_argument("--out", default=str(ROOT / "lgopt" / "group" / "calibration"))
     ap.add_argument("--report", default=str(ROOT / "benchmarks" / "fit"))
-    ap.add_argument("--gdma-loss", choices=("l1", "l2"), default="l1",
-                    help="relative error the GDMA curve minimises: l2 keeps sums (group cycles), l1 medians")
     ap.add_argument("--no-eval", action="store_true", help="fit and write the constants only")
     ap.add_argument("--eval-limit", type=int, help="score at most this many held-out groupings per chip")
     a = ap.parse_args(argv)
@@ -398,11 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     for c in chips:
         tr = tiu[(tiu.chip == c) & tiu.model.isin(train)]
         issue, tc = fit_tiu(tr)
-        pieces = fit_gdma(gd[(gd.chip == c) & gd.model.isin(train)], a.gdma_loss)
+        dma = fit_gdma(gd[(gd.chip == c) & gd.model.isin(train)])
         gc = fit_global(gl[(gl.chip == c) & gl.model.isin(train)]) if len(gl) else {}
         doc = {"model": MODEL_NAME, "chip": c, "issue_cycles": issue, "tiu": tc,
-               "gdma": {"form": "max(chip.gdma_latency_cycles, min_i(c_i + s_i*bytes), bytes/chip bandwidth)",
-                        "pieces": pieces},
+               "gdma": {"form": "max(chip.gdma_latency_cycles, c + max(bytes / bw, k * runs + k_point * "
+                                "point_runs), bytes / chip bandwidth) per kind (load, store, weight)", **dma},
                "global": gc,
                "source": {"compiler": f"TPU-MLIR {version}", "data": str(data),
                           "timeline": "codegen simulated command timeline (compiler_profile_0.txt)",
@@ -433,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     ho_g = gd[gd.model.isin(hold)].copy()
     amodel = AnalyticModel()
     ho_g["analytic"] = [amodel.gdma_cycles(chip_objs[r.chip], int(r.bytes)) for r in ho_g.itertuples()]
-    ho_g["calibrated"] = [cal.gdma_cycles(chip_objs[r.chip], int(r.bytes)) for r in ho_g.itertuples()]
+    ho_g["calibrated"] = [cal.gdma_cycles(chip_objs[r.chip], int(r.bytes), int(r.runs), r.kind, bool(r.point))
+                          for r in ho_g.itertuples()]
     ho_gl = gl[gl.model.isin(hold)].copy() if len(gl) else pd.DataFrame()
     if len(ho_gl):
         ho_gl["analytic"] = [amodel.global_compute(chip_objs[r.chip], nets[r.model], nets[r.model].op(r.lg))

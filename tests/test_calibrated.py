@@ -4,6 +4,7 @@ The contract tests need nothing but the shipped constants; the fit and the held-
 ``../shared/calibration`` and skip without it.
 """
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -56,12 +57,27 @@ def test_contract_holds_for_the_fitted_constants():
                 assert model.global_compute(chip, net, op) == whole
                 assert_slices_cost_more(chip, net, op, model)
             sizes = [1, 17, 64, 100, 255, 1024, 4096, 10_000, 65536, 300_000, 1 << 20, 5 << 20]
-            for a in sizes:
-                assert gdma_cycles(chip, a) >= chip.gdma_latency_cycles
-                assert gdma_cycles(chip, a) >= a * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
-                for b in sizes:
-                    assert gdma_cycles(chip, a + b) >= gdma_cycles(chip, a)
-                    assert gdma_cycles(chip, a + b) <= gdma_cycles(chip, a) + gdma_cycles(chip, b)
+            for kind, point, runs in itertools.product(("load", "store", "weight"), (False, True), (1, 3, 64, 700)):
+                def dma(nbytes, r=runs):
+                    return gdma_cycles(chip, nbytes, r, kind, point)
+
+                for a in sizes:
+                    assert dma(a) >= chip.gdma_latency_cycles
+                    assert dma(a) >= a * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
+                    assert dma(a, runs + 1) >= dma(a)  # more runs never cost less
+                    for b in sizes[::3]:
+                        assert dma(a + b) >= dma(a)
+                        assert dma(a + b, 2 * runs) <= dma(a) + dma(b)  # one transfer beats two
+
+
+def test_a_transfers_shape_is_charged():
+    """TPU-MLIR's timeline: on BM1684X a [1, 512] store (1 KiB in 512 one-element runs) takes 12,794 cycles
+    and a [1, 512, 7, 7] store (49 KiB in 512 runs) 3,198; bytes alone cannot tell them apart."""
+    chip = get_chip("bm1684x", {"cost_model": NAME})
+    vector = gdma_cycles(chip, 1024, 512, "store", True)
+    maps = gdma_cycles(chip, 50176, 512, "store", False)
+    assert abs(vector / 12794 - 1) < 0.1 and abs(maps / 3198 - 1) < 0.1
+    assert gdma_cycles(chip, 1024) < vector / 10
 
 
 def test_shipped_constants_are_well_formed():

@@ -107,6 +107,28 @@ def test_torchvision_style_exports_import(style, tmp_path):
     assert network_to_dict(load_problem(p)) == network_to_dict(net)
 
 
+def test_shufflenet_channel_split_is_a_local_slice(tmp_path):
+    """ShuffleNet v2 splits channels with Slice (bounds computed by shape arithmetic, then folded): the
+    halves are local channel slices; the shuffle's reshapes move channels between lanes and stay global."""
+    g = G((1, 3, 16, 16))
+    x = g.conv("x", 3, 16)
+    half = g.n("Div", [g.n("Gather", [g.n("Shape", [x]), g.w(None, np.array([1], np.int64))], axis=0),
+                       g.w(None, np.array([2], np.int64))])
+    axis = g.w(None, np.array([1], np.int64))
+    a = g.n("Slice", [x, g.w(None, np.array([0], np.int64)), half, axis])
+    b = g.n("Slice", [x, half, g.n("Mul", [half, g.w(None, np.array([2], np.int64))]), axis])
+    g.out(g.n("Concat", [a, g.conv(b, 8, 8)], axis=1))
+    g.out(g.n("Slice", [x, g.w(None, np.array([0], np.int64)), g.w(None, np.array([8], np.int64)),
+                        g.w(None, np.array([2], np.int64))]))  # rows: stays global
+    net = import_onnx(_save(g.model(), tmp_path))
+    first, second, rows = [op for op in net.ops if op.type == "Slice"]
+    for op, (start, end) in ((first, (0, 8)), (second, (8, 16))):
+        assert op.local, op.reason
+        assert (op.attrs["axis"], op.attrs["start"], op.attrs["end"]) == (1, start, end)
+        assert net.tensor(op.outputs[0]).c == 8 and op.weights == ()
+    assert not rows.local and "channel axis" in rows.reason
+
+
 def test_unsupported_ops_become_global(tmp_path):
     net = import_onnx(_save(STYLES["vit"](), tmp_path))
     kinds = {op.type: op.local for op in net.ops}

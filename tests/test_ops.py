@@ -60,6 +60,8 @@ def _one_op(op_type: str) -> Network:
         ops.append(conv("side", "x", ten("s")))
         ops.append(_op("sig", "Sigmoid", ["s"], [ten("b")], {}))  # in (0, 1): Div stays finite
         ins = ["a", "b"]
+    elif spec.family is Family.CHANNEL_SLICE:
+        attrs, out_c = {"axis": 1, "start": 2, "end": 6}, 4
     elif op_type == "PRelu":
         weights = [Weight("op.slope", (C,), "f16", "const")]
     elif op_type == "BatchNormalization":
@@ -114,6 +116,14 @@ def test_a_reshape_is_local_only_as_a_view_and_h_sliced_only_when_it_keeps_h():
     shuffle = classify("Reshape", {}, [(1, 116, 28, 28)], [(1, 2, 58, 28, 28)])
     assert not shuffle[0] and "moves data between lanes" in shuffle[3]
     assert not classify("Flatten", {}, [(1, 8, 6, 6)], [(1, 288)])[0]  # channels x pixels -> channels
+
+
+def test_a_slice_is_local_on_the_channel_axis_only():
+    s4 = (1, 8, 6, 6)
+    assert classify("Slice", {"axis": 1, "start": 4, "end": 8, "step": 1}, [s4], [(1, 4, 6, 6)])[0]
+    assert classify("Slice", {"axis": 2, "start": 0, "end": 3, "step": 1}, [s4], [(1, 8, 3, 6)])[3] == \
+        "Slice not on the channel axis alone"
+    assert "step" in classify("Slice", {"axis": 1, "start": 0, "end": 8, "step": 2}, [s4], [(1, 4, 6, 6)])[3]
 
 
 def test_a_reshape_that_resplits_h_runs_whole_in_a_group_and_simulates():

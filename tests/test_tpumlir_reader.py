@@ -70,14 +70,15 @@ def test_resnet18_head_is_grouped_as_tpu_mlir_groups_it():
 
 
 def test_an_op_lgopt_runs_only_globally_is_reported_not_dropped():
-    """shufflenet_v2 / bm1684x opt2: TPU-MLIR groups the channel Slice of each block; lgopt runs it only as a
-    global layer, so the exact build is infeasible and names it, and the relaxation runs it beside the group."""
-    net, path = cal_net("shufflenet_v2_x1_0"), cal_cache("shufflenet_v2_x1_0", "bm1684x", "opt2")
+    """vit_b_16 / bm1688 v01_secs: TPU-MLIR groups the patch embedding with the class-token Add, on 3-D
+    tensors lgopt runs only as global layers: the exact build is infeasible and names the op, and the
+    relaxation runs it beside the group and says so."""
+    net, path = cal_net("vit_b_16"), cal_cache("vit_b_16", "bm1688", "v01_secs")
     with pytest.raises(GroupingInfeasible) as e:
-        score(net, get_chip("bm1684x"), path)
-    assert "(Slice)" in e.value.reason
-    plan, info = score(net, get_chip("bm1684x"), path, exact=False)
-    peeled = [a for a in info["adjusted"] if "(Slice) runs as a global layer next to the group" in a]
+        score(net, get_chip("bm1688"), path)
+    assert "(Add)" in e.value.reason and "global layer" in e.value.reason
+    plan, info = score(net, get_chip("bm1688"), path, exact=False)
+    peeled = [a for a in info["adjusted"] if "runs as a global layer next to the group" in a]
     assert peeled and verify_plan(net, plan) == []
 
 

@@ -213,6 +213,8 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
     elif family is Family.RESIZE:
         y = resize(op, xs[0], a, b, out.h, out.w)
+    elif family is Family.CHANNEL_SLICE:
+        y = rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
     elif family is Family.RESHAPE:  # a view: rows re-split when H changes (then the op is never H-sliced)
         src = xs[0]
         y = rows(src, a, b, np.nan) if src.H == out.h else \

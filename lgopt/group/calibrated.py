@@ -9,9 +9,14 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   issue cost: lanes, EU and IC rounding, kernel size) and ``k`` the op's category (dense conv, depthwise
   conv, deconv, each pool, resize, concat, each elementwise / activation type); ``a_k >= issue_cycles``
   and ``b_k >= 0``, so slices never save compute and each slice issues again;
-* GDMA: ``max(chip.gdma_latency_cycles, min_i(c_i + s_i * bytes), bytes / chip bandwidth)`` with
-  ``c_i, s_i >= 0``: monotone, concave hence subadditive, never cheaper than the chip's latency or its
-  peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
+* GDMA, per transfer kind (activation load, store, weight load):
+  ``max(chip.gdma_latency_cycles, c + max(bytes / bw, k * runs + k_point * point_runs), bytes / chip
+  bandwidth)``: a transfer streams at ``bw`` bytes per cycle unless its contiguous GMEM runs are so short
+  that their count decides (``k`` cycles each; ``k_point`` more for a run of one element, a bias or a 1 x 1
+  map).  On BM1684X a 1 x 512 store takes 12,794 cycles for 1 KiB, 25 per channel: a bytes-only model
+  cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs, subadditive, never cheaper
+  than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``).
+  A calibration file with the older bytes-only ``pieces`` (``min_i(c_i + s_i * bytes)``) still loads;
 * a global layer: local op types cost their TIU cycles at full size (so the lower bound ``sum of
   global_compute`` stays below any grouping); other types ``a_t + b_t * X`` fitted on the timeline of
   TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul, elements read and written otherwise).
@@ -27,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lgopt.errors import LgoptError
-from lgopt.group.cost import AnalyticModel, SliceShape, _analytic_tiu, register_cost_model
+from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, _analytic_tiu, register_cost_model
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
@@ -70,29 +75,50 @@ def global_work(net: Network, op: Op) -> int:
 
 
 @dataclass(frozen=True)
+class DmaFit:
+    """One transfer kind's GDMA constants: ``c + max(bytes / bw, k * runs + k_point * point runs)``."""
+
+    c: float
+    bw: float  # bytes per cycle while streaming
+    k: float  # cycles per contiguous run
+    k_point: float = 0.0  # extra cycles per run of a single element
+
+    def cycles(self, nbytes: int, runs: int, point: bool) -> float:
+        return self.c + max(nbytes / self.bw, self.k * runs + (self.k_point * runs if point else 0.0))
+
+
+@dataclass(frozen=True)
 class ChipConstants:
     """One chip's fitted constants (``lgopt/group/calibration/<chip>.json``)."""
 
     issue: int
     tiu: dict[str, tuple[int, float]]  # category -> (a, b): a + b * work
-    gdma: tuple[tuple[float, float], ...]  # (c, s): min over pieces of c + s * bytes
+    gdma: dict[str, DmaFit]  # transfer kind (load, store, weight) -> its constants
     glob: dict[str, tuple[float, float]]  # non-local op type -> (a, b): a + b * global_work
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    pieces: tuple[tuple[float, float], ...] = ()  # an older bytes-only fit: min over pieces of c + s * bytes
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
         tiu = {k: (int(math.ceil(v["a"])), float(v["b"])) for k, v in d["tiu"].items()}
-        gdma = tuple((float(p["c"]), float(p["s"])) for p in d["gdma"]["pieces"])
+        g = d["gdma"]
+        kinds = {k: DmaFit(float(v["c"]), float(v["bw"]), float(v["k"]), float(v.get("k_point", 0.0)))
+                 for k, v in g.items() if k in ("load", "store", "weight")}
+        pieces = tuple((float(p["c"]), float(p["s"])) for p in g.get("pieces", ()))
         glob = {k: (float(v["a"]), float(v["b"])) for k, v in d.get("global", {}).items()}
-        return ChipConstants(int(d["issue_cycles"]), tiu, gdma, glob, d.get("source", {}))
+        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, d.get("source", {}), pieces)
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
         bad = [k for k, (a, b) in self.tiu.items() if a < self.issue or b < 0]
         if bad or self.issue < 0:
             raise LgoptError(f"calibration {chip_name}: TIU constants break the contract (a >= issue, b >= 0): {bad}")
-        if not self.gdma or any(c < 0 or s < 0 for c, s in self.gdma):
-            raise LgoptError(f"calibration {chip_name}: GDMA pieces need non-negative intercepts and slopes")
+        if not self.pieces and set(self.gdma) != {"load", "store", "weight"}:
+            raise LgoptError(f"calibration {chip_name}: GDMA needs constants for load, store and weight transfers "
+                             f"(has {', '.join(sorted(self.gdma)) or 'none'})")
+        if any(f.c < 0 or f.bw <= 0 or f.k < 0 or f.k_point < 0 for f in self.gdma.values()) \
+                or any(c < 0 or s < 0 for c, s in self.pieces):
+            raise LgoptError(f"calibration {chip_name}: GDMA constants must be non-negative (bandwidth positive)")
         if "default" not in self.tiu:
             raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
 
@@ -134,8 +160,9 @@ class CalibratedModel:
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
         return _calibrated_tiu(self, chip, net, op, sl)
 
-    def gdma_cycles(self, chip: Chip, nbytes: int) -> int:
-        return _calibrated_gdma(self, chip, nbytes)
+    def gdma_cycles(self, chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "load",
+                    point_runs: bool = False) -> int:
+        return _calibrated_gdma(self, chip, nbytes, segments, kind, point_runs)
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
         outs = [net.tensor(t) for t in op.outputs]
@@ -166,10 +193,14 @@ def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl
     return a + int(math.ceil(b * w))
 
 
-@lru_cache(maxsize=1 << 14)
-def _calibrated_gdma(model: CalibratedModel, chip: Chip, nbytes: int) -> int:
+@lru_cache(maxsize=1 << 16)
+def _calibrated_gdma(model: CalibratedModel, chip: Chip, nbytes: int, segments: int, kind: DmaKind,
+                     point_runs: bool) -> int:
     k = model.constants(chip)
-    fit = min(c + s * nbytes for c, s in k.gdma)
+    if k.pieces:
+        fit = min(c + s * nbytes for c, s in k.pieces)
+    else:
+        fit = k.gdma[kind].cycles(nbytes, max(1, segments), point_runs)
     stream = nbytes * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
     return max(chip.gdma_latency_cycles, int(math.ceil(fit)), int(math.ceil(stream)))
 

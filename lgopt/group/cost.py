@@ -8,7 +8,13 @@ short:
   parallelism) divided by what one lane does per cycle (``macs_per_lane`` for
   the MAC array, ``eu_elems`` for the vector unit), plus a fixed issue cost;
 * a transfer's GDMA cycles are ``latency + bytes / (bandwidth / TIU clock)``
-  with GMEM-side (compact) bytes;
+  with GMEM-side (compact) bytes.  A transfer also states its shape: its
+  *segments*, the contiguous GMEM runs it is made of (one per batch and channel
+  of an activation, one per output channel of a filter or element of a
+  per-channel vector), whether each run is a single element (a bias, a 1 x 1
+  map), and its kind (activation load, store, weight load).  The analytic model
+  ignores the shape; the model fitted on TPU-MLIR charges it (each run costs the
+  DMA engine cycles of its own: :mod:`lgopt.group.calibrated`);
 * a timestep row costs ``max(TIU, GDMA)``; a group runs its table once per
   slice with the software pipeline's fill and drain, every slice at its own
   size; resident weights load once before the loop;
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import Literal, Protocol
 
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
@@ -32,6 +38,9 @@ from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
 from lgopt.model.plan import GroupCost, GroupPlan, Stage
+
+
+DmaKind = Literal["load", "store", "weight"]  # activation load, activation store, weight load
 
 
 @dataclass(frozen=True)
@@ -51,8 +60,9 @@ class CostModel(Protocol):
 
     * ``tiu_cycles`` of the slices of an op add up to at least the op's unsliced cycles plus
       ``issue_cycles`` for every slice after the first (slicing never saves compute; each slice issues again);
-    * ``gdma_cycles`` is non-decreasing in bytes, at least ``chip.gdma_latency_cycles`` for any transfer, and
-      subadditive (one transfer never costs more than two that move the same bytes);
+    * ``gdma_cycles`` is non-decreasing in bytes and in segments (for one kind and run class), at least
+      ``chip.gdma_latency_cycles`` for any transfer, and subadditive (one transfer never costs more than two
+      that move the same bytes in the same segments);
     * ``global_compute`` is the compute of an op run as a global layer (its transfers are added outside).
 
     :class:`AnalyticModel` is lgopt's documented analytic model (``docs/cost-model.md``).
@@ -66,7 +76,8 @@ class CostModel(Protocol):
 
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int: ...
 
-    def gdma_cycles(self, chip: Chip, nbytes: int) -> int: ...
+    def gdma_cycles(self, chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "load",
+                    point_runs: bool = False) -> int: ...
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int: ...
 
@@ -81,7 +92,10 @@ class AnalyticModel:
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
         return _analytic_tiu(chip, net, op, sl, self.issue_cycles)
 
-    def gdma_cycles(self, chip: Chip, nbytes: int) -> int:
+    def gdma_cycles(self, chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "load",
+                    point_runs: bool = False) -> int:
+        """Latency plus bytes over bandwidth; the transfer's shape costs nothing extra (an assumption:
+        docs/cost-model.md)."""
         return chip.gdma_latency_cycles + cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
@@ -130,9 +144,35 @@ def tiu_cycles(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     return cost_model(chip).tiu_cycles(chip, net, op, sl)
 
 
-def gdma_cycles(chip: Chip, nbytes: int) -> int:
-    """Cycles of one GDMA transfer of ``nbytes`` (GMEM-side bytes)."""
-    return cost_model(chip).gdma_cycles(chip, nbytes)
+def gdma_cycles(chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "load", point_runs: bool = False
+                ) -> int:
+    """Cycles of one GDMA transfer of ``nbytes`` (GMEM-side bytes) in ``segments`` contiguous runs
+    (``point_runs``: each run one element)."""
+    return cost_model(chip).gdma_cycles(chip, nbytes, segments, kind, point_runs)
+
+
+def weight_dma_cycles(chip: Chip, op: Op) -> int:
+    """Cycles of loading all of ``op``'s weights: one transfer per weight tensor, as TPU-MLIR issues them."""
+    return _weight_dma(chip, op)
+
+
+@lru_cache(maxsize=1 << 14)
+def _weight_dma(chip: Chip, op: Op) -> int:
+    return sum(gdma_cycles(chip, b, s, "weight", p) for b, s, p in weight_transfers(op))
+
+
+def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_len: int,
+                          kind: DmaKind = "load") -> int:
+    """Cycles of moving batches ``n_len`` x rows ``h_len`` of an activation between GMEM and LMEM."""
+    nbytes, segments, point = activation_transfer(net, tensor, n_len, h_len)
+    return gdma_cycles(chip, nbytes, segments, kind, point)
+
+
+def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int) -> tuple[int, int, bool]:
+    """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` of an activation: one run per
+    batch and channel (a channel's rows are contiguous in GMEM), a single element when it is 1 x 1."""
+    t = net.tensor(tensor)
+    return gmem_bytes(net, tensor, n_len, h_len), n_len * t.c, h_len * t.w == 1
 
 
 @lru_cache(maxsize=1 << 16)
@@ -183,13 +223,39 @@ def weight_gmem_bytes(op: Op) -> int:
                if w.role not in ("mean", "var"))
 
 
+def weight_transfers(op: Op) -> list[tuple[int, int, bool]]:
+    """(bytes, segments, point runs) of each of ``op``'s weight tensors, one transfer each: a filter is stored
+    one output channel after another (a run per output channel); a bias or other per-channel vector puts one
+    element on each channel's lane (a one-element run each); a matrix a run per row; a 4-D constant a run per
+    N x C.
+
+    >>> from lgopt.model.network import Weight
+    >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (64, 32, 3, 3), "f16", "filter"),
+    ...                                        Weight("b", (64,), "f16", "bias")))
+    >>> weight_transfers(conv)
+    [(36864, 64, False), (256, 64, True)]
+    """
+    out = []
+    for w in op.weights:
+        if w.role in ("mean", "var") or not w.shape:
+            continue
+        nbytes = w.elems * (4 if w.role == "bias" else dtype_bytes(w.dtype))
+        runs = w.shape[0] if w.role == "filter" or len(w.shape) <= 2 else w.shape[0] * w.shape[1]
+        out.append((nbytes, runs, runs == w.elems))
+    return out
+
+
 # --- global layers --------------------------------------------------------------------------------
 
 def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
     moved.append(weight_gmem_bytes(op))
     traffic = sum(moved)
-    dma = sum(gdma_cycles(chip, b) for b in moved if b)
+    # a global layer moves whole tensors, which the compiler lays out for long runs (a [1, 1024] vector is not
+    # 1,024 one-element runs there): one run per operand
+    n_in = len(op.inputs)
+    dma = sum(gdma_cycles(chip, b, 1, "load" if k < n_in else "store") for k, b in enumerate(moved[:-1]) if b)
+    dma += gdma_cycles(chip, moved[-1], 1, "weight") if moved[-1] else 0
     compute = cost_model(chip).global_compute(chip, net, op)
     return {"cycles": max(compute, dma), "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
@@ -225,13 +291,22 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         n0, n1, h0, h1 = windows[t][s]
         return n1 - n0, h1 - h0
 
-    def transfer_bytes(name: str, kind: str, s: int) -> int:
+    def transfer(name: str, kind: str, store: bool, s: int) -> tuple[int, int]:
+        """(bytes, cycles) of one transfer."""
         if kind == "weight":
-            return weight_gmem_bytes(net.op(name))
-        if name in g.stores:
+            op = net.op(name)
+            return weight_gmem_bytes(op), weight_dma_cycles(chip, op)
+        if store and name in g.stores:
             n0, n1, h0, h1 = g.stores[name][s]
-            return gmem_bytes(net, name, n1 - n0, h1 - h0)
-        return gmem_bytes(net, name, *win(name, s))
+            n, h = n1 - n0, h1 - h0
+        else:
+            n, h = win(name, s)
+        key = (name, n, h, store)
+        hit = dma.get(key)
+        if hit is None:
+            b, segs, point = activation_transfer(net, name, n, h)
+            hit = dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
+        return hit
 
     tiu = [[0] * len(g.rows) for _ in range(S)]
     seen: dict[tuple, int] = {}  # slices mostly repeat one shape
@@ -248,23 +323,19 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
                 tiu[s][r] += c
     traffic = pre = 0
     for name in g.preloads:
-        b = weight_gmem_bytes(net.op(name))
-        traffic += b
-        pre += gdma_cycles(chip, b)
+        traffic += weight_gmem_bytes(net.op(name))
+        pre += weight_dma_cycles(chip, net.op(name))
     cells: dict[tuple[int, int], tuple[int, int]] = {}
-    dma: dict[int, int] = {}  # bytes -> cycles
+    dma: dict[tuple[str, int, int, bool], tuple[int, int]] = {}  # (tensor, batches, rows, store) -> (bytes, cycles)
     for i in range(-1, S + 1):
         for r, row in enumerate(g.rows):
             t_cyc = tiu[i][r] if 0 <= i < S else 0
             d_cyc = 0
-            for tr in row.loads + row.stores:
+            for tr, store in [(x, False) for x in row.loads] + [(x, True) for x in row.stores]:
                 s = i + STAGE_SERVES[tr.stage]
                 if 0 <= s < S:
-                    b = transfer_bytes(tr.name, tr.kind, s)
+                    b, c = transfer(tr.name, tr.kind, store, s)
                     traffic += b
-                    c = dma.get(b)
-                    if c is None:
-                        c = dma[b] = gdma_cycles(chip, b)
                     d_cyc += c
             if t_cyc or d_cyc:
                 cells[(i, r)] = (t_cyc, d_cyc)

@@ -352,6 +352,10 @@ class _Builder:
                      "keepdims": int(_attr(node, "keepdims", 1))}
             if not attrs["keepdims"] and attrs["axes"] != (2, 3):  # over H and W, [N, C] folds to NC11 anyway
                 return _Global(acts, consts, outs, "ReduceMean without keepdims")
+        elif t == "Slice":
+            attrs = self._slice_attrs(node, ins, len(self.shape(acts[0])) if acts else 0)
+            consts = []  # starts, ends, axes, steps: indices, not weights
+            acts = acts[:1]
         elif t in opsem.RESHAPE_TYPES:
             consts = []  # the target shape or axes: shape data, not weights
             acts = acts[:1]
@@ -387,6 +391,26 @@ class _Builder:
             if not acts:
                 return _Global(acts, [c for c in ins if c], outs, "constant-only op")
         return _Form(op_type, attrs, weights, acts, consts, outs)
+
+    def _slice_attrs(self, node: onnx.NodeProto, ins: list[str], rank: int) -> dict[str, Any]:
+        """A Slice as ``axis, start, end, step`` when it cuts one axis with constant bounds (else ``axis`` -1,
+        which no local rule accepts); ends past the axis are clamped as ONNX does."""
+        def const(k: int, attr: str) -> list[int] | None:
+            if len(ins) > k and ins[k]:
+                if ins[k] not in self.inits or not _has_data(self.inits[ins[k]]):
+                    return None
+                return [int(v) for v in numpy_helper.to_array(self.inits[ins[k]]).reshape(-1)]
+            v = _attr(node, attr)
+            return None if v is None else [int(x) for x in v]
+
+        starts, ends = const(1, "starts"), const(2, "ends")
+        axes, steps = const(3, "axes"), const(4, "steps")
+        if starts is None or ends is None or len(starts) != 1 or not rank:
+            return {"axis": -1}
+        axis = (axes or [0])[0] % rank
+        dim = self.shape(ins[0])[axis]
+        start, end = (min(max(v + dim if v < 0 else v, 0), dim) for v in (starts[0], ends[0]))
+        return {"axis": axis, "start": start, "end": end, "step": (steps or [1])[0]}
 
     def _global(self, node: onnx.NodeProto, name: str, acts: list[str], consts: list[str], outs: list[str],
                 reason: str) -> None:

@@ -32,6 +32,7 @@ class Family(Enum):
     BINARY = "binary"  # elementwise, two operands (one may broadcast)
     UNARY = "unary"  # elementwise activation
     RESHAPE = "reshape"  # a view: the same bytes in every lane, only the 4-D shape's H x W split changes
+    CHANNEL_SLICE = "channel_slice"  # a run of channels (ShuffleNet's split): rows as they are, lanes move
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,14 @@ def _reduce_rule(attrs: Mapping[str, Any]) -> str:
 RESHAPE_TYPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
+def _slice_rule(attrs: Mapping[str, Any]) -> str:
+    if attrs.get("axis") != 1:
+        return "not on the channel axis alone"
+    if attrs.get("step", 1) != 1 or not 0 <= attrs.get("start", -1) < attrs.get("end", -1):
+        return "with a step or an empty or reversed range"
+    return ""
+
+
 _WINDOW = ("kernel", "strides", "pads")
 OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("Conv", Family.CONV, _WINDOW + ("group",), filter=True),
@@ -111,6 +120,8 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("SiLU", Family.UNARY, eu_ops=7, table=True),
     # a view in LMEM (each lane keeps its channels' bytes, in order), one copy on the vector unit in TPU-MLIR
     *(OpSpec(t, Family.RESHAPE) for t in RESHAPE_TYPES),
+    # channels [start, end): a copy that moves them to lane 0 on; TPU-MLIR groups it (ShuffleNet v2)
+    OpSpec("Slice", Family.CHANNEL_SLICE, ("axis", "start", "end"), rule=_slice_rule),
 )}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from lgopt.group.cost import cost_model, gdma_cycles, gmem_bytes
+from lgopt.group.cost import activation_dma_cycles, cost_model, gmem_bytes
 from lgopt.group.handover import store_skipped
 from lgopt.strategies.cpsat.common import INF
 
@@ -108,7 +108,7 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
     last_out = [t for t in net.ops[j].outputs
                 if t not in skipped and (space.last_use[t] > j or t in space.net_outputs)]
     edges = len(first_in) + len(last_out)
-    drain = sum(gdma_cycles(chip, gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h)) for t in last_out)
+    drain = sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h) for t in last_out)
     unsliced = max(fluid_bound(sum(tiu), tiu, weights), whole_load_bound(tiu, weights)) + drain + \
         chip.gdma_latency_cycles * len(first_in)
     can_whole, can_slice = space.fits(i, j)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ortools.sat.python import cp_model
 
 from lgopt.group.alloc import conflict_pairs, row_users
-from lgopt.group.cost import PipelineCells, gdma_cycles, group_cost, pipeline_cells, weight_gmem_bytes
+from lgopt.group.cost import PipelineCells, group_cost, pipeline_cells, weight_dma_cycles
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network
@@ -192,7 +192,7 @@ def _add_cycles(bd: _Builder, net: Network, chip: Chip, base_g: GroupPlan,
     cell_loads: dict[tuple[int, int], list[tuple[int, Lit]]] = {}
     all_weights = 0
     for name, opts in loads.items():
-        c = gdma_cycles(chip, weight_gmem_bytes(net.op(name)))
+        c = weight_dma_cycles(chip, net.op(name))
         all_weights += c
         for x, ld in opts:
             extra.setdefault(cell_of(ld), []).append(c * x)

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 from ortools.sat.python import cp_model
 
 from lgopt.group.alloc import exact_pack, multi_start_allocate
-from lgopt.group.cost import PipelineCells, gdma_cycles, group_cost, pipeline_cells, weight_gmem_bytes
+from lgopt.group.cost import PipelineCells, group_cost, pipeline_cells, weight_dma_cycles
 from lgopt.group.solver import integral_bound, make_solver
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
@@ -110,7 +110,7 @@ def load_instance(chip: Chip, net: Network, g: GroupPlan, capacity: int | None =
     weights = []
     for b in g.buffers:
         if b.kind == "weight" and b.name in use:
-            weights.append(WeightLoad(b.name, use[b.name], gdma_cycles(chip, weight_gmem_bytes(net.op(b.name))),
+            weights.append(WeightLoad(b.name, use[b.name], weight_dma_cycles(chip, net.op(b.name)),
                                       aligned[b.id]))
         else:
             for r in b.rows(T):

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 
 from lgopt.group.alloc import pack_items
 from lgopt.group.build import n_unit, schedule
-from lgopt.group.cost import SliceShape, gdma_cycles, global_layer_cost, group_cost, tiu_cycles, weight_gmem_bytes
+from lgopt.group.cost import (SliceShape, global_layer_cost, group_cost, tiu_cycles, weight_dma_cycles,
+                              weight_gmem_bytes)
 from lgopt.group.handover import handover, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
 from lgopt.group.pack import peak_live_bytes
 from lgopt.group.slicing import SliceError, group_io
@@ -81,7 +82,7 @@ class CandidateSpace:
             else:
                 self.op_tiu.append(0)
         self.op_weight_gmem = [weight_gmem_bytes(op) for op in net.ops]
-        self.op_weight_dma = [gdma_cycles(self.chip, b) if b and op.local and weight_bytes(self.chip, op) else 0
+        self.op_weight_dma = [weight_dma_cycles(self.chip, op) if b and op.local and weight_bytes(self.chip, op) else 0
                       for b, op in zip(self.op_weight_gmem, net.ops)]
         self.op_weight_lane = [-(-weight_bytes(self.chip, op) // self.chip.align_bytes) * self.chip.align_bytes
                        if op.local else 0 for op in net.ops]
