@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lgopt.errors import LgoptError  # noqa: E402
 from lgopt.group.calibrated import MODEL_NAME, CalibratedModel, global_work, load_constants, tiu_category, work_term  # noqa: E402
-from lgopt.group.cost import AnalyticModel, SliceShape, weight_gmem_bytes  # noqa: E402
+from lgopt.group.cost import AnalyticModel, SliceShape  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.model import ops as opsem  # noqa: E402

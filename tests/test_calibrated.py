@@ -58,7 +58,7 @@ def test_contract_holds_for_the_fitted_constants():
                 assert_slices_cost_more(chip, net, op, model)
             sizes = [1, 17, 64, 100, 255, 1024, 4096, 10_000, 65536, 300_000, 1 << 20, 5 << 20]
             for kind, point, runs in itertools.product(("load", "store", "weight"), (False, True), (1, 3, 64, 700)):
-                def dma(nbytes, r=runs):
+                def dma(nbytes, r=runs, kind=kind, point=point, chip=chip):
                     return gdma_cycles(chip, nbytes, r, kind, point)
 
                 for a in sizes:

@@ -39,7 +39,6 @@ from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
 from lgopt.model.plan import GroupCost, GroupPlan, Stage
 
-
 DmaKind = Literal["load", "store", "weight"]  # activation load, activation store, weight load
 
 

@@ -21,8 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from lgopt.group.alloc import pack_items
 from lgopt.group.build import n_unit, schedule
-from lgopt.group.cost import (SliceShape, global_layer_cost, group_cost, tiu_cycles, weight_dma_cycles,
-                              weight_gmem_bytes)
+from lgopt.group.cost import SliceShape, global_layer_cost, group_cost, tiu_cycles, weight_dma_cycles, weight_gmem_bytes
 from lgopt.group.handover import handover, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
 from lgopt.group.pack import peak_live_bytes
 from lgopt.group.slicing import SliceError, group_io
