@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lgopt.errors import LgoptError  # noqa: E402
 from lgopt.group.calibrated import MODEL_NAME, CalibratedModel, global_work, load_constants, tiu_category, work_term  # noqa: E402
-from lgopt.group.cost import AnalyticModel, SliceShape  # noqa: E402
+from lgopt.group.cost import AnalyticModel, SliceShape, global_layer_cost  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.model import ops as opsem  # noqa: E402
@@ -184,8 +184,9 @@ def gdma_units(ops: pd.DataFrame, maps: dict) -> pd.DataFrame:
     return df[(df.bytes > 0) & (df.cycles > 0) & (df.runs > 0)].reset_index(drop=True)
 
 
-def global_rows(glob: pd.DataFrame, maps: dict) -> pd.DataFrame:
-    """Per scoring and non-local lgopt op: the cycles of the TPU-MLIR global ops (and casts) it became."""
+def global_rows(glob: pd.DataFrame, maps: dict, local: bool = False) -> pd.DataFrame:
+    """Per scoring and non-local lgopt op (``local``: layer-group op types TPU-MLIR ran as global layers): the
+    cycles of the TPU-MLIR global ops (and casts) it became."""
     out = []
     for (m, chip), x in glob.groupby(["model", "chip"]):
         mp = maps.get((m, chip))
@@ -193,7 +194,7 @@ def global_rows(glob: pd.DataFrame, maps: dict) -> pd.DataFrame:
             continue
         lg = x.name.map(lambda n, mp=mp: getattr(mp.resolve(n), "name", None))
         x = x.assign(lg=lg).dropna(subset=["lg", "cycles"])
-        x = x[x.lg.map(lambda n, mp=mp: not mp.net.op(n).local)]
+        x = x[x.lg.map(lambda n, mp=mp: mp.net.op(n).local == local)]
         agg = x.groupby(["variant", "lg"]).cycles.sum().reset_index()
         agg["model"], agg["chip"] = m, chip
         agg["type"] = agg.lg.map(lambda n, mp=mp: mp.net.op(n).type)
@@ -438,6 +439,13 @@ def main(argv: list[str] | None = None) -> int:
                              for r in ho_gl.itertuples()]
         ho_gl["calibrated"] = [cal.global_compute(chip_objs[r.chip], nets[r.model], nets[r.model].op(r.lg))
                                for r in ho_gl.itertuples()]
+    # layer-group op types run as global layers: their whole cost (compute and transfers) per model
+    ho_loc = global_rows(glob[glob.model.isin(hold)], maps, local=True)
+    if len(ho_loc):
+        for col, chip_of in (("analytic", lambda c: chip_objs[c]),
+                             ("calibrated", lambda c: get_chip(c, {"cost_model": MODEL_NAME}))):
+            ho_loc[col] = [global_layer_cost(chip_of(r.chip), nets[r.model], nets[r.model].op(r.lg))["cycles"]
+                           for r in ho_loc.itertuples()]
     rep.mkdir(parents=True, exist_ok=True)
     pd.concat([ho_t.assign(what="tiu"), ho_g.assign(what="gdma")], ignore_index=True).to_csv(rep / "ops.csv",
                                                                                               index=False)
@@ -447,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     groupings, groups = score_all(data, ht, pd.read_csv(data / "groups.csv"), nets, model_dir)
     groupings.to_csv(rep / "groupings.csv", index=False)
     groups.to_csv(rep / "groups.csv", index=False)
-    lines = summary(chips, hold, train, ho_t, ho_g, ho_gl, groups, groupings)
+    lines = summary(chips, hold, train, ho_t, ho_g, ho_gl, ho_loc, groups, groupings)
     (rep / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"({time.perf_counter() - t0:.0f} s)")
@@ -458,7 +466,7 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def summary(chips, hold, train, ho_t, ho_g, ho_gl, groups, groupings) -> list[str]:
+def summary(chips, hold, train, ho_t, ho_g, ho_gl, ho_loc, groups, groupings) -> list[str]:
     lines = [f"Held-out models: {', '.join(hold)} (fitted on {', '.join(train)}).", "",
              "median |pred/meas - 1| (n)", "",
              "| chip | what | n | analytic | calibrated |", "|---|---|---:|---:|---:|"]
@@ -475,6 +483,8 @@ def summary(chips, hold, train, ho_t, ho_g, ho_gl, groups, groupings) -> list[st
         row(c, "transfer GDMA", ho_g[ho_g.chip == c])
         if len(ho_gl):
             row(c, "global layer (non-local op)", ho_gl[ho_gl.chip == c])
+        if len(ho_loc):
+            row(c, "global layer (layer-group op type)", ho_loc[ho_loc.chip == c])
         g = groups[groups.chip == c] if len(groups) else groups
         row(c, "group (exact build)", g[g["mode"] == "exact"] if len(g) else g, mcol="meas_cycles")
         row(c, "group (exact + relaxed)", g, mcol="meas_cycles")

@@ -250,11 +250,16 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
     moved.append(weight_gmem_bytes(op))
     traffic = sum(moved)
-    # a global layer moves whole tensors, which the compiler lays out for long runs (a [1, 1024] vector is not
-    # 1,024 one-element runs there): one run per operand
-    n_in = len(op.inputs)
-    dma = sum(gdma_cycles(chip, b, 1, "load" if k < n_in else "store") for k, b in enumerate(moved[:-1]) if b)
-    dma += gdma_cycles(chip, moved[-1], 1, "weight") if moved[-1] else 0
+    if op.local:  # a layer-group op type run alone: its operands move in the layout a group would use
+        dma = sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs)
+        dma += sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h, "store")
+                   for t in op.outputs)
+        dma += weight_dma_cycles(chip, op)
+    else:  # other types move whole tensors the compiler lays out for long runs (a [1, 1024] vector is not
+        # 1,024 one-element runs there): one run per operand
+        n_in = len(op.inputs)
+        dma = sum(gdma_cycles(chip, b, 1, "load" if k < n_in else "store") for k, b in enumerate(moved[:-1]) if b)
+        dma += gdma_cycles(chip, moved[-1], 1, "weight") if moved[-1] else 0
     compute = cost_model(chip).global_compute(chip, net, op)
     return {"cycles": max(compute, dma), "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
