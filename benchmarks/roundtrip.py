@@ -13,7 +13,7 @@ ONNX models in ``$PEER_RUN/models``); without it the script says so and exits 2.
 3. per strategy: lgopt solves the weightless model, the plan is exported with the opt2 cache as reference
    (and the model cache's ``base_groups.json``), and compiled; one compile at a time.
 
-Columns: ``lgopt predicted`` is lgopt's analytic cost model (its own cycle estimate, not TPU-MLIR's);
+Columns: ``lgopt predicted`` is lgopt's cycle estimate by ``--cost-model`` (not TPU-MLIR's);
 ``TPU-MLIR measured`` is codegen's simulated timeline of the compiled grouping (or why it was refused);
 ``opt2`` / ``opt1`` are TPU-MLIR's own groupings (opt1 from ``../shared/calibration/totals.csv``).
 Written as ``roundtrip.csv`` and ``roundtrip.md`` under ``--out``, plus every exported cache and score.
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="compiler: solve with the opt2 cache as --reference (what TPU-MLIR compiles as planned); "
                          "free: lgopt's own space, exported with --groups-only")
     ap.add_argument("--cost-model", default="analytic", help="the chip's cost model for lgopt's prediction")
+    ap.add_argument("--margin", type=float, default=0.05,
+                    help="compiler space: keep TPU-MLIR's grouping unless lgopt's is predicted this much faster "
+                         "(0: whenever lgopt's is predicted no slower)")
     a = ap.parse_args(argv)
     peer = Path(os.environ.get("PEER_RUN", ""))
     if not os.environ.get("PEER_RUN") or not (peer / "venv" / "bin" / "model_deploy").exists():
@@ -140,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== {tag}: lgopt {st}", file=sys.stderr, flush=True)
                 opts = StrategyOptions(cpsat=CpsatSettings(time_limit=a.time_limit, workers=a.workers),
                                        reference=str(ref) if a.space == "compiler" else None,
-                                       base_groups=str(bg_path) if a.space == "compiler" and base_groups else None)
+                                       base_groups=str(bg_path) if a.space == "compiler" and base_groups else None,
+                                       margin=a.margin)
                 t0 = time.perf_counter()
                 plan, _ = parse_strategy(st).run(net, chip, opts)
                 runs.append((st, plan, time.perf_counter() - t0))
@@ -162,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== {tag}: compiling {st}", file=sys.stderr, flush=True)
                 r = compile_cache(onnx_full, chip_name, cpath, out / "scores" / f"{name}.json")
                 row["TPU-MLIR measured"], row["note"] = measured(r)
+                if plan.solver.get("kept_reference"):
+                    row["note"] = (row["note"] + "; " if row["note"] else "") + \
+                        f"kept TPU-MLIR's grouping (lgopt's own predicted {plan.solver['own_cycles']:,.0f})"
                 rows.append(row)
                 print(f"   {st}: predicted {row['lgopt predicted']:,}, measured {row['TPU-MLIR measured']}, "
                       f"opt2 {opt2} {row['note']}", file=sys.stderr, flush=True)

@@ -57,6 +57,17 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-groups", metavar="BASE.json",
                    help="with --reference: TPU-MLIR's base groups (base_groups.json or model_ops.csv), so ops it left "
                         "global but can run in LMEM may be grouped")
+    p.add_argument("--margin", type=float, default=0.05,
+                   help="with --reference: keep TPU-MLIR's own grouping unless lgopt's is predicted at least this "
+                        "fraction faster (default 0.05, the calibrated model's per-group error; 0: whenever it is "
+                        "predicted no slower)")
+
+
+def _margin(args: argparse.Namespace) -> float:
+    m = float(args.margin)
+    if not 0 <= m < 1:
+        raise LgoptError(f"--margin must be in [0, 1), got {args.margin}")
+    return m
 
 
 def _chip_args(p: argparse.ArgumentParser) -> None:
@@ -151,7 +162,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     try:
         plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress,
-                                                        reference=args.reference, base_groups=args.base_groups))
+                                                        reference=args.reference, base_groups=args.base_groups,
+                                                        margin=_margin(args)))
     except GroupingInfeasible as e:  # a given grouping lgopt's rules cannot build: a verdict, not an input error
         if args.json:
             print(json.dumps({"model": net.name, "chip": chip.name, "strategy": choice.label, "status": "infeasible",
@@ -182,11 +194,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if "groups_in_cache" in extra:
         print(f"tpu-mlir: {extra['groups_scored']} of {extra['groups_in_cache']} cache groups built exactly, "
               f"{extra['ops_mapped']} ops mapped, {extra['casts_skipped']} inserted casts skipped, "
-              f"{len(extra.get('fused', []))} lgopt ops folded into a TPU-MLIR op; cost model: lgopt's analytic model")
-    if plan.strategy == "cpsat":
-        sv = plan.solver
-        print(f"cpsat: {plan.status} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, best bound "
-              f"{sv['bound']:,}, gap {100 * sv['gap']:.2f}% over {sv.get('space', 'the candidate space')}")
+              f"{len(extra.get('fused', []))} lgopt ops folded into a TPU-MLIR op; cost model: {s['cost_model']}")
+    sv = plan.solver
+    if plan.strategy == "cpsat" and "value" in sv:
+        print(f"cpsat: {sv.get('status', plan.status)} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, "
+              f"best bound {sv['bound']:,}, gap {100 * sv['gap']:.2f}% over {sv.get('space', 'the candidate space')}")
+    if sv.get("kept_reference"):
+        print(f"reference: {sv['kept_reference']} (--margin {sv['margin']:g})")
+    elif sv.get("reference_cycles"):
+        print(f"reference: its own grouping is predicted at {sv['reference_cycles']:,.0f} cycles; this plan is "
+              f"{100 * (1 - s['cycles'] / sv['reference_cycles']):.1f}% faster by the {s['cost_model']} cost model")
     print(f"lower bound {s['lower_bound_cycles']:,} cycles, {s['lower_bound_traffic_bytes'] / 1e6:.2f} MB: "
           f"plan is {s['ratio_to_lower_bound']:.3f}x the bound; verified OK; {seconds:.2f} s"
           + (f"; plan written to {args.output}" if args.output else ""))
@@ -256,7 +273,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise LgoptError("--reference is a cache of one model: compare one model with it")
     df = compare(models, chip, strategies, args.output, SearchSettings(bank_rule=args.bank_rule), args.time_limit,
                  args.workers, stderr_progress, args.save_plans, reference=args.reference,
-                 base_groups=args.base_groups)
+                 base_groups=args.base_groups, margin=_margin(args))
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
     cols = ["model", "strategy", "groups", "global layers", "slices", "cycles", "cost model", "traffic MB",

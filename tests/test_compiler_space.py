@@ -2,6 +2,8 @@
 base groups, the table's own weight-load rule, no hand-over; such plans verify and export, and a plan that
 goes beyond what its cache can say is refused by the exporter unless only its groups are asked for."""
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,29 @@ def test_solve_with_a_reference_from_the_command_line(capsys):
     assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--reference", ref]) == 0
     assert "verified OK" in capsys.readouterr().out
     assert main(["solve", model, "--dtype", "f16", "--reference", str(PROBLEMS / "resnet18.json")]) == 2
+
+
+def test_the_reference_grouping_is_kept_unless_ours_is_predicted_faster_by_the_margin():
+    """With a reference, lgopt deploys its own grouping only when the cost model predicts it at least
+    ``margin`` faster than the compiler's own; otherwise it keeps the compiler's grouping (built by the reader),
+    says why, and exports exactly the reference's groups and slice counts."""
+    net, chip, ref = _case("resnet18", "bm1688")
+    base = StrategyOptions(reference=ref)
+    even, _ = parse_strategy("greedy").run(net, chip, replace(base, margin=0.0))
+    ours, theirs = even.solver.get("own_cycles", even.cost["cycles"]), even.solver["reference_cycles"]
+    assert ("kept_reference" in even.solver) == (ours > theirs)  # margin 0: never predicted slower than theirs
+    kept, _ = parse_strategy("greedy").run(net, chip, replace(base, margin=0.99))
+    assert "not 99% faster" in kept.solver["kept_reference"] and kept.solver["own_cycles"] == ours
+    assert kept.cost["cycles"] == kept.solver["reference_cycles"] and verify_plan(net, kept) == []
+    out = export_tpumlir(kept, net, ref)["subfunc_0"]["GroupLayer"]
+    theirs = json.loads(Path(ref).read_text())["subfunc_0"]["GroupLayer"]
+    assert [(g["locs"], g["shape_secs"]) for g in out] == [(g["locs"], g["shape_secs"]) for g in theirs]
+
+
+def test_margin_on_the_command_line(capsys):
+    _, _, ref = _case("resnet18", "bm1688")
+    model = str(CAL / "onnx" / "resnet18.weightless.onnx")
+    assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--strategy", "greedy", "--reference", ref,
+                 "--margin", "0.99"]) == 0
+    assert "reference: greedy's best grouping is predicted at" in capsys.readouterr().out
+    assert main(["solve", model, "--dtype", "f16", "--reference", ref, "--margin", "1.5"]) == 2

@@ -164,3 +164,15 @@ def test_n_unit_on_4n_chips():
     assert [w.n for w in sl.windows["x"]] == [(0, 4), (4, 6)]
     with pytest.raises(SliceError):
         slice_group(net, ["r"], 3, 1, n_unit=4)
+
+
+def test_tpu_mlirs_rule_aligns_upsample_slices_to_the_factor():
+    """TPU-MLIR's Upsample (a nearest Resize by a whole factor) needs every output slice to start and end on
+    a multiple of the factor; lgopt's own rule does not need it (its windows are exact either way)."""
+    t = {"x": Tensor("x", (1, 8, 5, 4), "f16", (1, 8, 5, 4)), "y": Tensor("y", (1, 8, 10, 8), "f16", (1, 8, 10, 8))}
+    up = _op("up", "Resize", ["x"], ["y"], {"mode": "nearest", "coord": "asymmetric", "nearest_mode": "floor"})
+    net = check_network(Network("up", t, (up,), ("x",), ("y",)))
+    slice_group(net, ["up"], 1, 3, h_ratio=0.5)  # rows 0:4, 4:7, 7:10
+    with pytest.raises(SliceError, match="multiples of its factor 2"):
+        slice_group(net, ["up"], 1, 3, h_ratio=None)
+    assert slice_group(net, ["up"], 1, 5, h_ratio=None).windows["x"][1].h == (1, 2)  # rows 2:4 of y

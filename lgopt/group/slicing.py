@@ -15,7 +15,8 @@ also requires every H slice to advance past the previous one.
 ``h_ratio=None`` is TPU-MLIR 1.30.2's rule instead (shared/reference s3.5): its
 ``check_hsecs`` call is commented out and it compiles slices that do not advance
 (the calibration groupings show both on BM1684X and BM1688), so only an empty
-slice fails.  lgopt reads the compiler's own groupings under that rule.
+slice fails, and a nearest Resize by a whole factor (TPU-MLIR's Upsample) needs
+output slices aligned to the factor.  lgopt reads the compiler's own groupings under that rule.
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
         wins = need.get(out)
         if wins is None:
             raise SliceError(f"op {op.name} has an output nobody in or after the group uses")
+        if h_ratio is None and h_slices > 1:
+            _check_upsample(op, wins, net.tensor(op.inputs[0]).h if op.inputs else 0, out_t.h)
         for k, t in enumerate(op.inputs):
             ten = net.tensor(t)
             cur = need.setdefault(t, [None] * num)
@@ -171,6 +174,18 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
     for t, ws in windows.items():
         check_windows(t, net.tensor(t).h, ws, h_slices, h_ratio)
     return GroupSlicing(tuple(names), n_slices, h_slices, io, windows, stores)
+
+
+def _check_upsample(op: Op, wins: Sequence[SliceWindow | None], in_h: int, out_h: int) -> None:
+    """TPU-MLIR's rule for a nearest Resize by a whole factor (its Upsample): every output slice starts and
+    ends on a multiple of the factor (reference s3.5), so each reads whole input rows."""
+    if op.type != "Resize" or op.attrs.get("mode") != "nearest" or not in_h or out_h % in_h or out_h == in_h:
+        return
+    f = out_h // in_h
+    for w in wins:
+        if w is not None and (w.h[0] % f or (w.h[1] % f and w.h[1] != out_h)):
+            raise SliceError(f"TPU-MLIR's Upsample {op.name} needs output slices on multiples of its factor {f}; "
+                             f"a slice covers rows {w.h[0]}:{w.h[1]}")
 
 
 def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices: int,

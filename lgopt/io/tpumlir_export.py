@@ -433,8 +433,10 @@ def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None
     if edge_casts is None:
         # TPU-MLIR's own grouping keeps its edge casts; a plan lgopt solved did not budget for a cast's f32
         # buffers (a group that takes in the f32 input cast overflows LMEM at lgopt's slice counts: resnet18,
-        # mobilenet_v2 and resnet50 on bm1688), so its edge casts run as global layers
-        edge_casts = "reference" if plan.strategy == "tpu-mlir" else "global"
+        # mobilenet_v2 and resnet50 on bm1688), so its edge casts run as global layers.  A search that kept
+        # the reference's grouping (registry._against_reference) exports TPU-MLIR's own grouping.
+        own = plan.strategy == "tpu-mlir" or bool(plan.solver.get("kept_reference"))
+        edge_casts = "reference" if own else "global"
     beyond = list(plan.solver.get("beyond_compiler", []))
     if beyond and not groups_only:
         raise LgoptError(f"the plan goes beyond what TPU-MLIR's cache can say ({beyond[0]}"

@@ -145,11 +145,11 @@ def write_html(path: Path, title: str, tables: list[tuple[str, pd.DataFrame]], i
 def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Sequence[StrategyChoice], out: str | None,
             search: SearchSettings = SearchSettings(), time_limit: float = 60.0, workers: int = 2,
             progress: Progress | None = None, save_plans: bool = False, reference: str | None = None,
-            base_groups: str | None = None) -> pd.DataFrame:
+            base_groups: str | None = None, margin: float = 0.05) -> pd.DataFrame:
     rows, plans, nets, notes = [], {}, {}, []
     # a given grouping lgopt cannot build exactly is relaxed (and each change noted), so it still has a row
     options = StrategyOptions(search, CpsatSettings(time_limit=time_limit, workers=workers), exact=False,
-                              reference=reference, base_groups=base_groups)
+                              reference=reference, base_groups=base_groups, margin=margin)
     for _path, net in models:
         nets[net.name] = net
         for s in strategies:

@@ -22,6 +22,8 @@ from lgopt.model.plan import Plan
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.settings import Progress, SearchSettings
 
+REFERENCE_MARGIN = 0.05  # the calibrated model's per-group error on held-out models (docs/cost-model.md)
+
 
 @dataclass(frozen=True)
 class StrategyOptions:
@@ -35,6 +37,7 @@ class StrategyOptions:
     # documented in lgopt.strategies.tpumlir (ops lgopt runs only globally at a group's ends run beside it)
     reference: str | None = None  # a TPU-MLIR cache of this model and chip: search only what TPU-MLIR compiles
     base_groups: str | None = None  # its base groups (base_groups.json or model_ops.csv): ops it can put in LMEM
+    margin: float = REFERENCE_MARGIN  # with a reference: keep its grouping unless ours is predicted this much better
 
 
 Solve = Callable[[Network, Chip, StrategyOptions], tuple[Plan, dict[str, Any]]]
@@ -76,8 +79,9 @@ class StrategyChoice:
         return self.spec.solve(net, chip, options)
 
 
-COMPILER_SPACE = ("groups contiguous in TPU-MLIR 1.30.2's op order within its base groups (from {ref}); the "
-                  "pipelined timestep table with the seed's weight-load rule; no tensor handed over in LMEM: the "
+COMPILER_SPACE = ("groups contiguous in TPU-MLIR 1.30.2's op order within its base groups (from {ref}); its slicing "
+                  "rule (no h/2 limit); the pipelined timestep table with the seed's weight-load rule; no tensor "
+                  "handed over in LMEM: the "
                   "groupings `lgopt export --reference` writes")
 
 
@@ -89,13 +93,37 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
 
     space = compiler_space(net, str(o.reference), o.base_groups)
     onet = reorder(net, list(space.order))
-    inner = replace(o, reference=None, search=replace(o.search, runs=space.runs),
+    inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1))
     plan, extra = spec.solve(onet, chip, inner)
     described = COMPILER_SPACE.format(ref=Path(str(o.reference)).name)
     solver = {**plan.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
               "compiler_notes": list(space.notes)}
-    return replace(plan, model_digest=network_digest(net), solver=solver), extra
+    plan = replace(plan, model_digest=network_digest(net), solver=solver)
+    return _against_reference(net, chip, o, plan), extra
+
+
+def _against_reference(net: Network, chip: Chip, o: StrategyOptions, plan: Plan) -> Plan:
+    """``plan``, or the reference's own grouping when ``plan`` is not predicted at least ``o.margin`` faster.
+
+    A prediction is only as good as the cost model: where lgopt's best is within the model's error of what
+    the compiler already does, deploying it risks a slower program for a gain the model cannot see, so the
+    compiler's grouping is kept (built by lgopt's reader, as ``solve --strategy tpu-mlir=REF`` builds it) and
+    ``solver["kept_reference"]`` says why.  A reference lgopt cannot build changes nothing."""
+    from lgopt.strategies.tpumlir import score
+
+    try:
+        ref, _ = score(net, chip, str(o.reference), o.search)
+    except LgoptError as e:
+        return replace(plan, solver={**plan.solver, "reference_cycles": None, "reference_unreadable": str(e)})
+    ours, theirs = float(plan.cost["cycles"]), float(ref.cost["cycles"])
+    solver = {**plan.solver, "reference_cycles": theirs, "margin": o.margin}
+    if ours <= theirs * (1 - o.margin):
+        return replace(plan, solver=solver)
+    why = (f"{plan.strategy}'s best grouping is predicted at {ours:,.0f} cycles, the reference's at {theirs:,.0f}: "
+           f"not {100 * o.margin:g}% faster, so the reference grouping is kept")
+    return replace(ref, strategy=plan.strategy, model_digest=plan.model_digest,
+                   solver={**solver, "kept_reference": why, "own_cycles": ours})
 
 
 def names() -> str:

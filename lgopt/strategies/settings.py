@@ -22,7 +22,7 @@ Progress = Callable[[str], None]
 class SearchSettings:
     """The rules every strategy's plan obeys (``docs/extending.md`` lists them with their defaults)."""
 
-    h_ratio: float = DEFAULT_H_RATIO
+    h_ratio: float | None = DEFAULT_H_RATIO  # None: TPU-MLIR's slicing rule (lgopt.group.slicing)
     bank_rule: BankRule = "soft"
     max_h_slices: int = 64
     max_group_ops: int = 256  # longest run a group may have (bounds evaluation cost)
