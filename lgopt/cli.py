@@ -30,6 +30,42 @@ class _Parser(argparse.ArgumentParser):
         raise LgoptError(f"{self.prog}: {message}")
 
 
+def _positive_seconds(value: float, flag: str) -> float:
+    """A time limit: finite and positive (nan, inf, 0 and negatives mean nothing as seconds)."""
+    import math
+
+    if not math.isfinite(value) or value <= 0:
+        raise LgoptError(f"{flag} must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def _workers(value: int, flag: str = "--workers") -> int:
+    """At least one; more than this machine's cores only slows every worker down (each CP-SAT worker and
+    evaluation process wants a core), so the count is capped at the cores, saying so."""
+    if value < 1:
+        raise LgoptError(f"{flag} must be at least 1, got {value}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if value > cores:
+        print(f"lgopt: note: {flag} {value} capped at {cores}, the cores this machine has", file=sys.stderr)
+        return cores
+    return value
+
+
+def _check_output(path: str | None) -> None:
+    """Refuse an output path that cannot be written before any work is done (not after a long solve)."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise LgoptError(f"-o {path} is a directory; give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise LgoptError(f"-o {path}: {parent} is not a directory")
+    probe = parent if parent.exists() else next((a for a in parent.parents if a.exists()), Path("."))
+    if not os.access(probe, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise LgoptError(f"-o {path}: not writable")
+
+
 def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for item in items or []:
@@ -60,7 +96,7 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
 
 
 def _chip_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chip", default="bm1684x", help="chip preset (default bm1684x)")
+    p.add_argument("--chip", default=None, help="chip preset (default bm1684x, or the chip file's base)")
     p.add_argument("--chip-file", help="TOML or JSON chip parameters (key 'base' names the preset)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a chip parameter, e.g. lmem_bytes=64K")
 
@@ -305,11 +341,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_chips(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from lgopt.hw.chip import PRESETS, get_chip, parse_set, source_of
+    from lgopt.hw.chip import PRESETS, get_chip, label, parse_set, source_of_value
 
     if args.chip or args.set or args.chip_file:
-        chip = get_chip(args.chip or "bm1684x", parse_set(args.set), args.chip_file)
-        rows = [{"parameter": k, "value": v, "source": source_of(chip.name, k)} for k, v in chip.to_dict().items()]
+        chip = get_chip(args.chip, parse_set(args.set), args.chip_file)
+        rows = [{"parameter": k, "value": v, "source": source_of_value(chip, k)} for k, v in chip.to_dict().items()]
+        print(f"chip {label(chip)}")
         print(pd.DataFrame(rows).to_string(index=False))
         return 0
     df = pd.DataFrame([{k: v for k, v in c.to_dict().items() if k != "macs_per_lane"} for c in PRESETS.values()])
