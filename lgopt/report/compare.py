@@ -11,10 +11,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from lgopt.check.verify import verify_plan
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
+from lgopt.report.verdict import verify
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyChoice, StrategyOptions
 from lgopt.strategies.settings import Progress, SearchSettings
@@ -27,7 +27,7 @@ def run_strategy(net: Network, chip: Chip, choice: StrategyChoice, options: Stra
     t0 = time.perf_counter()
     plan, extra = choice.run(net, chip, options)
     seconds = time.perf_counter() - t0
-    bad = verify_plan(net, plan)
+    bad = verify(net, plan)
     if bad:
         raise RuntimeError(f"{choice.label} plan for {net.name} fails verification: {bad[0]}")
     return plan, seconds, extra

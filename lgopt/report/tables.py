@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from lgopt.hw.chip import chip_from_dict
+from lgopt.hw.chip import changes, chip_from_dict
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 
@@ -57,6 +57,30 @@ def collapse_globals(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def global_reasons(net: Network, plan: Plan, top: int = 4) -> list[str]:
+    """Why ops run as global layers, most frequent first: a plan that groups little (or nothing, as for a
+    transformer whose every op is a MatMul, a Transpose or a 3-D elementwise op) says so, and why, instead
+    of reporting an optimum over a space with nothing in it."""
+    layers = plan.global_layers
+    if not layers:
+        return []
+    from collections import Counter
+
+    fixed = Counter((net.op(v).type, net.op(v).reason or "not a layer-group op") for v in layers
+                    if not net.op(v).local)
+    unfit = [v for v in layers if net.op(v).local]
+    head = (f"nothing grouped: all {len(layers)} ops run as global layers" if not plan.groups else
+            f"{len(layers)} of {len(net.ops)} ops run as global layers")
+    parts = [f"{n} {reason}" + ("" if reason.startswith(t) else f" ({t})") for (t, reason), n in
+             fixed.most_common(top)]
+    rest = sum(fixed.values()) - sum(n for _, n in fixed.most_common(top))
+    if rest:
+        parts.append(f"{rest} more of {len(fixed) - top} other kinds")
+    if unfit:
+        parts.append(f"{len(unfit)} local ops that fit in no group on this chip (e.g. {unfit[0]})")
+    return [f"{head}: " + "; ".join(parts)]
+
+
 def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str, Any]:
     c = plan.cost
     chip = chip_from_dict(plan.chip)
@@ -78,7 +102,11 @@ def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str,
         "lower_bound_traffic_bytes": int(c["lower_bound_traffic_bytes"]),
         "ratio_to_lower_bound": round(c["cycles"] / max(1, c["lower_bound_cycles"]), 4),
         "seconds": seconds if seconds is not None else plan.solver.get("seconds"),
-        **{k: v for k, v in plan.solver.items() if k in ("bound", "gap", "solver_status")},
+        **{k: v for k, v in plan.solver.items() if k in ("bound", "solver_status")},
+        # a percentage, as every other place shows the gap (the plan file's solver record keeps the fraction)
+        **({"gap_percent": round(100 * float(plan.solver["gap"]), 4)} if "gap" in plan.solver else {}),
+        **({"chip_changes": {k: [a, b] for k, (a, b) in changes(chip).items()}} if changes(chip) else {}),
+        **({"global_reasons": global_reasons(net, plan)} if plan.global_layers else {}),
     }
 
 
