@@ -31,6 +31,9 @@ def write_json(path: str | Path, obj: Any) -> None:
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what a plain open() would give, not mkstemp's 0600
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, p)
