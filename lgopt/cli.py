@@ -396,7 +396,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     parse_strategies(args.strategies)  # every name registered, with its argument where it needs one
     out = args.output or f"reports/sweep-{net.name}-{chip.name}"
-    df = sweep(args.model, net, chip, axes, strategies, out, args.time_limit, 1, args.jobs, stderr_progress)
+    df = sweep(args.model, net, chip, axes, strategies, out, args.time_limit, 1, args.jobs, stderr_progress,
+               started=getattr(args, "started", None))
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
     print(df.drop(columns=[c for c in df if c.endswith("(value)")]).to_string(index=False))

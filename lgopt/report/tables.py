@@ -110,6 +110,18 @@ def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str,
     }
 
 
+MAX_PICTURE_INCHES = 18.0  # about 2,000 pixels at the pictures' 110 dpi
+
+
+def _buffer_label(b: Any, inches: float) -> str:
+    """What a block says: its id and what it holds (``w:`` weights of an op, ``s:`` its scratch), the name cut
+    from the left to what the block's width shows."""
+    prefix = {"weight": "w:", "scratch": "s:"}.get(b.kind, "")
+    room = max(0, int(inches * 12) - len(str(b.id)) - 1 - len(prefix))  # about 12 characters an inch at 6 pt
+    name = b.name if len(b.name) <= room else ("…" + b.name[-(room - 1):] if room > 4 else "")
+    return f"{b.id} {prefix}{name}".strip() if name else str(b.id)
+
+
 def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
     """The seed's picture of squares: timesteps across, per-lane LMEM addresses up, bank lines dashed."""
     import matplotlib
@@ -126,22 +138,26 @@ def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
     chip = chip_from_dict(plan.chip)
     T = len(g.rows)
     colors = {"activation": "#4c8bd6", "weight": "#e0a030", "scratch": "#9a9a9a"}
-    fig, ax = plt.subplots(figsize=(max(7, 0.6 * T + 4), 6))
+    width = min(MAX_PICTURE_INCHES, max(7.0, 0.6 * T + 4))  # a long table narrows its columns, not the page
+    fig, ax = plt.subplots(figsize=(width, 6))
     top = max([b.offset + b.size for b in g.buffers] + [1])
+    col = (width - 3) / max(1, T)  # inches per timestep
     for b in g.buffers:
         for x0, x1 in b.spans(T):
             ax.add_patch(Rectangle((x0, b.offset), x1 - x0, b.size, facecolor=colors.get(b.kind, "#ccc"),
                                    edgecolor="black", linewidth=0.6, alpha=0.85))
             if b.size > top * 0.03:
-                ax.text((x0 + x1) / 2, b.offset + b.size / 2, f"{b.id}", ha="center", va="center", fontsize=7)
+                ax.text((x0 + x1) / 2, b.offset + b.size / 2, _buffer_label(b, (x1 - x0) * col), ha="center",
+                        va="center", fontsize=6)
     bank = chip.bank_bytes
     limit = min(chip.lmem_bytes, ((top // bank) + 1) * bank)
     for y in range(0, limit + 1, bank):
         ax.axhline(y, color="red", linestyle="--", linewidth=0.5)
     ax.set_xlim(0, T)
     ax.set_ylim(0, limit)
-    ax.set_xticks([r + 0.5 for r in range(T)])
-    ax.set_xticklabels([f"T{r}" for r in range(T)], fontsize=7)
+    every = max(1, -(-T // 40))  # at most 40 tick labels, however long the table
+    ax.set_xticks([r + 0.5 for r in range(0, T, every)])
+    ax.set_xticklabels([f"T{r}" for r in range(0, T, every)], fontsize=7)
     ax.set_xlabel("timestep (rows of the pipelined table)")
     ax.set_ylabel(f"LMEM offset per lane (bytes; banks of {bank} B)")
     handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in colors.values()]
