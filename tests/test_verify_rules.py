@@ -5,13 +5,16 @@ corrupts valid plans in many ways and requires every corruption to be rejected."
 from dataclasses import replace
 
 import pytest
+import test_verify as tv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_verify import _buffers, _group, good_plan, handover_plan, resnet  # noqa: F401  (fixtures)
 
 from lgopt.group.totals import finish
 from lgopt.model.plan import Transfer
 from lgopt.report.verdict import verify
+
+_buffers, _group = tv._buffers, tv._group
+resnet, good_plan, handover_plan = tv.resnet, tv.good_plan, tv.handover_plan  # the fixtures, shared
 
 
 def _msgs(net, plan):
@@ -19,7 +22,7 @@ def _msgs(net, plan):
 
 
 @pytest.fixture(scope="module")
-def costed(resnet, good_plan):  # noqa: F811
+def costed(resnet, good_plan):
     """The hand-built plan with its costs attached, as every strategy leaves it."""
     from lgopt.group.totals import with_cost
     from lgopt.hw.chip import chip_from_dict
@@ -42,7 +45,7 @@ def test_edited_cycles_or_traffic_rejected(resnet, costed):
     assert any("records lmem_peak 64" in m for m in _msgs(resnet, peak))
 
 
-def test_handover_of_rows_the_giver_never_produces_rejected(handover_plan):  # noqa: F811
+def test_handover_of_rows_the_giver_never_produces_rejected(handover_plan):
     net, plan = handover_plan
     assert verify(net, plan) == []
     g = plan.groups[0]
@@ -53,7 +56,7 @@ def test_handover_of_rows_the_giver_never_produces_rejected(handover_plan):  # n
     assert any("never produces" in m for m in _msgs(net, short))
 
 
-def test_store_of_a_tensor_only_the_receiver_reads_rejected(handover_plan):  # noqa: F811
+def test_store_of_a_tensor_only_the_receiver_reads_rejected(handover_plan):
     net, plan = handover_plan
     g = plan.groups[0]
     last = len(g.rows) - 1
@@ -63,7 +66,7 @@ def test_store_of_a_tensor_only_the_receiver_reads_rejected(handover_plan):  # n
     assert any("only group 1 reads" in m for m in _msgs(net, stored))
 
 
-def test_preload_in_an_unsliced_group_must_be_resident(resnet, good_plan):  # noqa: F811
+def test_preload_in_an_unsliced_group_must_be_resident(resnet, good_plan):
     g = good_plan.groups[1]
     assert g.num_slices == 1 and not g.preloads
     r, tr = next((r, t) for r, row in enumerate(g.rows) for t in row.loads if t.kind == "weight")
@@ -73,7 +76,7 @@ def test_preload_in_an_unsliced_group_must_be_resident(resnet, good_plan):  # no
     assert any(f"weights of {tr.name} are preloaded" in m and "not resident" in m for m in _msgs(resnet, bad))
 
 
-def test_every_overlap_is_reported(resnet, good_plan):  # noqa: F811
+def test_every_overlap_is_reported(resnet, good_plan):
     g = good_plan.groups[0]
     T = len(g.rows)
     pairs = [(a, b) for a in g.buffers for b in g.buffers
@@ -154,7 +157,7 @@ KINDS = ["group_cost", "plan_cost", "drop_step", "repeat_step", "drop_op", "offs
 
 
 @pytest.fixture(scope="module")
-def valid_plans(resnet, costed, handover_plan, problems_dir):  # noqa: F811
+def valid_plans(resnet, costed, handover_plan, problems_dir):
     from lgopt.hw.chip import get_chip
     from lgopt.io.problem import load_problem
     from lgopt.strategies.greedy import greedy

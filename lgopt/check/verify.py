@@ -15,7 +15,7 @@ Like MiniMalloc's validator it is deliberately small and slow-but-obvious.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import networkx as nx
 import numpy as np
@@ -26,7 +26,7 @@ from lgopt.hw.layout import activation_lane_bytes
 from lgopt.hw.sizing import weight_bytes
 from lgopt.model.network import Network, Op
 from lgopt.model.ops import RESHAPE_TYPES, resize_source
-from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupPlan, Plan
+from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupCost, GroupPlan, Plan
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ class CostFunctions:
     numbers the plan records.
     """
 
-    group: Callable[[Chip, Network, GroupPlan], Mapping[str, int]]
-    global_layer: Callable[[Chip, Network, Op], Mapping[str, int]]
+    group: Callable[[Chip, Network, GroupPlan], GroupCost]
+    global_layer: Callable[[Chip, Network, Op], GroupCost]
     lower_bound: Callable[[Chip, Network], Mapping[str, int]] | None = None
 
 
@@ -149,15 +149,16 @@ class Verifier:
         for kind, v in plan.steps:
             if kind == "group":
                 g = plan.groups[v]
-                got = costs.group(chip, net, g)
+                got: Mapping[str, Any] = cast(Mapping[str, Any], costs.group(chip, net, g))
                 for f in GROUP_COST_FIELDS:
-                    if f in got and g.cost.get(f) != got[f]:
-                        self.fail(f"group {v}", f"records {f} {g.cost.get(f)}, its decisions cost {got[f]}")
+                    recorded = cast(Mapping[str, Any], g.cost).get(f)
+                    if f in got and recorded != got[f]:
+                        self.fail(f"group {v}", f"records {f} {recorded}, its decisions cost {got[f]}")
                 peak = max((b.offset + b.size for b in g.buffers), default=0)
                 if g.cost.get("lmem_peak", peak) != peak:
                     self.fail(f"group {v}", f"records lmem_peak {g.cost.get('lmem_peak')}, its buffers reach {peak}")
             else:
-                got = costs.global_layer(chip, net, net.op(v))
+                got = cast(Mapping[str, Any], costs.global_layer(chip, net, net.op(v)))
             cycles += int(got["cycles"])
             traffic += int(got["traffic_bytes"])
         totals: dict[str, int] = {

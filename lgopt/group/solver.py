@@ -11,8 +11,8 @@ applied last so that a user tuning the solver has the final word.
 from __future__ import annotations
 
 import math
-from typing import Any
 import time
+from typing import Any
 
 from google.protobuf import text_format
 from ortools.sat.python import cp_model

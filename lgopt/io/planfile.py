@@ -124,7 +124,7 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
         groups.append(GroupPlan(_names(_get(g, "ops", w, list), "ops", w), int(_get(g, "n_slices", w, int)),
                                 int(_get(g, "h_slices", w, int)), rows, _names(g.get("preloads", []), "preloads", w),
                                 bufs, _windows(_get(g, "windows", w), w), _windows(_get(g, "stores", w), w),
-                                _costs(g.get("cost", {}), w), _names(g.get("kept_in", []), "kept_in", w),
+                                cast(Any, _costs(g.get("cost", {}), w)), _names(g.get("kept_in", []), "kept_in", w),
                                 _names(g.get("kept_out", []), "kept_out", w)))
     steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
