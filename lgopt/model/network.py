@@ -333,11 +333,12 @@ def _check_window_op(net: Network, op: Op) -> None:
     (sh, sw), (dh, dw), (kh, kw) = pair("strides", 1), pair("dilations", 1), pair("kernel", 1)
     ceil = bool(a.get("ceil_mode", 0))
 
-    def out(size: int, pad: int, k: int, d: int, s: int) -> int:
-        span = size + pad - d * (k - 1) - 1
-        return (-(-span // s) if ceil else span // s) + 1
+    def out(size: int, begin: int, end: int, k: int, d: int, s: int) -> int:
+        span = size + begin + end - d * (k - 1) - 1
+        n = (-(-span // s) if ceil else span // s) + 1
+        return n - 1 if ceil and (n - 1) * s >= size + begin else n  # the last window starts inside the input
 
-    want = (out(x.h, pads[0] + pads[2], kh, dh, sh), out(x.w, pads[1] + pads[3], kw, dw, sw))
+    want = (out(x.h, pads[0], pads[2], kh, dh, sh), out(x.w, pads[1], pads[3], kw, dw, sw))
     if (y.n, y.h, y.w) != (x.n, *want):
         raise LgoptError(f"{where}: output {y.name} is {y.n}x{y.h}x{y.w} (NxHxW), but kernel {kh}x{kw}, strides "
                          f"{sh}x{sw}, dilations {dh}x{dw} and pads {list(pads)} on a {x.n}x{x.h}x{x.w} input give "
