@@ -30,6 +30,53 @@ class _Parser(argparse.ArgumentParser):
         raise LgoptError(f"{self.prog}: {message}")
 
 
+def _positive_seconds(value: float, flag: str) -> float:
+    """A time limit: finite and positive (nan, inf, 0 and negatives mean nothing as seconds)."""
+    import math
+
+    if not math.isfinite(value) or value <= 0:
+        raise LgoptError(f"{flag} must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def _workers(value: int, flag: str = "--workers") -> int:
+    """At least one; more than this machine's cores only slows every worker down (each CP-SAT worker and
+    evaluation process wants a core), so the count is capped at the cores, saying so."""
+    if value < 1:
+        raise LgoptError(f"{flag} must be at least 1, got {value}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if value > cores:
+        print(f"lgopt: note: {flag} {value} capped at {cores}, the cores this machine has", file=sys.stderr)
+        return cores
+    return value
+
+
+def _check_output(path: str | None) -> None:
+    """Refuse an output path that cannot be written before any work is done (not after a long solve)."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise LgoptError(f"-o {path} is a directory; give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise LgoptError(f"-o {path}: {parent} is not a directory")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise LgoptError(f"-o {path}: the file is read-only")
+    if parent.is_dir():  # write a scratch file where the plan will go: the one test that cannot lie
+        import tempfile
+
+        try:
+            with tempfile.TemporaryFile(dir=parent):
+                pass
+        except OSError as e:
+            raise LgoptError(f"-o {path}: cannot write in {parent}: {e.strerror or e}") from None
+    else:
+        probe = next((a for a in parent.parents if a.exists()), Path("."))
+        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+            raise LgoptError(f"-o {path}: cannot create {parent}")
+
+
 def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for item in items or []:
@@ -71,7 +118,7 @@ def _margin(args: argparse.Namespace) -> float:
 
 
 def _chip_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chip", default="bm1684x", help="chip preset (default bm1684x)")
+    p.add_argument("--chip", default=None, help="chip preset (default bm1684x, or the chip file's base)")
     p.add_argument("--chip-file", help="TOML or JSON chip parameters (key 'base' names the preset)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a chip parameter, e.g. lmem_bytes=64K")
 
@@ -113,12 +160,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from lgopt.check.verify import verify_plan
     from lgopt.io.planfile import load_plan
+    from lgopt.report.verdict import verify
 
     plan = load_plan(args.plan)
     net = _load_model(args, args.model)
-    vs = verify_plan(net, plan)
+    vs = verify(net, plan)
     if vs:
         print(f"FAIL {args.plan}: {vs[0]}" + (f" (+{len(vs) - 1} more)" if len(vs) > 1 else ""))
         if args.all:
@@ -126,44 +173,98 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 print(f"  {v}")
         return 1
     print(f"OK {args.plan}: {len(plan.groups)} groups, {len(plan.global_layers)} global layers hold every "
-          "constraint")
+          "constraint; recorded costs recomputed")
     return 0
+
+
+class _Incumbents:
+    """Keeps the best plan a solve has reported so far, verified, and writes it at once (atomically) to the
+    output file, so an interrupted run loses nothing it found."""
+
+    def __init__(self, net: Any, output: str | None, objective: str) -> None:
+        self.net, self.output, self.objective = net, output, objective
+        self.best: Any = None
+        self.value: int | None = None
+
+    def __call__(self, plan: Any, final: bool = False) -> None:
+        from lgopt.io.planfile import save_plan
+        from lgopt.report.verdict import verify
+        from lgopt.strategies.cpsat.common import objective_value
+
+        value = objective_value(plan.cost, self.objective)
+        if not final and self.value is not None and value >= self.value:
+            return
+        violations = verify(self.net, plan)
+        if violations:  # a plan that breaks a constraint is an lgopt bug, whoever built it
+            raise RuntimeError(f"the {plan.strategy} plan fails verification: {violations[0]}")
+        if self.output:
+            save_plan(plan, self.output)
+        self.best, self.value = plan, value
+
+    def interrupted(self) -> int:
+        """One line on stderr saying what was kept; exit status 130."""
+        if self.best is None:
+            print("lgopt: interrupted before any plan was found; nothing written", file=sys.stderr)
+        else:
+            where = f"written to {self.output}" if self.output else "not written (no -o given)"
+            print(f"lgopt: interrupted; the best plan so far ({self.best.strategy}, {self.objective} {self.value:,}, "
+                  f"verified) is {where}", file=sys.stderr)
+        return 130
+
+
+def _solve_settings(args: argparse.Namespace, budget: float) -> tuple[Any, Any]:
+    """The search and CP-SAT settings the flags ask for, checked; ``budget`` is the CP-SAT share of the
+    command's time limit."""
+    import math
+
+    from lgopt.group.solver import check_params
+    from lgopt.strategies.cpsat.common import CpsatSettings
+    from lgopt.strategies.settings import SearchSettings
+
+    if not math.isfinite(args.h_ratio) or args.h_ratio < 0:
+        raise LgoptError(f"--h-ratio must be a finite number at least 0, got {args.h_ratio}")
+    settings = SearchSettings(h_ratio=args.h_ratio, bank_rule=args.bank_rule)
+    cpsat = CpsatSettings(objective=args.objective, time_limit=budget, workers=args.workers,
+                          seed=args.seed, formulation=args.formulation, orders=args.orders,
+                          handover=not args.no_handover, cp_sat_params=check_params(args.cp_sat_params or ""))
+    return settings, cpsat
+
+
+RESERVE = 0.5  # seconds of a solve's time limit kept for what follows the search: the final check and writing
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
     import time
 
-    from lgopt.check.verify import verify_plan
-    from lgopt.cli import stderr_progress
-    from lgopt.group.solver import check_params
-    from lgopt.io.planfile import save_plan
     from lgopt.model.network import with_batch
-    from lgopt.report.tables import collapse_globals, group_table, summary
-    from lgopt.strategies.cpsat.common import CpsatSettings
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
-    from lgopt.strategies.settings import SearchSettings
+    from lgopt.strategies.tpumlir import GroupingInfeasible
 
+    started = getattr(args, "started", time.perf_counter())
+    _positive_seconds(args.time_limit, "--time-limit")
+    args.workers = _workers(args.workers)
+    if args.batch is not None and args.batch < 1:
+        raise LgoptError(f"--batch must be at least 1, got {args.batch}")
+    margin = _margin(args)
+    _check_output(args.output)
     choice = parse_strategy(args.strategy)
     net = _load_model(args, args.model)
     if args.batch:
         net = with_batch(net, args.batch)
     chip = _chip(args)
-    if not 0 <= args.h_ratio:
-        raise LgoptError(f"--h-ratio must not be negative, got {args.h_ratio}")
-    settings = SearchSettings(h_ratio=args.h_ratio, bank_rule=args.bank_rule)
-    if args.time_limit <= 0 or args.workers < 1:
-        raise LgoptError("--time-limit must be positive and --workers at least 1")
+    # the time limit is the whole command's: what loading took, and a reserve for the final check, come off
+    budget = max(0.05, args.time_limit - (time.perf_counter() - started) - RESERVE)
+    settings, cpsat = _solve_settings(args, budget)
     t0 = time.perf_counter()
     progress = None if args.json else stderr_progress
-    cpsat = CpsatSettings(objective=args.objective, time_limit=args.time_limit, workers=args.workers,
-                          seed=args.seed, formulation=args.formulation, orders=args.orders,
-                          handover=not args.no_handover, cp_sat_params=check_params(args.cp_sat_params or ""))
-    from lgopt.strategies.tpumlir import GroupingInfeasible
-
+    keep = _Incumbents(net, args.output, args.objective)
     try:
-        plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress,
-                                                        reference=args.reference, base_groups=args.base_groups,
-                                                        margin=_margin(args)))
+        plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress, incumbent=keep,
+                                                            reference=args.reference, base_groups=args.base_groups,
+                                                            margin=margin))
+        seconds = round(time.perf_counter() - t0, 3)
+        _clear_progress(progress)
+        keep(plan, final=True)
     except GroupingInfeasible as e:  # a given grouping lgopt's rules cannot build: a verdict, not an input error
         if args.json:
             print(json.dumps({"model": net.name, "chip": chip.name, "strategy": choice.label, "status": "infeasible",
@@ -171,24 +272,34 @@ def cmd_solve(args: argparse.Namespace) -> int:
         else:
             print(f"{net.name} on {chip.name} ({choice.label}): infeasible: group {e.group_index}: {e.reason}")
         return 1
-    seconds = round(time.perf_counter() - t0, 3)
+    except KeyboardInterrupt:
+        _clear_progress(progress)
+        return keep.interrupted()
+    _print_solve(args, net, plan, extra, seconds)
+    return 0
+
+
+def _clear_progress(progress: Any) -> None:
     if progress and sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
-    violations = verify_plan(net, plan)
-    if violations:  # a plan that breaks a constraint is an lgopt bug, whoever built it
-        raise RuntimeError(f"the {args.strategy} plan fails verification: {violations[0]}")
-    if args.output:
-        save_plan(plan, args.output)
+
+
+def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str, Any], seconds: float) -> None:
+    from lgopt.hw.chip import chip_from_dict, label
+    from lgopt.report.tables import collapse_globals, global_reasons, group_table, summary
+
     s = summary(net, plan, seconds)
     s["verified"] = True
     if args.json:
         print(json.dumps(s))
-        return 0
+        return
     df = collapse_globals(group_table(net, plan))
     print(df.to_string(index=False, na_rep="-"))
-    print(f"\n{s['model']} on {s['chip']} ({args.strategy}; cycles by the {s['cost_model']} cost model): "
-          f"{s['cycles']:,} cycles ({s['time_ms']} ms), "
+    print(f"\n{s['model']} on {label(chip_from_dict(plan.chip))} ({args.strategy}; cycles by the {s['cost_model']} "
+          f"cost model): {s['cycles']:,} cycles ({s['time_ms']} ms), "
           f"{s['traffic_bytes'] / 1e6:.2f} MB GMEM traffic, {s['groups']} groups, {s['global_layers']} global layers")
+    for line in global_reasons(net, plan):
+        print(line)
     for line in extra.get("searched", []) + extra.get("adjusted", []):
         print(f"tpu-mlir: {line}")
     if "groups_in_cache" in extra:
@@ -207,7 +318,6 @@ def cmd_solve(args: argparse.Namespace) -> int:
     print(f"lower bound {s['lower_bound_cycles']:,} cycles, {s['lower_bound_traffic_bytes'] / 1e6:.2f} MB: "
           f"plan is {s['ratio_to_lower_bound']:.3f}x the bound; verified OK; {seconds:.2f} s"
           + (f"; plan written to {args.output}" if args.output else ""))
-    return 0
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
@@ -266,6 +376,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from lgopt.strategies.registry import parse_strategies
     from lgopt.strategies.settings import SearchSettings
 
+    _positive_seconds(args.time_limit, "--time-limit")
+    args.workers = _workers(args.workers)
     strategies = parse_strategies(args.strategies)
     models = [(m, _load_model(args, m)) for m in args.models]
     chip = _chip(args)
@@ -288,6 +400,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from lgopt.cli import stderr_progress
     from lgopt.report.sweep import parse_sweep, sweep
 
+    _positive_seconds(args.time_limit, "--time-limit")
+    args.jobs = _workers(args.jobs, "--jobs")
     net = _load_model(args, args.model)
     from lgopt.hw.chip import get_chip
 
@@ -300,7 +414,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     parse_strategies(args.strategies)  # every name registered, with its argument where it needs one
     out = args.output or f"reports/sweep-{net.name}-{chip.name}"
-    df = sweep(args.model, net, chip, axes, strategies, out, args.time_limit, 1, args.jobs, stderr_progress)
+    df = sweep(args.model, net, chip, axes, strategies, out, args.time_limit, 1, args.jobs, stderr_progress,
+               started=getattr(args, "started", None))
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
     print(df.drop(columns=[c for c in df if c.endswith("(value)")]).to_string(index=False))
@@ -322,11 +437,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_chips(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from lgopt.hw.chip import PRESETS, get_chip, parse_set, source_of
+    from lgopt.hw.chip import PRESETS, get_chip, label, parse_set, source_of_value
 
     if args.chip or args.set or args.chip_file:
-        chip = get_chip(args.chip or "bm1684x", parse_set(args.set), args.chip_file)
-        rows = [{"parameter": k, "value": v, "source": source_of(chip.name, k)} for k, v in chip.to_dict().items()]
+        chip = get_chip(args.chip, parse_set(args.set), args.chip_file)
+        rows = [{"parameter": k, "value": v, "source": source_of_value(chip, k)} for k, v in chip.to_dict().items()]
+        print(f"chip {label(chip)}")
         print(pd.DataFrame(rows).to_string(index=False))
         return 0
     df = pd.DataFrame([{k: v for k, v in c.to_dict().items() if k != "macs_per_lane"} for c in PRESETS.values()])
@@ -395,7 +511,8 @@ def _add_solve(sub: Any) -> None:
                    help="extra CP-SAT parameters for cpsat's master and monolithic models, in SatParameters "
                         "text format, e.g. 'linearization_level:2'")
     s.add_argument("--objective", default="cycles", choices=get_args(Objective), help="what cpsat minimises")
-    s.add_argument("--time-limit", type=float, default=60.0, help="cpsat wall-clock seconds (default 60)")
+    s.add_argument("--time-limit", type=float, default=60.0,
+                   help="wall-clock seconds for the whole command, loading and checking included (default 60)")
     s.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     s.add_argument("--formulation", default="auto", choices=get_args(Formulation))
@@ -457,12 +574,13 @@ def _add_sweep(sub: Any) -> None:
     """``lgopt sweep``."""
     s = sub.add_parser("sweep", help="cross product of chip parameters: table, plots, Pareto front, knee")
     s.add_argument("model")
-    s.add_argument("--chip", default="bm1684x")
+    s.add_argument("--chip", default=None, help="chip preset (default bm1684x, or the chip file's base)")
     s.add_argument("--chip-file")
     s.add_argument("--set", action="append", metavar="KEY=V1,V2,...", help="a swept chip parameter")
     s.add_argument("--strategies", default="greedy", help=f"comma-separated: {strategy_names()}")
     s.add_argument("-o", "--output", help="report folder (default reports/sweep-MODEL-CHIP)")
-    s.add_argument("--time-limit", type=float, default=10.0, help="cpsat seconds per configuration")
+    s.add_argument("--time-limit", type=float, default=10.0,
+                   help="wall-clock seconds per configuration (all its strategies, checks included)")
     s.add_argument("--jobs", type=int, default=2, help="worker processes")
     _model_args(s)
     s.set_defaults(func=cmd_sweep)
@@ -525,9 +643,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM is handled as Ctrl-C: a long solve keeps its best plan either way."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import signal
+    import threading
+    import time
+
+    started = time.perf_counter()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
+        args.started = started
         return int(args.func(args) or 0)
     except LgoptError as e:
         print(f"lgopt: error: {e}", file=sys.stderr)
@@ -535,6 +667,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lgopt: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``lgopt ... | head``): say so once, and write no more
+        _silence_stdout()
+        print("lgopt: error: output closed before everything was written (broken pipe)", file=sys.stderr)
+        return 2
     except SystemExit as e:  # --help / --version
         return int(e.code or 0)
     except Exception as e:  # a bug in lgopt, not in the input
@@ -544,6 +680,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lgopt: internal error: {type(e).__name__}: {msg} (set LGOPT_DEBUG=1 for the traceback)",
               file=sys.stderr)
         return 3
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (captured output)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

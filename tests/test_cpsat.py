@@ -31,7 +31,8 @@ def _tiny(kind: str) -> Network:
         return name
 
     def conv(name, src, dst, k=3, s=1, oc=16, ic=16):
-        return _op(name, "Conv", [src], [dst], {"kernel": (k, k), "strides": (s, s), "dilations": (1, 1),
+        sw = t[src].shape[3] // t[dst].shape[3]  # W strided as the shapes say (the network check holds them to it)
+        return _op(name, "Conv", [src], [dst], {"kernel": (k, k), "strides": (s, sw), "dilations": (1, 1),
                                                "pads": (k // 2,) * 4, "group": 1},
                    [Weight(f"{name}.w", (oc, ic, k, k), "f16", "filter"), Weight(f"{name}.b", (oc,), "f16", "bias")])
 
@@ -51,8 +52,8 @@ def _tiny(kind: str) -> Network:
     else:  # a residual block with a pooled side branch
         ops = [conv("c0", "x", ten("a", 16, 32)), conv("c1", "a", ten("b", 16, 32)),
                _op("add", "Add", ["a", "b"], [ten("s", 16, 32)], {}),
-               _op("mp", "MaxPool", ["s"], [ten("p", 16, 16)], {"kernel": (2, 2), "strides": (2, 2),
-                                                                 "dilations": (1, 1), "pads": (0, 0, 0, 0)}),
+               _op("mp", "MaxPool", ["s"], [ten("p", 16, 16)], {"kernel": (2, 2), "strides": (2, 1),
+                                                                 "dilations": (1, 1), "pads": (0, 0, 0, 1)}),
                conv("c2", "p", ten("y", 16, 16))]
         outs = ("y",)
     return check_network(Network(kind, t, tuple(ops), ("x",), outs))

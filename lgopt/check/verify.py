@@ -15,17 +15,18 @@ Like MiniMalloc's validator it is deliberately small and slow-but-obvious.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Mapping, cast
 
 import networkx as nx
 import numpy as np
 
 from lgopt.errors import LgoptError
-from lgopt.hw.chip import chip_from_dict
+from lgopt.hw.chip import Chip, chip_from_dict
 from lgopt.hw.layout import activation_lane_bytes
 from lgopt.hw.sizing import weight_bytes
 from lgopt.model.network import Network, Op
 from lgopt.model.ops import RESHAPE_TYPES, resize_source
-from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupPlan, Plan
+from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupCost, GroupPlan, Plan
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,25 @@ class Violation:
 
 class _Fail(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class CostFunctions:
+    """The cost model a plan's recorded figures are recomputed with.
+
+    Cost is part of the problem's definition, not of any plan, but it lives with the planner
+    (:mod:`lgopt.group.cost`, which this package may not import), so the caller hands it in: the CLI and the
+    reports pass :func:`lgopt.report.verdict.planner_costs`.  The verifier then recomputes every group's and
+    global layer's figures from the plan's own decisions and the totals from those, and trusts none of the
+    numbers the plan records.
+    """
+
+    group: Callable[[Chip, Network, GroupPlan], GroupCost]
+    global_layer: Callable[[Chip, Network, Op], GroupCost]
+    lower_bound: Callable[[Chip, Network], Mapping[str, int]] | None = None
+
+
+GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
 
 
 def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int) -> set[int]:
@@ -75,11 +95,13 @@ def _contains(win: tuple[int, int], rows: set[int]) -> bool:
 
 
 class Verifier:
-    def __init__(self, net: Network, plan: Plan) -> None:
+    def __init__(self, net: Network, plan: Plan, costs: CostFunctions | None = None) -> None:
         self.net = net
         self.plan = plan
+        self.costs = costs
         self.violations: list[Violation] = []
         self.next_ops: dict[int, set[str]] = {}  # a group handing over -> the ops of the group receiving
+        self.next_group: dict[int, int] = {}  # a group handing over -> the group receiving
 
     def fail(self, where: str, what: str) -> None:
         self.violations.append(Violation(where, what))
@@ -97,6 +119,7 @@ class Verifier:
             self.fail("settings", f"h_ratio {self.plan.h_ratio} is negative")
         self.check_cover_and_order()
         self.check_handovers()
+        sound = not self.violations  # the plan's costs can be recomputed only from sound decisions
         for gi, g in enumerate(self.plan.groups):
             if stop_at_first and self.violations:
                 break
@@ -108,7 +131,48 @@ class Verifier:
             except (KeyError, IndexError, TypeError, ValueError) as e:
                 if len(self.violations) == before:
                     self.fail(f"group {gi}", f"malformed group ({type(e).__name__}: {e})")
+            sound &= len(self.violations) == before
+        if self.costs is not None and sound and not (stop_at_first and self.violations):
+            try:
+                self.check_costs(self.costs)
+            except (KeyError, IndexError, TypeError, ValueError) as e:
+                self.fail("plan", f"costs cannot be recomputed ({type(e).__name__}: {e})")
         return self.violations
+
+    # --- recorded costs ----------------------------------------------------------------------------
+    def check_costs(self, costs: CostFunctions) -> None:
+        """Every figure the plan records, recomputed: each group's cycles, TIU and GDMA cycles, traffic and
+        LMEM peak, and the plan's totals (cycles and traffic over its steps, peak LMEM, bank conflicts and
+        the network's lower bound)."""
+        net, chip, plan = self.net, self.chip, self.plan
+        cycles = traffic = 0
+        for kind, v in plan.steps:
+            if kind == "group":
+                g = plan.groups[v]
+                got: Mapping[str, Any] = cast(Mapping[str, Any], costs.group(chip, net, g))
+                for f in GROUP_COST_FIELDS:
+                    recorded = cast(Mapping[str, Any], g.cost).get(f)
+                    if f in got and recorded != got[f]:
+                        self.fail(f"group {v}", f"records {f} {recorded}, its decisions cost {got[f]}")
+                peak = max((b.offset + b.size for b in g.buffers), default=0)
+                if g.cost.get("lmem_peak", peak) != peak:
+                    self.fail(f"group {v}", f"records lmem_peak {g.cost.get('lmem_peak')}, its buffers reach {peak}")
+            else:
+                got = cast(Mapping[str, Any], costs.global_layer(chip, net, net.op(v)))
+            cycles += int(got["cycles"])
+            traffic += int(got["traffic_bytes"])
+        totals: dict[str, int] = {
+            "cycles": cycles, "traffic_bytes": traffic,
+            "lmem_peak": max((int(g.cost.get("lmem_peak", 0)) for g in plan.groups), default=0),
+            "bank_conflicts": sum(int(g.cost.get("bank_conflicts", 0)) for g in plan.groups)}
+        if costs.lower_bound is not None:
+            lb = costs.lower_bound(chip, net)
+            totals["lower_bound_cycles"] = int(lb["cycles"])
+            totals["lower_bound_traffic_bytes"] = int(lb["traffic_bytes"])
+        for f, want in totals.items():
+            if f in ("cycles", "traffic_bytes") or f in plan.cost:
+                if plan.cost.get(f) != want:
+                    self.fail("plan", f"records total {f} {plan.cost.get(f)}, its steps add up to {want}")
 
     def check_cover_and_order(self) -> None:
         net = self.net
@@ -169,6 +233,7 @@ class Verifier:
             if g.kept_out and nxt is not None and nxt[0] == "group" and isinstance(nxt[1], int) \
                     and 0 <= nxt[1] < len(plan.groups):
                 self.next_ops[v] = set(plan.groups[nxt[1]].ops)
+                self.next_group[v] = nxt[1]
             if g.kept_out:
                 if nxt is None or nxt[0] != "group" or not 0 <= nxt[1] < len(plan.groups):
                     self.fail(f"group {v}", f"keeps {g.kept_out[0]} in LMEM but the next step is not a group")
@@ -187,10 +252,28 @@ class Verifier:
                     if (a.offset, a.size) != (b.offset, b.size):
                         self.fail(f"group {v}", f"hands over {t} at [{a.offset}, {a.offset + a.size}) but group "
                                                 f"{nxt[1]} reads it at [{b.offset}, {b.offset + b.size})")
+                    self.check_handover_rows(v, g, nxt[1], h, t)
             if g.kept_in and (prv is None or prv[0] != "group" or not 0 <= prv[1] < len(plan.groups)
                               or set(plan.groups[prv[1]].kept_out) != set(g.kept_in)):
                 self.fail(f"group {v}", f"expects {sorted(g.kept_in)} in LMEM, which the previous step does not "
                                         "hand over")
+
+    def check_handover_rows(self, gi: int, g: GroupPlan, hi: int, h: GroupPlan, t: str) -> None:
+        """The giving group computes every batch and row of ``t`` the receiving group reads: nothing else
+        writes the handed-over buffer, so a row the giver never produces is read back as garbage."""
+        ten = self.net.tensors.get(t)
+        if ten is None or t not in g.windows or t not in h.windows:
+            return  # the per-group checks report it
+        made = np.zeros((ten.n, ten.h), dtype=bool)
+        for n0, n1, h0, h1 in g.windows[t]:
+            made[max(0, n0):max(0, n1), max(0, h0):max(0, h1)] = True
+        for s, (n0, n1, h0, h1) in enumerate(h.windows[t]):
+            need = ~made[max(0, n0):max(0, n1), max(0, h0):max(0, h1)]
+            if need.any():
+                n, r = map(int, np.argwhere(need)[0])
+                self.fail(f"group {gi}", f"hands {t} over to group {hi}, whose slice {s} reads (n={n0 + n}, "
+                                         f"h={h0 + r}), a row group {gi} never produces")
+                return
 
     def check_convex(self, where: str, members: set[str]) -> None:
         g = self.net.graph
@@ -239,6 +322,13 @@ class Verifier:
                 raise _Fail
             if t not in net.outputs and all(c.name in members or c.name in nxt for c in net.consumers.get(t, ())):
                 optional.add(t)
+        for t in sorted(optional & set(g.stores)):
+            self.fail(where, f"stores {t}, which only group {self.next_group.get(gi, '?')} reads, and it receives "
+                             "it in LMEM: the store is GMEM traffic for nothing")
+        for name in g.preloads:
+            if name not in members:
+                self.fail(where, f"preloads the weights of {name}, which is not in the group")
+                raise _Fail
         S = g.n_slices * g.h_slices
         for t in tensors:
             ws = g.windows.get(t)
@@ -251,7 +341,7 @@ class Verifier:
         self.check_stores(where, g, outputs, S, optional)
         self.check_windows(where, g, ops, S)
         self.check_h_rule(where, g, tensors)
-        stored = [t for t in outputs if t not in optional or t in g.stores]
+        stored = [t for t in outputs if t not in optional]
         self.check_table_and_buffers(where, g, ops, inputs, stored, tensors)
 
     def check_stores(self, where: str, g: GroupPlan, outputs: list[str], S: int, optional: set[str]) -> None:
@@ -424,7 +514,7 @@ class Verifier:
             if kind == "activation" and name not in tensors:
                 self.fail(where, f"the table moves {name}, which the group does not touch")
             if kind == "activation" and name not in outputs and any(x[1] == "store" for x in es):
-                self.fail(where, f"the table stores {name}, which is not a group output")
+                self.fail(where, f"the table stores {name}, which is not a group output to store")
         preloaded = set(g.preloads)
         for op in ops:
             if not weight_bytes(chip, op):
@@ -452,10 +542,9 @@ class Verifier:
     def _check_buffer_sizes(self, where: str, g: GroupPlan, ops: list[Op], tensors: list[str]
                             ) -> dict[tuple[str, str], Buffer]:
         """One buffer per tensor and weight, each large enough for its largest slice (whole, when handed
-        over); weights loaded once in a sliced group stay resident."""
+        over); preloaded weights stay resident."""
         net, chip = self.net, self.chip
         T = len(g.rows)
-        sliced = g.n_slices * g.h_slices > 1
         preloaded = set(g.preloads)
         bufs: dict[tuple[str, str], Buffer] = {}
         ids: set[int] = set()
@@ -495,8 +584,9 @@ class Verifier:
                     raise _Fail
                 if wbuf.size < wb:
                     self.fail(where, f"weight buffer of {op.name} has {wbuf.size} bytes, needs {wb}")
-                if op.name in preloaded and sliced and not wbuf.resident:
-                    self.fail(where, f"weights of {op.name} are loaded once but not resident across slices")
+                if op.name in preloaded and not wbuf.resident:  # loaded before row 0: live in every row until used
+                    self.fail(where, f"weights of {op.name} are preloaded (loaded once, before the loop) but their "
+                                     f"buffer {wbuf.id} is not resident")
         return bufs
 
     def _check_lifetimes(self, where: str, g: GroupPlan, bufs: dict[tuple[str, str], Buffer],
@@ -541,13 +631,12 @@ class Verifier:
                                  f"({chip.lmem_bytes} bytes per lane)")
         blist = list(g.buffers)
         rows = {b.id: b.rows(T) for b in blist}
-        for i, a in enumerate(blist):
+        for i, a in enumerate(blist):  # every overlapping pair is reported (verify --all lists them)
             for b in blist[i + 1:]:
                 if rows[a.id] & rows[b.id] and a.offset < b.offset + b.size and b.offset < a.offset + a.size:
                     r = min(rows[a.id] & rows[b.id])
                     self.fail(where, f"buffers {a.id} ({a.name}) and {b.id} ({b.name}) overlap in LMEM at row {r} "
                                      f"([{a.offset}, {a.offset + a.size}) vs [{b.offset}, {b.offset + b.size}))")
-                    raise _Fail
 
     def check_banks(self, where: str, g: GroupPlan, ops: list[Op], bufs: dict[tuple[str, str], Buffer],
                     op_time: dict[str, int]) -> None:
@@ -583,11 +672,13 @@ class Verifier:
             self.fail(where, f"plan reports {claimed} bank conflicts, the verifier counts {len(conflicts)}")
 
 
-def verify_plan(net: Network, plan: Plan, stop_at_first: bool = False) -> list[Violation]:
-    """All violations found (empty when the plan holds)."""
+def verify_plan(net: Network, plan: Plan, stop_at_first: bool = False, costs: CostFunctions | None = None
+                ) -> list[Violation]:
+    """All violations found (empty when the plan holds); with ``costs``, the figures the plan records are
+    recomputed too (:class:`CostFunctions`)."""
     from lgopt.model.network import network_digest
 
-    v = Verifier(net, plan)
+    v = Verifier(net, plan, costs)
     if plan.model_digest and plan.model_digest != network_digest(net):
         return [Violation("plan", f"was made for another model (digest {plan.model_digest}, "
                                   f"this model is {network_digest(net)})")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 from google.protobuf import text_format
 from ortools.sat.python import cp_model
@@ -55,6 +56,7 @@ def make_solver(*, workers: int, seed: int, seconds: float | None = None, determ
     p.num_workers = workers
     p.random_seed = seed
     p.interleave_search = workers > 1
+    p.catch_sigint_signal = False  # Ctrl-C is the caller's: see solve_interruptibly
     if deterministic is not None:
         p.max_deterministic_time = deterministic
         p.max_time_in_seconds = wall_seconds(deterministic, deadline)
@@ -74,3 +76,37 @@ def integral_bound(solver: cp_model.CpSolver) -> int:
     for a proven 125); truncating it would leave a gap of one that is not there.
     """
     return math.ceil(solver.best_objective_bound - 1e-6)
+
+
+def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
+    """``solver.solve(model)``, but a Ctrl-C (or SIGTERM turned into one) stops the search at once and
+    raises :class:`KeyboardInterrupt` here, so the caller can keep the best plan it already has.
+
+    CP-SAT runs in C++ without returning to Python, where no signal handler runs: left to itself it either
+    swallows the signal (its own handler stops the search and the program carries on as if the time ran
+    out) or delays it to the end of the solve.  So the solve runs in a helper thread while this one waits.
+    """
+    import threading
+
+    done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["status"] = solver.solve(model)
+        except BaseException as e:  # re-raised in the caller's thread
+            out["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="cp-sat").start()
+    try:
+        while not done.wait(0.25):
+            pass
+    except KeyboardInterrupt:
+        solver.stop_search()
+        done.wait()
+        raise
+    if "error" in out:
+        raise out["error"]
+    return out["status"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -142,6 +143,59 @@ def source_of(chip: str, field: str) -> str:
     return SOURCES.get(f"{chip}.{field}") or SOURCES.get(f"*.{field}", "assumption")
 
 
+def changes(chip: Chip) -> dict[str, tuple[Any, Any]]:
+    """``{parameter: (preset value, this chip's value)}`` for every value that differs from the preset the
+    chip is named after (``macs_per_lane.DTYPE`` one by one); empty for a preset or a chip of unknown name.
+
+    A chip changed with ``--set`` or a chip file keeps its preset's name (plans, calibrations and the
+    TPU-MLIR exporter look chips up by it), so whatever shows a chip says what was changed instead.
+
+    >>> changes(with_overrides(PRESETS["cv181x"], {"tiu_mhz": "600"}))
+    {'tiu_mhz': (500.0, 600.0)}
+    """
+    base = PRESETS.get(chip.name.lower())
+    if base is None:
+        return {}
+    out: dict[str, tuple[Any, Any]] = {}
+    for f in dataclasses.fields(Chip):
+        if f.name in ("name", "macs_per_lane"):
+            continue
+        a, b = getattr(base, f.name), getattr(chip, f.name)
+        if a != b:
+            out[f.name] = (a, b)
+    for dt in sorted(set(base.macs_per_lane) | set(chip.macs_per_lane)):
+        a, b = base.macs_per_lane.get(dt), chip.macs_per_lane.get(dt)
+        if a != b:
+            out[f"macs_per_lane.{dt}"] = (a, b)
+    return out
+
+
+def label(chip: Chip) -> str:
+    """The chip's name, and what was changed from its preset: ``cv181x (modified: tiu_mhz 500 -> 600)``.
+
+    >>> label(PRESETS["bm1688"])
+    'bm1688'
+    """
+    ch = changes(chip)
+    if not ch:
+        return chip.name
+    return f"{chip.name} (modified: " + ", ".join(f"{k} {_fmt(a)} -> {_fmt(b)}" for k, (a, b) in ch.items()) + ")"
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def source_of_value(chip: Chip, field: str) -> str:
+    """Where ``chip``'s value of ``field`` comes from: the preset's source, or the user's change of it."""
+    ch = changes(chip)
+    hits = [k for k in ch if k == field or k.startswith(field + ".")]
+    if not hits:
+        return source_of(chip.name, field)
+    was = ", ".join(f"{k.split('.', 1)[1]} {_fmt(ch[k][0])}" if "." in k else _fmt(ch[k][0]) for k in hits)
+    return f"changed by the user (preset {chip.name}: {was}; {source_of(chip.name, field)})"
+
+
 _INT_FIELDS = {"npu_num", "eu_bytes", "lmem_bytes", "lmem_banks", "ic_parallel", "dma_align_bytes", "cores",
                "gdma_latency_cycles"}
 _FLOAT_FIELDS = {"tiu_mhz", "gdma_gbps"}
@@ -168,9 +222,14 @@ def _coerce(field: str, value: Any) -> Any:
         return parse_size(str(value))
     if field in _FLOAT_FIELDS:
         try:
-            return float(value)
+            if isinstance(value, bool):
+                raise TypeError
+            out = float(value)
         except (TypeError, ValueError):
             raise LgoptError(f"chip parameter {field} must be a number, got {value!r}") from None
+        if not math.isfinite(out):
+            raise LgoptError(f"chip parameter {field} must be a finite number, got {value!r}")
+        return out
     if field == "align_4n":
         if isinstance(value, bool):
             return value
@@ -214,8 +273,12 @@ def validate(chip: Chip) -> None:
             raise LgoptError(f"chip {chip.name}: {f} must be at least 1, got {getattr(chip, f)}")
     if chip.gdma_latency_cycles < 0:
         raise LgoptError(f"chip {chip.name}: gdma_latency_cycles must not be negative")
-    if chip.tiu_mhz <= 0 or chip.gdma_gbps <= 0:
-        raise LgoptError(f"chip {chip.name}: tiu_mhz and gdma_gbps must be positive")
+    for f, lo, hi in (("tiu_mhz", 1e-3, 1e6), ("gdma_gbps", 1e-3, 1e6)):
+        v = getattr(chip, f)  # a clock or bandwidth outside these is a typo, and breaks integer cycle counts
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
+            raise LgoptError(f"chip {chip.name}: {f} must be a finite number from {lo:g} to {hi:g}, got {v!r}")
+    if chip.dma_align_bytes & (chip.dma_align_bytes - 1):
+        raise LgoptError(f"chip {chip.name}: dma_align_bytes must be a power of two, got {chip.dma_align_bytes}")
     if chip.eu_bytes & (chip.eu_bytes - 1):
         raise LgoptError(f"chip {chip.name}: eu_bytes must be a power of two, got {chip.eu_bytes}")
     if chip.lmem_bytes < chip.eu_bytes:
@@ -259,13 +322,25 @@ def load_chip_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def get_chip(name: str = "bm1684x", overrides: Mapping[str, Any] | None = None,
+DEFAULT_CHIP = "bm1684x"
+
+
+def get_chip(name: str | None = None, overrides: Mapping[str, Any] | None = None,
              chip_file: str | Path | None = None) -> Chip:
-    """A preset, then a chip file's values, then ``--set`` values, validated."""
+    """A preset (``name``, default :data:`DEFAULT_CHIP`), then a chip file's values, then ``--set`` values,
+    validated.  A chip file names its preset with ``base``; without one it needs ``name`` given: a silent
+    default preset would make every value the file does not set a guess."""
     values: dict[str, Any] = {}
     if chip_file is not None:
         values.update(load_chip_file(chip_file))
-        name = str(values.pop("base", name))
+        base = values.pop("base", None)
+        if base is None and name is None:
+            raise LgoptError(f"chip file {chip_file} does not name its preset: add base = \"NAME\" "
+                             f"(one of {', '.join(PRESETS)}) or pass --chip NAME")
+        if base is not None and name is not None and str(base).lower() != name.lower():
+            raise LgoptError(f"chip file {chip_file} is based on {base}, but --chip says {name}")
+        name = str(base if base is not None else name)
+    name = DEFAULT_CHIP if name is None else name
     key = name.lower()
     if key not in PRESETS:
         raise LgoptError(f"unknown chip {name!r} (presets: {', '.join(PRESETS)})")

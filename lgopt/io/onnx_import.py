@@ -249,12 +249,13 @@ class _Builder:
         self.producer: dict[str, int] = {}  # tensor -> index in self.ops
         self.uses: dict[str, int] = {}
         for n in self.g.node:
-            for i in n.input:
+            for i in list(n.input) + outer_names(n):
                 if i:
                     self.uses[i] = self.uses.get(i, 0) + 1
         for o in self.g.output:
             self.uses[o.name] = self.uses.get(o.name, 0) + 1
         self.graph_outputs = {o.name for o in self.g.output}
+        self.made_by = {o: n for n in self.g.node for o in n.output}  # tensor -> its node (for error messages)
 
     def res(self, name: str) -> str:
         while name in self.alias:
@@ -270,6 +271,13 @@ class _Builder:
             return tuple(self.inits[name].dims)
         if dims is None or any(not isinstance(d, int) or d <= 0 for d in dims):
             shown = "unknown" if dims is None else "[" + ",".join(str(d) for d in dims) + "]"
+            node = self.made_by.get(name)
+            if node is not None and (node.domain not in ("", "ai.onnx") or node.op_type in SUBGRAPH_TYPES):
+                kind = f"custom-domain op {node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") \
+                    else f"control-flow op {node.op_type}"
+                raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown}: it is produced by "
+                                 f"{kind} ({node.name or name}), whose output shapes ONNX shape inference "
+                                 "cannot know; lgopt needs static shapes (export the model without it)")
             raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown} after shape inference "
                              "(give static input shapes with --input-shape NAME=N,C,H,W)")
         return dims
@@ -290,7 +298,7 @@ class _Builder:
     def convert(self, node: onnx.NodeProto) -> None:
         """One ONNX node as an lgopt op: an alias, a fusion into its producer, a local op, or a global layer."""
         t = node.op_type
-        ins = [self.res(i) for i in node.input]
+        ins = [self.res(i) for i in list(node.input) + outer_names(node)]
         outs = [o for o in node.output if o]
         name = node.name or outs[0]
         if t in ALIAS_TYPES and ins and ins[0] not in self.inits:
@@ -487,6 +495,30 @@ class _Builder:
             tensors[t] = Tensor(t, to_nchw(shp), dt, tuple(shp))
         used_inputs = tuple(i for i in inputs if i in tensors)
         return check_network(Network(name, tensors, tuple(ops), used_inputs, outputs))
+
+
+SUBGRAPH_TYPES = ("If", "Loop", "Scan")
+
+
+def outer_names(node: onnx.NodeProto) -> list[str]:
+    """Tensors of the enclosing graph a node's subgraphs (If branches, Loop and Scan bodies) read: they are
+    inputs of the node as much as its listed ones, and a global layer that ignored them could run before
+    they exist."""
+    out: list[str] = []
+
+    def visit(g: onnx.GraphProto, bound: set[str]) -> None:
+        bound = bound | {i.name for i in g.input} | {i.name for i in g.initializer}
+        for n in g.node:
+            out.extend(i for i in n.input if i and i not in bound and i not in out)
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    visit(sub, bound)
+            bound = bound | set(n.output)
+
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            visit(sub, set())
+    return [i for i in out if i not in node.input]
 
 
 def _scalar(inits: Mapping[str, onnx.TensorProto], ins: list[str], k: int, default: Any) -> float | None:

@@ -63,6 +63,19 @@ def _get(d: Mapping[str, Any], key: str, where: str, typ: type | tuple[type, ...
     return v
 
 
+def _int(v: Any, what: str, where: str) -> int:
+    """An integer field: a JSON integer, not a string, a float or a boolean."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise LgoptError(f"{where}: {what} must be an integer, got {v!r}")
+    return v
+
+
+def _names(v: Any, what: str, where: str) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise LgoptError(f"{where}: {what} must be a list of names")
+    return tuple(v)
+
+
 def _windows(d: Any, where: str) -> dict[str, tuple[Window4, ...]]:
     if not isinstance(d, Mapping):
         raise LgoptError(f"{where}: windows must be an object")
@@ -70,15 +83,24 @@ def _windows(d: Any, where: str) -> dict[str, tuple[Window4, ...]]:
     for t, ws in d.items():
         if not isinstance(ws, list) or not all(isinstance(w, list) and len(w) == 4 for w in ws):
             raise LgoptError(f"{where}: windows of {t} must be lists of [n0, n1, h0, h1]")
-        out[t] = tuple(tuple(int(x) for x in w) for w in ws)  # type: ignore[misc]
+        out[t] = tuple(tuple(_int(x, f"a window bound of {t}", where) for x in w) for w in ws)  # type: ignore[misc]
     return out
 
 
 def _transfers(items: Any, where: str) -> tuple[Transfer, ...]:
     if not isinstance(items, list):
         raise LgoptError(f"{where}: expected a list of transfers")
-    return tuple(Transfer(str(_get(t, "name", where)), str(t.get("kind", "activation")), int(t.get("stage", 1)))
+    return tuple(Transfer(str(_get(t, "name", where, str)), str(t.get("kind", "activation")),
+                          _int(t.get("stage", 1), "a transfer's stage", where))
                  for t in items)
+
+
+def _costs(d: Any, where: str) -> dict[str, Any]:
+    """A cost record: numbers by name (the verifier recomputes them)."""
+    if not isinstance(d, Mapping) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                             for v in d.values()):
+        raise LgoptError(f"{where}: cost must be an object of numbers")
+    return dict(d)
 
 
 def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
@@ -90,17 +112,20 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
     groups = []
     for gi, g in enumerate(_get(d, "groups", where, list)):
         w = f"{where}: group {gi}"
-        rows = tuple(Row(tuple(_get(r, "ops", w, list)), _transfers(r.get("loads", []), w),
+        if not isinstance(g, Mapping):
+            raise LgoptError(f"{w}: must be an object")
+        rows = tuple(Row(_names(_get(r, "ops", w, list), "a timestep's ops", w), _transfers(r.get("loads", []), w),
                          _transfers(r.get("stores", []), w)) for r in _get(g, "timesteps", w, list))
         bufs = tuple(Buffer(int(_get(b, "id", w, int)), str(_get(b, "kind", w, str)), str(_get(b, "name", w, str)),
                             int(_get(b, "size", w, int)), int(_get(b, "start", w, int)), int(_get(b, "end", w, int)),
-                            bool(b.get("resident", False)), int(b.get("offset", -1)))
+                            bool(_get(b, "resident", w, bool)) if "resident" in b else False,
+                            _int(b.get("offset", -1), f"buffer {b.get('id')}'s offset", w))
                      for b in _get(g, "buffers", w, list))
-        groups.append(GroupPlan(tuple(_get(g, "ops", w, list)), int(_get(g, "n_slices", w, int)),
-                                int(_get(g, "h_slices", w, int)), rows, tuple(g.get("preloads", [])), bufs,
-                                _windows(_get(g, "windows", w), w), _windows(_get(g, "stores", w), w),
-                                g.get("cost", {}), tuple(str(t) for t in g.get("kept_in", [])),
-                                tuple(str(t) for t in g.get("kept_out", []))))
+        groups.append(GroupPlan(_names(_get(g, "ops", w, list), "ops", w), int(_get(g, "n_slices", w, int)),
+                                int(_get(g, "h_slices", w, int)), rows, _names(g.get("preloads", []), "preloads", w),
+                                bufs, _windows(_get(g, "windows", w), w), _windows(_get(g, "stores", w), w),
+                                cast(Any, _costs(g.get("cost", {}), w)), _names(g.get("kept_in", []), "kept_in", w),
+                                _names(g.get("kept_out", []), "kept_out", w)))
     steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):
@@ -115,9 +140,12 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
         raise LgoptError(f"{where}: unknown plan status {status!r} (one of {', '.join(get_args(PlanStatus))})")
     # the bank rule is checked by the verifier (it names the rule a plan claims to follow)
     bank_rule = cast(BankRule, str(settings.get("bank_rule", "soft")))
+    if not isinstance(settings, Mapping) or not isinstance(d.get("solver", {}), Mapping):
+        raise LgoptError(f"{where}: settings and solver must be objects")
     return Plan(str(_get(d, "model", where)), str(d.get("model_digest", "")), _get(d, "chip", where, dict),
                 str(d.get("strategy", "?")), tuple(steps), tuple(groups), cast(PlanStatus, status),
-                _h_ratio(settings.get("h_ratio", 0.5), where), bank_rule, d.get("cost", {}), d.get("solver", {}))
+                _h_ratio(settings.get("h_ratio", 0.5), where), bank_rule, cast(Any, _costs(d.get("cost", {}), where)),
+                d.get("solver", {}))
 
 
 def _h_ratio(v: Any, where: str) -> float | None:

@@ -281,7 +281,68 @@ def check_network(net: Network) -> Network:
     for t in net.outputs:
         if t not in produced:
             raise LgoptError(f"network {net.name}: output {t!r} is never produced")
+    for op in net.ops:
+        _check_window_op(net, op)
     return net
+
+
+WINDOW_TYPES = ("Conv", "ConvTranspose", "MaxPool", "AveragePool")
+
+
+def _check_window_op(net: Network, op: Op) -> None:
+    """A convolution or pooling whose attributes no layer could have (a stride, dilation, kernel or group of
+    0, negative pads), or whose shapes contradict them (input channels that are not the filter's times its
+    groups, an output size the attributes do not give): refused, because every slicing and cost lgopt
+    computes for it would be built on the contradiction and still "verify"."""
+    if op.type not in WINDOW_TYPES or not op.inputs or not op.outputs:
+        return
+    a = op.attrs
+    where = f"network {net.name}: {op.type} {op.name}"
+
+    def pair(key: str, default: int) -> tuple[int, ...]:
+        v = a.get(key, (default, default))
+        return tuple(v) if isinstance(v, (list, tuple)) else (v, v)
+
+    for key, least in (("strides", 1), ("dilations", 1), ("kernel", 1)):
+        bad = [v for v in pair(key, 1) if not isinstance(v, int) or v < least]
+        if bad:
+            raise LgoptError(f"{where}: {key} {list(pair(key, 1))} must be integers of at least {least}")
+    pads = tuple(a.get("pads", (0, 0, 0, 0)))
+    if any(not isinstance(p, int) or p < 0 for p in pads):
+        raise LgoptError(f"{where}: pads {list(pads)} must be integers of at least 0")
+    x, y = net.tensor(op.inputs[0]), net.tensor(op.outputs[0])
+    if op.type in ("Conv", "ConvTranspose"):
+        group = a.get("group", 1)
+        if not isinstance(group, int) or group < 1:
+            raise LgoptError(f"{where}: group {group!r} must be an integer of at least 1")
+        f = next((w for w in op.weights if w.role == "filter"), None)
+        if f is not None and len(f.shape) == 4:
+            ic, oc = (f.shape[1] * group, f.shape[0]) if op.type == "Conv" else (f.shape[0], f.shape[1] * group)
+            if x.c != ic:
+                raise LgoptError(f"{where}: its input {x.name} has {x.c} channels, but its filter {list(f.shape)} "
+                                 f"with group {group} reads {ic} (a wrong --input-shape?)")
+            if y.c != oc or oc % group:
+                raise LgoptError(f"{where}: its output {y.name} has {y.c} channels, but its filter {list(f.shape)} "
+                                 f"with group {group} writes {oc}")
+            if tuple(f.shape[2:]) != pair("kernel", 1):
+                raise LgoptError(f"{where}: kernel {list(pair('kernel', 1))} but filter {list(f.shape)}")
+    elif x.c != y.c:
+        raise LgoptError(f"{where}: pooling {x.c} channels into {y.c}")
+    if op.type == "ConvTranspose" or len(x.orig_shape or x.shape) != 4 or len(pads) != 4:
+        return
+    (sh, sw), (dh, dw), (kh, kw) = pair("strides", 1), pair("dilations", 1), pair("kernel", 1)
+    ceil = bool(a.get("ceil_mode", 0))
+
+    def out(size: int, begin: int, end: int, k: int, d: int, s: int) -> int:
+        span = size + begin + end - d * (k - 1) - 1
+        n = (-(-span // s) if ceil else span // s) + 1
+        return n - 1 if ceil and (n - 1) * s >= size + begin else n  # the last window starts inside the input
+
+    want = (out(x.h, pads[0], pads[2], kh, dh, sh), out(x.w, pads[1], pads[3], kw, dw, sw))
+    if (y.n, y.h, y.w) != (x.n, *want):
+        raise LgoptError(f"{where}: output {y.name} is {y.n}x{y.h}x{y.w} (NxHxW), but kernel {kh}x{kw}, strides "
+                         f"{sh}x{sw}, dilations {dh}x{dw} and pads {list(pads)} on a {x.n}x{x.h}x{x.w} input give "
+                         f"{x.n}x{want[0]}x{want[1]}")
 
 
 # --- the canonical form (the problem file's content) and its digest ---------------------------------

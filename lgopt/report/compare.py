@@ -11,10 +11,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from lgopt.check.verify import verify_plan
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
+from lgopt.report.verdict import verify
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyChoice, StrategyOptions
 from lgopt.strategies.settings import Progress, SearchSettings
@@ -27,7 +27,7 @@ def run_strategy(net: Network, chip: Chip, choice: StrategyChoice, options: Stra
     t0 = time.perf_counter()
     plan, extra = choice.run(net, chip, options)
     seconds = time.perf_counter() - t0
-    bad = verify_plan(net, plan)
+    bad = verify(net, plan)
     if bad:
         raise RuntimeError(f"{choice.label} plan for {net.name} fails verification: {bad[0]}")
     return plan, seconds, extra
@@ -85,9 +85,11 @@ def _plots_compare(df: pd.DataFrame, plans: dict[tuple[str, str, str], Plan], ne
         piv = df.pivot_table(index=["model", "chip"], columns="strategy", values=metric)
         fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(piv) + 3), 4))
         piv.plot.bar(ax=ax)
-        ax.set_ylabel(unit)
+        ax.set_yscale("log")  # models differ by orders of magnitude: a linear axis flattens the small ones
+        ax.set_ylabel(f"{unit} (log scale)")
+        ax.set_xticklabels([f"{model}\n{chip}" for model, chip in piv.index], rotation=30, ha="right")
+        ax.set_xlabel("")
         ax.set_title(f"{metric} per strategy")
-        ax.tick_params(axis="x", rotation=30)
         out.append((f"{metric} per strategy", _png(fig)))
     # each plan's groups along the network
     for (model, chip), sub in df.groupby(["model", "chip"]):
@@ -129,7 +131,7 @@ def write_html(path: Path, title: str, tables: list[tuple[str, pd.DataFrame]], i
                notes: list[str]) -> None:
     css = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;"
            "font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f0f0f0}"
-           "td:nth-child(-n+3){text-align:left}img{max-width:100%;margin:8px 0}h2{margin-top:28px}")
+           "td:nth-child(-n+3){text-align:left}img{margin:8px 0}.plot{overflow-x:auto}h2{margin-top:28px}")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{css}</style></head>"
              f"<body><h1>{title}</h1>"]
     for h, df in tables:
@@ -137,7 +139,9 @@ def write_html(path: Path, title: str, tables: list[tuple[str, pd.DataFrame]], i
     if notes:
         parts.append("<h2>notes</h2><ul>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>")
     for caption, b64 in images:
-        parts.append(f"<h2>{caption}</h2><img alt='{caption}' src='data:image/png;base64,{b64}'>")
+        # shown at its own size (a wide picture scrolls) rather than shrunk to the page until unreadable
+        parts.append(f"<h2>{caption}</h2><div class='plot'><img alt='{caption}' src='data:image/png;base64,{b64}'>"
+                     "</div>")
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from lgopt.hw.chip import chip_from_dict
+from lgopt.hw.chip import changes, chip_from_dict
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 
@@ -57,6 +57,30 @@ def collapse_globals(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def global_reasons(net: Network, plan: Plan, top: int = 4) -> list[str]:
+    """Why ops run as global layers, most frequent first: a plan that groups little (or nothing, as for a
+    transformer whose every op is a MatMul, a Transpose or a 3-D elementwise op) says so, and why, instead
+    of reporting an optimum over a space with nothing in it."""
+    layers = plan.global_layers
+    if not layers:
+        return []
+    from collections import Counter
+
+    fixed = Counter((net.op(v).type, net.op(v).reason or "not a layer-group op") for v in layers
+                    if not net.op(v).local)
+    unfit = [v for v in layers if net.op(v).local]
+    head = (f"nothing grouped: all {len(layers)} ops run as global layers" if not plan.groups else
+            f"{len(layers)} of {len(net.ops)} ops run as global layers")
+    parts = [f"{n} {reason}" + ("" if reason.startswith(t) else f" ({t})") for (t, reason), n in
+             fixed.most_common(top)]
+    rest = sum(fixed.values()) - sum(n for _, n in fixed.most_common(top))
+    if rest:
+        parts.append(f"{rest} more of {len(fixed) - top} other kinds")
+    if unfit:
+        parts.append(f"{len(unfit)} local ops that fit in no group on this chip (e.g. {unfit[0]})")
+    return [f"{head}: " + "; ".join(parts)]
+
+
 def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str, Any]:
     c = plan.cost
     chip = chip_from_dict(plan.chip)
@@ -78,8 +102,24 @@ def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str,
         "lower_bound_traffic_bytes": int(c["lower_bound_traffic_bytes"]),
         "ratio_to_lower_bound": round(c["cycles"] / max(1, c["lower_bound_cycles"]), 4),
         "seconds": seconds if seconds is not None else plan.solver.get("seconds"),
-        **{k: v for k, v in plan.solver.items() if k in ("bound", "gap", "solver_status")},
+        **{k: v for k, v in plan.solver.items() if k in ("bound", "solver_status")},
+        # a percentage, as every other place shows the gap (the plan file's solver record keeps the fraction)
+        **({"gap_percent": round(100 * float(plan.solver["gap"]), 4)} if "gap" in plan.solver else {}),
+        **({"chip_changes": {k: [a, b] for k, (a, b) in changes(chip).items()}} if changes(chip) else {}),
+        **({"global_reasons": global_reasons(net, plan)} if plan.global_layers else {}),
     }
+
+
+MAX_PICTURE_INCHES = 18.0  # about 2,000 pixels at the pictures' 110 dpi
+
+
+def _buffer_label(b: Any, inches: float) -> str:
+    """What a block says: its id and what it holds (``w:`` weights of an op, ``s:`` its scratch), the name cut
+    from the left to what the block's width shows."""
+    prefix = {"weight": "w:", "scratch": "s:"}.get(b.kind, "")
+    room = max(0, int(inches * 12) - len(str(b.id)) - 1 - len(prefix))  # about 12 characters an inch at 6 pt
+    name = b.name if len(b.name) <= room else ("…" + b.name[-(room - 1):] if room > 4 else "")
+    return f"{b.id} {prefix}{name}".strip() if name else str(b.id)
 
 
 def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
@@ -98,22 +138,26 @@ def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
     chip = chip_from_dict(plan.chip)
     T = len(g.rows)
     colors = {"activation": "#4c8bd6", "weight": "#e0a030", "scratch": "#9a9a9a"}
-    fig, ax = plt.subplots(figsize=(max(7, 0.6 * T + 4), 6))
+    width = min(MAX_PICTURE_INCHES, max(7.0, 0.6 * T + 4))  # a long table narrows its columns, not the page
+    fig, ax = plt.subplots(figsize=(width, 6))
     top = max([b.offset + b.size for b in g.buffers] + [1])
+    col = (width - 3) / max(1, T)  # inches per timestep
     for b in g.buffers:
         for x0, x1 in b.spans(T):
             ax.add_patch(Rectangle((x0, b.offset), x1 - x0, b.size, facecolor=colors.get(b.kind, "#ccc"),
                                    edgecolor="black", linewidth=0.6, alpha=0.85))
             if b.size > top * 0.03:
-                ax.text((x0 + x1) / 2, b.offset + b.size / 2, f"{b.id}", ha="center", va="center", fontsize=7)
+                ax.text((x0 + x1) / 2, b.offset + b.size / 2, _buffer_label(b, (x1 - x0) * col), ha="center",
+                        va="center", fontsize=6)
     bank = chip.bank_bytes
     limit = min(chip.lmem_bytes, ((top // bank) + 1) * bank)
     for y in range(0, limit + 1, bank):
         ax.axhline(y, color="red", linestyle="--", linewidth=0.5)
     ax.set_xlim(0, T)
     ax.set_ylim(0, limit)
-    ax.set_xticks([r + 0.5 for r in range(T)])
-    ax.set_xticklabels([f"T{r}" for r in range(T)], fontsize=7)
+    every = max(1, -(-T // 40))  # at most 40 tick labels, however long the table
+    ax.set_xticks([r + 0.5 for r in range(0, T, every)])
+    ax.set_xticklabels([f"T{r}" for r in range(0, T, every)], fontsize=7)
     ax.set_xlabel("timestep (rows of the pipelined table)")
     ax.set_ylabel(f"LMEM offset per lane (bytes; banks of {bank} B)")
     handles = [Rectangle((0, 0), 1, 1, facecolor=c) for c in colors.values()]

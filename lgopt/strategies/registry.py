@@ -20,7 +20,7 @@ from lgopt.hw.chip import Chip
 from lgopt.model.network import Network, network_digest, reorder
 from lgopt.model.plan import Plan
 from lgopt.strategies.cpsat.common import CpsatSettings
-from lgopt.strategies.settings import Progress, SearchSettings
+from lgopt.strategies.settings import Incumbent, Progress, SearchSettings
 
 REFERENCE_MARGIN = 0.05  # the calibrated model's per-group error on held-out models (docs/cost-model.md)
 
@@ -33,6 +33,7 @@ class StrategyOptions:
     cpsat: CpsatSettings = field(default_factory=CpsatSettings)
     arg: str | None = None  # the text after "=" in "name=arg"
     progress: Progress | None = None
+    incumbent: Incumbent | None = None  # told of every better complete plan while a long search runs
     exact: bool = True  # a given grouping (tpu-mlir=CACHE) is built exactly, or infeasible; False relaxes it as
     # documented in lgopt.strategies.tpumlir (ops lgopt runs only globally at a group's ends run beside it)
     reference: str | None = None  # a TPU-MLIR cache of this model and chip: search only what TPU-MLIR compiles
@@ -93,8 +94,10 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
 
     space = compiler_space(net, str(o.reference), o.base_groups)
     onet = reorder(net, list(space.order))
+    outer = o.incumbent
     inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None),
-                    cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1))
+                    cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
+                    incumbent=None if outer is None else lambda p: outer(replace(p, model_digest=network_digest(net))))
     plan, extra = spec.solve(onet, chip, inner)
     described = COMPILER_SPACE.format(ref=Path(str(o.reference)).name)
     solver = {**plan.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
@@ -163,7 +166,7 @@ def _greedy(net: Network, chip: Chip, o: StrategyOptions) -> tuple[Plan, dict[st
 def _cpsat(net: Network, chip: Chip, o: StrategyOptions) -> tuple[Plan, dict[str, Any]]:
     from lgopt.strategies.cpsat.optimise import optimise
 
-    return optimise(net, chip, o.search, o.cpsat, o.progress), {}
+    return optimise(net, chip, o.search, o.cpsat, o.progress, o.incumbent), {}
 
 
 def _tpu_mlir(net: Network, chip: Chip, o: StrategyOptions) -> tuple[Plan, dict[str, Any]]:

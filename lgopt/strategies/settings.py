@@ -12,10 +12,13 @@ from typing import Callable
 
 from lgopt.group.slicing import DEFAULT_H_RATIO
 from lgopt.model.network import Network
-from lgopt.model.plan import BankRule
+from lgopt.model.plan import BankRule, Plan
 
 Progress = Callable[[str], None]
 """Called with a one-line status message while a strategy runs (the CLI draws it on stderr)."""
+Incumbent = Callable[[Plan], None]
+"""Called with each complete plan a long-running strategy finds that is better than the last it reported
+(the CLI verifies it and writes it at once, so an interrupted run keeps it)."""
 
 
 @dataclass(frozen=True)

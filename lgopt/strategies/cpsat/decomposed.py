@@ -25,13 +25,13 @@ from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan, PlanStatus
 from lgopt.strategies.cpsat.bounds import interval_lower_bound
-from lgopt.strategies.cpsat.common import INF, CpsatSettings, Key
-from lgopt.strategies.cpsat.evaluate import Evaluator
+from lgopt.strategies.cpsat.common import INF, CpsatSettings, Key, objective_value
+from lgopt.strategies.cpsat.evaluate import MAX_EFFORT, Evaluator
 from lgopt.strategies.cpsat.master import Master, MasterAnswer
 from lgopt.strategies.cpsat.result import result
 from lgopt.strategies.cpsat.segmentation import cheapest, forward, paths, state_in, state_out, within
 from lgopt.strategies.cpsat.space import CandidateSpace
-from lgopt.strategies.settings import Progress, SearchSettings
+from lgopt.strategies.settings import Incumbent, Progress, SearchSettings
 
 PRICING_BATCH = 256  # intervals evaluated between two pricings
 
@@ -41,11 +41,12 @@ HANDOVER_SPACE = ("; a tensor handed over in LMEM between consecutive groups (he
 
 
 def decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
-               progress: Progress | None) -> Plan:
-    """The best plan over the candidate space, from the greedy plan ``base`` (evaluated first) up."""
+               progress: Progress | None, incumbent: Incumbent | None = None) -> Plan:
+    """The best plan over the candidate space, from the greedy plan ``base`` (evaluated first) up; each
+    better plan found on the way is passed to ``incumbent``."""
     space = CandidateSpace(net, chip, search, st.objective, st.handover, st.free_loads)
     with Evaluator(space, st.pack_time, st.workers, st.seed) as ev:
-        return _Search(space, ev, st, base, t0, progress).run()
+        return _Search(space, ev, st, base, t0, progress, incumbent).run()
 
 
 def _greedy_intervals(net: Network, plan: Plan) -> list[Key]:
@@ -57,8 +58,12 @@ class _Search:
     """The state the four phases share: candidates, their bounds, the path structure and the master."""
 
     def __init__(self, space: CandidateSpace, ev: Evaluator, st: CpsatSettings, base: Plan, t0: float,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, incumbent: Incumbent | None = None) -> None:
         self.space, self.ev, self.st, self.base, self.t0, self.progress = space, ev, st, base, t0, progress
+        self.incumbent = incumbent
+        self.reported = float(objective_value(base.cost, st.objective))  # the caller has the greedy plan
+        self.report_seconds = 0.0  # what reporting the last incumbent took
+        self.next_report = 0.0  # perf_counter() before which no incumbent is reported (reports cost time)
         net = space.net
         self.intervals = space.intervals()
         self.lb = {iv: interval_lower_bound(space, *iv) for iv in self.intervals}
@@ -95,6 +100,31 @@ class _Search:
     def best_known(self) -> float:
         """The cheapest plan over evaluated candidates (inf when there is none)."""
         return forward(self.n_ops, self.starts, self.costs(False), self.single)[0][self.n_ops][0]
+
+    def report(self, bound: float) -> None:
+        """Pass the best plan over evaluated candidates to the caller when it beats the last one reported.
+
+        Building it (scheduling and placing its groups) takes time the search does not have, so reports
+        are spaced to take at most a fifth of the run, and skipped when one would end past the deadline;
+        the final plan is always returned."""
+        if self.incumbent is None:
+            return
+        now = time.perf_counter()
+        if now < self.next_report or now + self.report_seconds > self.deadline:
+            return
+        known = self.costs(False)
+        if self.best_known() >= self.reported:
+            return
+        path = cheapest(self.n_ops, self.starts, known, self.single)
+        groups = [self.ev.materialize(*iv) for iv in path]
+        plan = result(self.space.net, self.space.chip, self.space.settings, self.st, groups, self.base,
+                      int(bound), "feasible", self.t0, {"formulation": "decomposed", "incumbent": True})
+        value = objective_value(plan.cost, self.st.objective)
+        if value < self.reported:
+            self.incumbent(plan)
+            self.reported = value
+        self.report_seconds = time.perf_counter() - now
+        self.next_report = time.perf_counter() + 4 * self.report_seconds
 
     def left(self, cap: float | None = None) -> float:
         """Seconds to the deadline, at least 1, at most ``cap``."""
@@ -143,6 +173,7 @@ class _Search:
             # the most promising first, then price again: the plans they give prune the rest
             self.ev.evaluate_many([iv for _, iv in todo[:PRICING_BATCH]], processes=self.st.workers,
                                   deadline=self.deadline, full=False)
+            self.report(priced_bound)
         return rounds, priced_bound, todo
 
     def master_loop(self, bound: int, todo_left: bool) -> tuple[PlanStatus, int, list[Key] | None, int]:
@@ -177,6 +208,7 @@ class _Search:
             if time.perf_counter() > self.deadline:
                 break
             self.ev.evaluate_many(fresh, processes=min(self.st.workers, len(fresh)), deadline=self.deadline)
+            self.report(bound)
         return status, bound, best_keys, iterations
 
     def refine(self, status: PlanStatus, bound: int) -> tuple[PlanStatus, int, bool]:
@@ -197,6 +229,7 @@ class _Search:
             if not weak or time.perf_counter() > self.deadline:
                 break
             self.ev.evaluate_many(weak, processes=min(self.st.workers, len(weak)), deadline=self.deadline)
+            self.report(bound)
             refined = True
         return status, bound, refined
 
@@ -213,11 +246,13 @@ class _Search:
             bound = max(bound, out[1])
             if bound >= self.best_known():
                 break
-            loose = [iv for iv in out[2] if iv in evaluated and evaluated[iv].bound < evaluated[iv].cost]
+            loose = [iv for iv in out[2] if iv in evaluated and evaluated[iv].bound < evaluated[iv].cost
+                     and evaluated[iv].effort < MAX_EFFORT]
             if not loose:
                 break
             for iv in loose:
                 self.ev.evaluate(*iv, full=True, deadline=self.deadline, effort=evaluated[iv].effort + 1)
+            self.report(bound)
             refined = True
         return bound, refined
 
@@ -240,6 +275,7 @@ class _Search:
         space, st = self.space, self.st
         for iv in _greedy_intervals(space.net, self.base):
             self.ev.evaluate(*iv, deadline=self.deadline)
+        self.report(0)
         rounds, priced_bound, todo = self.price()
         status, bound, best_keys, iterations = self.master_loop(int(priced_bound), bool(todo))
         status, bound, refined = self.refine(status, bound)

@@ -32,6 +32,8 @@ from lgopt.strategies.cpsat.space import CandidateSpace
 LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
 
 EFFORT_GROWTH = 4  # each re-evaluation of an interval whose bound is below its value gives its solvers this much more
+MAX_EFFORT = 6  # at most EFFORT_GROWTH ** 6 (4096) times the base budget: a solve that leaves a gap with that much
+# will not close it within any time limit, and the multiplier must stay a finite float (4 ** 512 is not)
 
 
 
@@ -187,7 +189,7 @@ class Evaluator:
         ops = space.names[key[0]:key[1] + 1]
         kin, kout = space.kept(*key)
         pchip = space.inner_chip(kin + kout)
-        budget = self.pack_time * EFFORT_GROWTH ** effort
+        budget = self.pack_time * EFFORT_GROWTH ** min(effort, MAX_EFFORT)
         if pchip is None:  # the handed-over tensors leave no room: no slicing
             return Evaluation(INF, INF, 0, 0, None, None, 0, 0, 0, True, effort)
         cands = sorted(space.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
@@ -267,8 +269,14 @@ _WORKER: Evaluator | None = None  # in a worker process: its forked copy of the 
 
 
 def _init_worker(evaluator: Evaluator) -> None:
+    """Keep the parent's evaluator; leave Ctrl-C to the parent (which keeps the best plan and stops the pool)
+    instead of every worker printing its own traceback."""
+    import signal
+
     global _WORKER
     _WORKER = evaluator
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _evaluate_batch(task: tuple[list[tuple[tuple, Key]], float | None, bool, float]

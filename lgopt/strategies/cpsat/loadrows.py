@@ -30,7 +30,7 @@ from ortools.sat.python import cp_model
 
 from lgopt.group.alloc import exact_pack, multi_start_allocate
 from lgopt.group.cost import PipelineCells, group_cost, pipeline_cells, weight_dma_cycles
-from lgopt.group.solver import integral_bound, make_solver
+from lgopt.group.solver import integral_bound, make_solver, solve_interruptibly
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network
@@ -385,7 +385,7 @@ def _solve_relaxation(net: Network, chip: Chip, g: GroupPlan, objective: str, ba
             _hint_loads(m, gv, best[1])
         # presolve spends most of its time on the dense per-row capacity sums and removes almost nothing
         solver = make_solver(workers=1, seed=seed, deterministic=time_limit, deadline=deadline, presolve=False)
-        res = solver.solve(m)
+        res = solve_interruptibly(solver, m)
         if res == cp_model.INFEASIBLE and attempt == 0:
             return None
         if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

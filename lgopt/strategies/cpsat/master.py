@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from ortools.sat.python import cp_model
 
-from lgopt.group.solver import integral_bound, make_solver
+from lgopt.group.solver import integral_bound, make_solver, solve_interruptibly
 from lgopt.strategies.cpsat.common import CpsatSettings, Key
 
 MasterAnswer = tuple[Any, int, list[Key]]
@@ -62,7 +62,7 @@ class Master:
         # a set-partitioning model whose LP is tight: one worker solves it fastest, and the machine's
         # other core is better spent evaluating intervals
         solver = make_solver(workers=1, seed=st.seed, seconds=seconds, params=st.cp_sat_params)
-        res = solver.solve(m)
+        res = solve_interruptibly(solver, m)
         if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         return res, integral_bound(solver), sorted(iv for iv, v in x.items() if solver.value(v))

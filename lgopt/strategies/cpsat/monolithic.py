@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 
 from lgopt.group.build import place_chosen
 from lgopt.group.handover import without_kept
-from lgopt.group.solver import integral_bound, make_solver
+from lgopt.group.solver import integral_bound, make_solver, solve_interruptibly
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan, PlanStatus
@@ -75,7 +75,7 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
         progress(f"cpsat (monolithic): {len(cands)} candidates, {buffers} buffers")
     solver = make_solver(workers=st.workers, seed=st.seed, seconds=st.time_limit - (time.perf_counter() - t0),
                          params=st.cp_sat_params)
-    res = solver.solve(m)
+    res = solve_interruptibly(solver, m)
     if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = integral_bound(solver) if res != cp_model.INFEASIBLE else 0
         return result(net, chip, search, st, list(base.groups), base, bound, "time_limit", t0,

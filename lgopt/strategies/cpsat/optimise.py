@@ -35,20 +35,26 @@ from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.cpsat.decomposed import decomposed
 from lgopt.strategies.cpsat.monolithic import monolithic
 from lgopt.strategies.greedy import greedy
-from lgopt.strategies.settings import Progress, SearchSettings
+from lgopt.strategies.settings import Incumbent, Progress, SearchSettings
 
 __all__ = ["CpsatSettings", "optimise"]
 
 
 def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings(),
-             st: CpsatSettings = CpsatSettings(), progress: Progress | None = None) -> Plan:
+             st: CpsatSettings = CpsatSettings(), progress: Progress | None = None,
+             incumbent: Incumbent | None = None) -> Plan:
     """Best plan over groups that are contiguous in any of ``st.orders`` topological orders.
 
     Each order is its own candidate space, searched in turn with a share of the remaining time; the
     union's bound is the smallest of the per-order bounds, and the result is optimal only when every
-    order's search is.  Plans are expressed on the given network whatever order produced them.
+    order's search is.  Plans are expressed on the given network whatever order produced them, the
+    intermediate ones passed to ``incumbent`` too.
     """
     t0 = time.perf_counter()
+    given = incumbent
+    if given is not None:
+        def incumbent(p: Plan) -> None:
+            given(replace(p, model_digest=network_digest(net), steps=_topo_steps(net, p)))
     orders = list(topological_orders(net).items())[:max(1, st.orders)]
     seen: set[tuple[str, ...]] = set()
     results: list[tuple[str, Plan]] = []
@@ -59,7 +65,7 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
         left = st.time_limit - (time.perf_counter() - t0)
         share = max(1.0, left / (len(orders) - k)) if k < len(orders) - 1 else max(1.0, left)
         onet = net if kind == "given" else reorder(net, names)
-        plan = _optimise_order(onet, chip, search, replace(st, time_limit=share), progress)
+        plan = _optimise_order(onet, chip, search, replace(st, time_limit=share), progress, incumbent)
         results.append((kind, plan))
     kind, best = min(results, key=lambda kp: (kp[1].solver["value"], kp[0] != "given"))
     bound = min(p.solver["bound"] for _, p in results)
@@ -106,14 +112,16 @@ def _topo_steps(net: Network, plan: Plan) -> tuple[tuple[str, object], ...]:
 
 
 def _optimise_order(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings,
-                    progress: Progress | None) -> Plan:
+                    progress: Progress | None, incumbent: Incumbent | None = None) -> Plan:
     t0 = time.perf_counter()
     base = greedy(net, chip, search)
+    if incumbent is not None:  # the first plan to keep if the search is interrupted
+        incumbent(base)
     n_local = sum(op.local for op in net.ops)
     form = st.formulation
     if form == "auto":
         form = "monolithic" if n_local <= st.monolithic_max_ops else "decomposed"
     if form == "monolithic":
         return monolithic(net, chip, search, st, base, t0, progress)
-    return decomposed(net, chip, search, st, base, t0, progress)
+    return decomposed(net, chip, search, st, base, t0, progress, incumbent)
 

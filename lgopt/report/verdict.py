@@ -1,0 +1,22 @@
+"""The verifier with the cost model: what every command that emits or checks a plan runs.
+
+:mod:`lgopt.check` may not import the planner's modules, the cost model included, so it is handed in here,
+the first layer that sees both (``docs/plan-format.md`` states what the verifier enforces).
+"""
+
+from __future__ import annotations
+
+from lgopt.check.verify import CostFunctions, Violation, verify_plan
+from lgopt.group.cost import global_layer_cost, group_cost, lower_bound
+from lgopt.model.network import Network
+from lgopt.model.plan import Plan
+
+
+def planner_costs() -> CostFunctions:
+    """lgopt's cost functions (whichever model the plan's chip names), for the verifier to recompute with."""
+    return CostFunctions(group_cost, global_layer_cost, lower_bound)
+
+
+def verify(net: Network, plan: Plan, stop_at_first: bool = False) -> list[Violation]:
+    """Every violation of ``plan``, its recorded costs included (empty when it holds)."""
+    return verify_plan(net, plan, stop_at_first, costs=planner_costs())
