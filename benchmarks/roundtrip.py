@@ -188,12 +188,14 @@ def main(argv: list[str] | None = None) -> int:
             df[c] = df[c].astype("Int64")
     df.to_csv(out / "roundtrip.csv", index=False)
     md = ["# lgopt groupings compiled by TPU-MLIR 1.30.2", "",
-          "`lgopt predicted`: lgopt's analytic cost model. `TPU-MLIR measured`: cycles of codegen's simulated "
+          f"`lgopt predicted`: lgopt's cost model `{a.cost_model}`. `TPU-MLIR measured`: cycles of codegen's simulated "
           "timeline for lgopt's grouping forced into TPU-MLIR (`LOAD_TPU_GROUP`, F16). `opt2`/`opt1`: TPU-MLIR's "
           "own groupings, same model and chip. Made by `python benchmarks/roundtrip.py` "
-          f"(`--time-limit {a.time_limit:g} --space {a.space} --cost-model {a.cost_model}`): `--space compiler` "
-          "solves with the opt2 cache as `--reference` (groups in TPU-MLIR's op order and base groups, its "
-          "weight-load rule, no hand-over), `free` in lgopt's own space, exported as groups only.", "",
+          f"(`--time-limit {a.time_limit:g} --space {a.space} --cost-model {a.cost_model} --margin {a.margin:g}`): "
+          "`--space compiler` solves with the opt2 cache as `--reference` (groups in TPU-MLIR's op order and base "
+          "groups, its slicing and weight-load rules, no hand-over; the reference's grouping kept unless lgopt's "
+          "is predicted `--margin` faster, noted as such), `free` in lgopt's own space, exported as groups "
+          "only.", "",
           df.to_markdown(index=False, floatfmt="g"), ""]
     (out / "roundtrip.md").write_text("\n".join(md))
     print(df.drop(columns=["groups (TPU-MLIR op idx, secs)"], errors="ignore").to_string(index=False))
