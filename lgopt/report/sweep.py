@@ -243,6 +243,18 @@ def _label(key: str, raw: Any, value: float | None) -> str:
     return size_label(value) if key.endswith("_bytes") and value is not None else str(raw)
 
 
+def _knee(line: pd.DataFrame, lmem: str, others: list[str]) -> dict[str, Any]:
+    """Where one model on one chip (the other parameters fixed) stops gaining from LMEM: the smallest size
+    within 5 % of the best cycles any size reaches."""
+    best = line.sort_values(["cycles", lmem]).iloc[0]
+    knee = line[line["cycles"] <= 1.05 * best["cycles"]].sort_values(lmem).iloc[0]
+    return {"model": knee["model"], "chip": knee["chip"], **{k: knee[k] for k in others},
+            "strategy": knee["strategy"], "knee LMEM": size_label(knee[lmem]), "cycles at knee": int(knee["cycles"]),
+            "best cycles": int(best["cycles"]), "best at LMEM": size_label(best[lmem]),
+            "smallest LMEM swept": size_label(line[lmem].min()),
+            "cycles there": int(line.sort_values(lmem).iloc[0]["cycles"]), "cost model": knee["cost model"]}
+
+
 def _report(df: pd.DataFrame, keys: list[str], strategies: list[str], d: Path, cache: Path, backend: Backend,
             models: Sequence[tuple[str, Network]], chips: Sequence[Chip]) -> pd.DataFrame:
     for k in keys:
@@ -267,20 +279,18 @@ def _report(df: pd.DataFrame, keys: list[str], strategies: list[str], d: Path, c
         for (model, chipname, s), sub in placed.groupby(["model", "chip", "strategy"], sort=True):
             front = pareto(sub, numeric + ["cycles"])  # every swept parameter, not just the first
             tables.append((f"Pareto front of {model} on {chipname} ({s}): {named} vs cycles ({cost_models} cost "
-                           "model; smaller is better on each)", front.drop(columns=["cached"] + numeric)))
+                           "model; smaller is better on each)",
+                           front.drop(columns=["cached", "placed", "why not placed"] + numeric)))
             if lmem:
-                best = sub["cycles"].min()
-                knee = sub[sub["cycles"] <= 1.05 * best].sort_values([lmem] + [c for c in numeric if c != lmem]).iloc[0]
-                knees.append({"model": model, "chip": chipname, "strategy": s,
-                              "knee LMEM": size_label(knee[lmem]), "cycles at knee": int(knee["cycles"]),
-                              "best cycles": int(best),
-                              "best at LMEM": size_label(sub.sort_values(["cycles", lmem]).iloc[0][lmem]),
-                              "other parameters at knee": ", ".join(f"{k}={knee[k]}" for k in keys
-                                                                    if k != "lmem_bytes") or "-",
-                              "cost model": knee["cost model"]})
+                others = [k for k in keys if k != "lmem_bytes"]
+                for _, line in (sub.groupby(others, sort=False) if others else [((), sub)]):
+                    knees.append(_knee(line, lmem, others))
     if knees:
-        tables.insert(1, ("knee: smallest LMEM within 5 % of each model's best cycles (where it stops gaining)",
-                          pd.DataFrame(knees)))
+        others = [k for k in keys if k != "lmem_bytes"]
+        knees.sort(key=lambda r: (names.index(r["model"]), r["chip"], r["strategy"],
+                                  tuple(_num(r[k]) or 0.0 for k in others)))
+        tables.insert(1, ("knee: the smallest LMEM within 5 % of the best cycles at the same other parameters "
+                          "(where more LMEM stops gaining)", pd.DataFrame(knees)))
     failed = df[~df["placed"]] if "placed" in df else df.iloc[0:0]
     if len(failed):
         tables.append(("configurations that could not place a model",
