@@ -385,7 +385,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise LgoptError("--reference is a cache of one model: compare one model with it")
     df = compare(models, chip, strategies, args.output, SearchSettings(bank_rule=args.bank_rule), args.time_limit,
                  args.workers, stderr_progress, args.save_plans, reference=args.reference,
-                 base_groups=args.base_groups, margin=_margin(args))
+                 base_groups=args.base_groups, margin=_margin(args), backend=_backend(args), seed=args.seed)
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
     cols = ["model", "strategy", "groups", "global layers", "slices", "cycles", "cost model", "traffic MB",
@@ -396,29 +396,54 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backend(args: argparse.Namespace) -> Any:
+    """``--backend``, ``--scheduler`` and ``--jobs`` as a :class:`lgopt.report.parallel.Backend`; local
+    process counts are capped at the cores (a remote scheduler brings its own workers)."""
+    from lgopt.report.parallel import Backend
+
+    if args.scheduler and args.backend == "processes" and not args.backend_given:
+        args.backend = "dask"  # --scheduler alone says where to run
+    jobs = args.jobs if args.scheduler else _workers(args.jobs, "--jobs")
+    return Backend(args.backend, jobs, args.scheduler)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from lgopt.cli import stderr_progress
+    from lgopt.hw.chip import get_chip
     from lgopt.report.sweep import parse_sweep, sweep
+    from lgopt.strategies.registry import parse_strategies
 
     _positive_seconds(args.time_limit, "--time-limit")
-    args.jobs = _workers(args.jobs, "--jobs")
-    net = _load_model(args, args.model)
-    from lgopt.hw.chip import get_chip
-
-    chip = get_chip(args.chip, {}, args.chip_file)
+    if args.cpsat_workers < 1:
+        raise LgoptError(f"--workers must be at least 1, got {args.cpsat_workers}")
+    backend = _backend(args)
+    paths = list(args.model or []) + list(args.models or [])
+    if not paths:
+        raise LgoptError("sweep needs a model: lgopt sweep MODEL... or --models A B ...")
+    if len(set(paths)) != len(paths):
+        raise LgoptError("a model is named twice")
     axes = parse_sweep(args.set or [])
     if not axes:
         raise LgoptError("sweep needs at least one --set key=v1,v2,...")
-    from lgopt.strategies.registry import parse_strategies
-
+    names = [c.strip() for c in (args.chip or "").split(",") if c.strip()]
+    chips = [get_chip(n, {}, args.chip_file) for n in names] if names else [get_chip(None, {}, args.chip_file)]
+    if len({c.name for c in chips}) != len(chips):
+        raise LgoptError("a chip is named twice in --chip")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     parse_strategies(args.strategies)  # every name registered, with its argument where it needs one
-    out = args.output or f"reports/sweep-{net.name}-{chip.name}"
-    df = sweep(args.model, net, chip, axes, strategies, out, args.time_limit, 1, args.jobs, stderr_progress,
-               started=getattr(args, "started", None))
+    models = [(m, _load_model(args, m)) for m in paths]
+    if len({n.name for _, n in models}) != len(models):
+        raise LgoptError("two models have the same name: the report tells models apart by name")
+    tag = (models[0][1].name if len(models) == 1 else f"{len(models)}models") + "-" + \
+        (chips[0].name if len(chips) == 1 else f"{len(chips)}chips")
+    out = args.output or f"reports/sweep-{tag}"
+    df = sweep(models, chips, axes, strategies, out, args.time_limit, backend, args.seed, args.cpsat_workers,
+               stderr_progress, started=getattr(args, "started", None))
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
-    print(df.drop(columns=[c for c in df if c.endswith("(value)")]).to_string(index=False))
+    drop = [c for c in df if c.endswith("(value)")] + (["chip"] if len(chips) == 1 else []) + \
+        (["model"] if len(models) == 1 else []) + (["why not placed"] if df["placed"].all() else [])
+    print(df.drop(columns=drop).to_string(index=False, na_rep="-"))
     print(f"\n{int(df['cached'].sum())} of {len(df)} configurations served from cache; wrote {out}/sweep.md, "
           "sweep.csv, sweep.html")
     return 0
@@ -566,22 +591,47 @@ def _add_compare(sub: Any) -> None:
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--bank-rule", default="soft", choices=["soft", "hard", "off"])
     s.add_argument("--save-plans", action="store_true", help="also write every plan under OUTPUT/plans/")
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT's random seed")
+    _backend_args(s, jobs_default=1)
     _model_args(s)
     s.set_defaults(func=cmd_compare)
+
+
+class _BackendAction(argparse.Action):
+    """Stores --backend and remembers it was given (so --scheduler alone can imply dask)."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        namespace.backend = values
+        namespace.backend_given = True
+
+
+def _backend_args(p: argparse.ArgumentParser, jobs_default: int) -> None:
+    p.add_argument("--backend", default="processes", choices=["processes", "sequential", "dask"],
+                   action=_BackendAction,
+                   help="where configurations run: local worker processes (default), this process (debugging), "
+                        "or a Dask cluster (--scheduler tcp://HOST:8786; without it a local cluster of --jobs workers)")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="address of a running Dask scheduler")
+    p.add_argument("--jobs", type=int, default=jobs_default, help=f"local worker processes (default {jobs_default})")
+    p.set_defaults(backend_given=False)
 
 
 def _add_sweep(sub: Any) -> None:
     """``lgopt sweep``."""
     s = sub.add_parser("sweep", help="cross product of chip parameters: table, plots, Pareto front, knee")
-    s.add_argument("model")
-    s.add_argument("--chip", default=None, help="chip preset (default bm1684x, or the chip file's base)")
+    s.add_argument("model", nargs="*", help="models (.onnx or problem .json)")
+    s.add_argument("--models", nargs="+", metavar="MODEL", help="more models, swept together")
+    s.add_argument("--chip", default=None,
+                   help="chip preset, or several separated by commas (default bm1684x, or the chip file's base)")
     s.add_argument("--chip-file")
     s.add_argument("--set", action="append", metavar="KEY=V1,V2,...", help="a swept chip parameter")
     s.add_argument("--strategies", default="greedy", help=f"comma-separated: {strategy_names()}")
     s.add_argument("-o", "--output", help="report folder (default reports/sweep-MODEL-CHIP)")
     s.add_argument("--time-limit", type=float, default=10.0,
                    help="wall-clock seconds per configuration (all its strategies, checks included)")
-    s.add_argument("--jobs", type=int, default=2, help="worker processes")
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT's random seed in every configuration")
+    s.add_argument("--workers", dest="cpsat_workers", type=int, default=1,
+                   help="CP-SAT workers per configuration (default 1: the backend runs configurations in parallel)")
+    _backend_args(s, jobs_default=2)
     _model_args(s)
     s.set_defaults(func=cmd_sweep)
 

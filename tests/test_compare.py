@@ -82,10 +82,15 @@ def test_sweep_twenty_configurations_and_cache(tmp_path, capsys):
     df = pd.read_csv(out / "sweep.csv")
     assert len(df) == 20
     assert set(df["lmem_bytes"]) == {"32K", "64K", "128K", "256K", "512K"} and set(df["npu_num"]) == {8, 16, 32, 64}
-    # the knee is the smallest swept LMEM within 5 % of the best cycles
-    best = df["cycles"].min()
-    knee = df[df["cycles"] <= 1.05 * best]["lmem_bytes (value)"].min()
-    assert f"lmem_bytes={dict(zip(df['lmem_bytes (value)'], df['lmem_bytes']))[knee]}" in md
+    # the knee is the smallest swept LMEM within 5 % of the best cycles at the same lane count
+    from lgopt.report.sweep import size_label
+
+    knees = md.split("## knee")[1].split("## ")[0]
+    for npu, line in df[df["placed"]].groupby("npu_num"):
+        knee = line[line["cycles"] <= 1.05 * line["cycles"].min()]["lmem_bytes (value)"].min()
+        rows = [[c.strip() for c in r.split("|")[1:-1]] for r in knees.splitlines() if r.startswith("| resnet18")]
+        # cells: model, chip, npu_num, strategy, knee LMEM, ...
+        assert [r[4] for r in rows if r[2] == str(npu)] == [size_label(knee)]
     assert main(["sweep", str(PROBLEMS / "resnet18.json"), "--set", "lmem_banks=3"]) == 2
 
 

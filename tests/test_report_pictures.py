@@ -88,7 +88,10 @@ def test_sweep_legend_in_numeric_order_and_pareto_over_every_parameter(monkeypat
     df = pd.DataFrame(rows)
     _plots_sweep(df, ["lmem_bytes", "npu_num"])
     legend = [t.get_text() for t in figs[2].axes[0].get_legend().get_texts()]  # cycles against npu_num
-    assert legend == ["greedy, lmem_bytes=32K", "greedy, lmem_bytes=64K", "greedy, lmem_bytes=128K"]
+    assert legend == ["greedy, lmem_bytes=32 KiB", "greedy, lmem_bytes=64 KiB", "greedy, lmem_bytes=128 KiB"]
+    lmem_axis = figs[0].axes[0]  # cycles against lmem_bytes: 32K-128K spans 4x, so linear, labelled in KiB
+    assert lmem_axis.get_xscale() == "linear"
+    assert [t.get_text() for t in lmem_axis.get_xticklabels()] == ["32 KiB", "64 KiB", "128 KiB"]
     front = pareto(df, ["lmem_bytes (value)", "npu_num (value)", "cycles"])
     assert len(front) == 6  # less LMEM or fewer lanes always costs cycles here: nothing is dominated
     only_lmem = pareto(df[df["npu_num"] == "16"], ["lmem_bytes (value)", "cycles"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,6 +15,7 @@ import pandas as pd
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
+from lgopt.report.parallel import Backend, run_tasks
 from lgopt.report.verdict import verify
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyChoice, StrategyOptions
@@ -146,33 +148,75 @@ def write_html(path: Path, title: str, tables: list[tuple[str, pd.DataFrame]], i
     path.write_text("\n".join(parts))
 
 
+@dataclass(frozen=True)
+class CompareTask:
+    """One model with one strategy as plain data, solved in a worker (CP-SAT objects do not pickle); the
+    CP-SAT worker count and seed travel in ``options``, explicit in every task."""
+
+    model: dict[str, Any]
+    chip: dict[str, Any]
+    strategy: str
+    options: StrategyOptions
+
+
+def compare_one(task: CompareTask) -> tuple[dict[str, Any], Plan, dict[str, Any]]:
+    """Solve one (model, strategy) pair: its table row, its plan and the strategy's notes."""
+    from lgopt.hw.chip import chip_from_dict
+    from lgopt.io.problem import network_from_dict
+    from lgopt.strategies.registry import parse_strategy
+
+    net = network_from_dict(task.model)
+    chip = chip_from_dict(task.chip)
+    s = parse_strategy(task.strategy)
+    plan, secs, extra = run_strategy(net, chip, s, task.options)
+    return plan_row(net, chip, s, plan, secs), plan, extra
+
+
 def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Sequence[StrategyChoice], out: str | None,
             search: SearchSettings = SearchSettings(), time_limit: float = 60.0, workers: int = 2,
             progress: Progress | None = None, save_plans: bool = False, reference: str | None = None,
-            base_groups: str | None = None, margin: float = 0.05) -> pd.DataFrame:
-    rows, plans, nets, notes = [], {}, {}, []
+            base_groups: str | None = None, margin: float = 0.05, backend: Backend = Backend("sequential", 1),
+            seed: int = 0) -> pd.DataFrame:
+    """Every model with every strategy, each pair one task on ``backend``; rows in the order of
+    ``models`` then ``strategies`` whatever order the tasks finish in."""
+    from lgopt.model.network import network_to_dict
+
+    notes: list[str] = []
+    plans: dict[tuple[str, str, str], Plan] = {}
+    nets: dict[str, Network] = {}
     # a given grouping lgopt cannot build exactly is relaxed (and each change noted), so it still has a row
-    options = StrategyOptions(search, CpsatSettings(time_limit=time_limit, workers=workers), exact=False,
+    options = StrategyOptions(search, CpsatSettings(time_limit=time_limit, workers=workers, seed=seed), exact=False,
                               reference=reference, base_groups=base_groups, margin=margin)
+    tasks: list[CompareTask] = []
     for _path, net in models:
         nets[net.name] = net
+        mdict = network_to_dict(net)
         for s in strategies:
             if s.label == "tpu-mlir" and not _cache_fits(s.arg, net):
                 if len(models) == 1:
                     notes.append(f"{net.name}: no op of TPU-MLIR cache {Path(str(s.arg)).name} is in this model")
                 continue
-            if progress:
-                progress(f"compare: {net.name} on {chip.name} with {s.label}")
-            plan, secs, extra = run_strategy(net, chip, s, options)
-            rows.append(plan_row(net, chip, s, plan, secs))
-            plans[(net.name, chip.name, s.label)] = plan
-            if extra:
-                un = extra["unmapped"]
-                notes.append(f"{net.name}: TPU-MLIR cache {Path(str(s.arg)).name}: {extra['groups_scored']} of "
-                             f"{extra['groups_in_cache']} groups scored, {extra['ops_mapped']} ops mapped, "
-                             f"{len(un)} names not found{(': ' + ', '.join(un[:8])) if un else ''}, "
-                             f"{extra['casts_skipped']} inserted casts skipped")
-                notes += [f"{net.name}: {x}" for x in extra["adjusted"] + extra["dropped"]]
+            spec = s.label if s.arg is None else f"{s.label}={s.arg}"
+            tasks.append(CompareTask(mdict, chip.to_dict(), spec, options))
+    results: list[Any] = [None] * len(tasks)
+    for done, (i, res) in enumerate(run_tasks(compare_one, tasks, backend), 1):
+        results[i] = res
+        if progress:
+            t = tasks[i]
+            progress(f"compare: {done}/{len(tasks)} done ({t.model['name']} with {t.strategy})")
+    rows = []
+    for (row, plan, extra), t in zip(results, tasks):
+        name = row["model"]
+        rows.append(row)
+        plans[(name, chip.name, row["strategy"])] = plan
+        if extra:
+            un = extra["unmapped"]
+            arg = t.strategy.split("=", 1)[1] if "=" in t.strategy else ""
+            notes.append(f"{name}: TPU-MLIR cache {Path(arg).name}: {extra['groups_scored']} of "
+                         f"{extra['groups_in_cache']} groups scored, {extra['ops_mapped']} ops mapped, "
+                         f"{len(un)} names not found{(': ' + ', '.join(un[:8])) if un else ''}, "
+                         f"{extra['casts_skipped']} inserted casts skipped")
+            notes += [f"{name}: {x}" for x in extra["adjusted"] + extra["dropped"]]
     df = add_ratios(pd.DataFrame(rows))
     if out:
         d = Path(out)

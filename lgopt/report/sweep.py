@@ -1,13 +1,26 @@
-"""Chip-parameter sweeps (``lgopt sweep``): the cross product of ``--set`` values, solved in parallel
-worker processes, cached on disk by configuration; table, plots, Pareto front and knee."""
+"""Chip-parameter sweeps (``lgopt sweep``): every model on every chip under the cross product of ``--set``
+values, each configuration one task on a joblib backend (:mod:`lgopt.report.parallel`: local processes,
+this process, or a Dask cluster), cached on disk one file per configuration; table, plots, Pareto front,
+knee and the configurations that could not place a model.
+
+The cache lives with the report, not in the workers, so any backend (a cluster without a shared file
+system included) fills the same cache: the parent writes each result as it arrives, atomically (a
+temporary file renamed over the name), so an interrupted sweep keeps every finished configuration, two
+sweeps writing the same folder never leave half a file, and a rerun submits only what is missing.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
 import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -15,11 +28,13 @@ from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network, network_digest
 from lgopt.report.compare import _png, run_strategy, write_html
+from lgopt.report.parallel import Backend, run_tasks
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.strategies.settings import Progress, SearchSettings
 
-# --- sweeps -------------------------------------------------------------------------------------------
+CACHE_VERSION = 2  # bump when a row's meaning changes: older files are then simply not found
+
 
 def parse_sweep(sets: Sequence[str]) -> dict[str, list[str]]:
     axes: dict[str, list[str]] = {}
@@ -38,33 +53,73 @@ REPORT_SECONDS = 2.0  # what the table, plots and pages take after the last conf
 TASK_SECONDS = 0.5  # what a configuration spends outside its strategy's search (loading, the final check)
 
 
-def _init_task() -> None:
-    """Ctrl-C is the parent's: it stops the pool (finished configurations are cached) without a traceback
-    from every worker."""
-    import signal
+@dataclass(frozen=True)
+class SweepTask:
+    """One configuration as plain data: CP-SAT objects do not pickle, so the worker builds its own model.
+    ``workers`` is CP-SAT's worker count, always explicit (its default, every core, oversubscribes a
+    pool); ``seed`` fixes its search.  ``budget`` (seconds of search) is not part of the result's key:
+    it only spreads the sweep's wall-clock limit over its configurations."""
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    key: str
+    model: dict[str, Any]
+    chip: dict[str, Any]
+    point: tuple[tuple[str, str], ...]
+    strategy: str
+    seed: int
+    workers: int
+    budget: float
 
 
-def _sweep_one(args: tuple[str, dict[str, Any], dict[str, str], str, float, int, str, float]) -> dict[str, Any]:
-    model_json, chip_base, point, strategy, time_limit, workers, cache_dir, budget = args
+def config_key(net_digest: str, chip: Chip, strategy: str, time_limit: float, seed: int, workers: int) -> str:
+    """The content hash naming a configuration's cache file: everything its result depends on."""
+    blob = json.dumps([CACHE_VERSION, net_digest, chip.to_dict(), strategy, time_limit, seed, workers],
+                      sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def read_cached(cache: Path, key: str) -> dict[str, Any] | None:
+    f = cache / f"{key}.json"
+    try:
+        return dict(json.loads(f.read_text()))
+    except (OSError, ValueError):  # absent, or (never written by lgopt) unreadable: solve it again
+        return None
+
+
+def write_cached(cache: Path, key: str, row: Mapping[str, Any]) -> None:
+    """Write ``row`` as ``KEY.json`` atomically: a temporary file in the same folder renamed over the name,
+    so a reader (another sweep, a rerun) sees either nothing or the whole row."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=cache)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(row, fh, sort_keys=True)
+        os.replace(tmp, cache / f"{key}.json")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def solve_config(task: SweepTask) -> dict[str, Any]:
+    """Solve one configuration (runs in a worker).  A configuration lgopt refuses (its chip cannot hold
+    what the model needs) is a row saying why, not a failed sweep."""
     from lgopt.hw.chip import chip_from_dict, with_overrides
     from lgopt.io.problem import network_from_dict
 
-    net = network_from_dict(json.loads(model_json))
-    chip = with_overrides(chip_from_dict(chip_base), point)  # the chip file's values too, not just the preset's
-    key = hashlib.sha256(json.dumps([network_digest(net), chip.to_dict(), strategy, time_limit],
-                                    sort_keys=True).encode()).hexdigest()[:20]
-    cfile = Path(cache_dir) / f"{key}.json"
-    if cfile.exists():
-        return {**json.loads(cfile.read_text()), "cached": True}
-    options = StrategyOptions(SearchSettings(), CpsatSettings(time_limit=budget, workers=workers))
-    plan, secs, _ = run_strategy(net, chip, parse_strategy(strategy), options)
-    row = {**point, "strategy": strategy, "cycles": int(plan.cost["cycles"]), "cost model": chip.cost_model,
-           "traffic MB": round(plan.cost["traffic_bytes"] / 1e6, 3), "groups": len(plan.groups),
-           "global layers": len(plan.global_layers), "status": plan.status, "seconds": round(secs, 2)}
-    cfile.write_text(json.dumps(row))
-    return {**row, "cached": False}
+    net = network_from_dict(task.model)
+    chip = with_overrides(chip_from_dict(task.chip), dict(task.point))
+    options = StrategyOptions(SearchSettings(), CpsatSettings(time_limit=task.budget, workers=task.workers,
+                                                              seed=task.seed))
+    row: dict[str, Any] = {"model": net.name, "chip": chip.name, **dict(task.point), "strategy": task.strategy,
+                           "cost model": chip.cost_model}
+    try:
+        plan, secs, _ = run_strategy(net, chip, parse_strategy(task.strategy), options)
+    except LgoptError as e:
+        return {**row, "cycles": None, "traffic MB": None, "groups": 0, "global layers": None,
+                "status": "failed", "placed": False, "why not placed": str(e), "seconds": None}
+    placed = bool(plan.groups)
+    return {**row, "cycles": int(plan.cost["cycles"]), "traffic MB": round(plan.cost["traffic_bytes"] / 1e6, 3),
+            "groups": len(plan.groups), "global layers": len(plan.global_layers), "status": plan.status,
+            "placed": placed, "why not placed": "" if placed else "no group fits: every op runs as a global layer",
+            "seconds": round(secs, 2)}
 
 
 def pareto(df: pd.DataFrame, costs: Sequence[str]) -> pd.DataFrame:
@@ -82,78 +137,89 @@ def pareto(df: pd.DataFrame, costs: Sequence[str]) -> pd.DataFrame:
     return pts.iloc[keep]
 
 
-def sweep(path: str, net: Network, chip: Chip, axes: dict[str, list[str]], strategies: Sequence[str], out: str,
-          time_limit: float = 10.0, workers: int = 1, jobs: int = 2, progress: Progress | None = None,
-          started: float | None = None) -> pd.DataFrame:
-    """Every configuration with every strategy.  ``time_limit`` is wall-clock seconds per configuration,
-    the sweep's own work included: ``C`` configurations on ``jobs`` processes end within
-    ``ceil(C / jobs) * time_limit`` seconds of ``started`` (``time.perf_counter()``, default now)."""
-    import math
-    import multiprocessing as mp
-    import time
-    from concurrent.futures import ProcessPoolExecutor
+def _eta(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
+
+def sweep(models: Sequence[tuple[str, Network]], chips: Sequence[Chip], axes: dict[str, list[str]],
+          strategies: Sequence[str], out: str, time_limit: float = 10.0, backend: Backend = Backend(),
+          seed: int = 0, workers: int = 1, progress: Progress | None = None,
+          started: float | None = None) -> pd.DataFrame:
+    """Every model (``(path, network)`` pairs) on every chip with every configuration and strategy.
+
+    ``time_limit`` is wall-clock seconds per configuration, the sweep's own work included: ``C``
+    configurations to solve on ``W`` workers end within ``ceil(C / W) * time_limit`` seconds of
+    ``started`` (``time.perf_counter()``, default now).  ``workers`` is CP-SAT's worker count in each
+    task (1: the backend supplies the parallelism); with ``seed`` it fixes each configuration's result,
+    whichever backend runs it."""
     from lgopt.hw.chip import with_overrides
     from lgopt.model.network import network_to_dict
 
+    started = time.perf_counter() if started is None else started
     keys = list(axes)
-    points = [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
-    for p in points:  # validate every configuration up front: one bad value is a one-line error
-        with_overrides(chip, p)
+    points = [tuple(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
+    configs = []
+    for c in chips:
+        for p in points:  # validate every configuration up front: one bad value is a one-line error
+            configs.append((c, p, with_overrides(c, dict(p))))
     d = Path(out)
     cache = d / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    model_json = json.dumps(network_to_dict(net))
-    started = time.perf_counter() if started is None else started
-    rounds = math.ceil(len(points) * len(strategies) / max(1, jobs))
-    left = time_limit * rounds - (time.perf_counter() - started) - REPORT_SECONDS
-    budget = max(0.1, left / rounds - TASK_SECONDS)
-    tasks = [(model_json, chip.to_dict(), p, s, time_limit, workers, str(cache), budget) for p in points
-             for s in strategies]
-    rows = []
-    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=mp.get_context("fork"),
-                             initializer=_init_task) as ex:
-        for i, row in enumerate(ex.map(_sweep_one, tasks)):
-            rows.append(row)
+    rows: list[dict[str, Any] | None] = []
+    todo: list[SweepTask] = []
+    slots: list[int] = []
+    for _path, m in models:
+        mdict, digest = network_to_dict(m), network_digest(m)
+        for base, p, full in configs:
+            for s in strategies:
+                key = config_key(digest, full, s, time_limit, seed, workers)
+                hit = read_cached(cache, key)
+                if hit is not None:
+                    rows.append({**hit, "cached": True})
+                    continue
+                slots.append(len(rows))
+                rows.append(None)
+                todo.append(SweepTask(key, mdict, base.to_dict(), p, s, seed, workers, 0.0))
+    width = 1 if backend.kind == "sequential" else backend.jobs
+    if todo:
+        rounds = math.ceil(len(todo) / width)
+        if backend.scheduler:  # a cluster of unknown size: each configuration gets its own limit
+            budget = max(0.1, time_limit - TASK_SECONDS)
+        else:
+            left = time_limit * rounds - (time.perf_counter() - started) - REPORT_SECONDS
+            budget = max(0.1, left / rounds - TASK_SECONDS)
+        todo = [SweepTask(t.key, t.model, t.chip, t.point, t.strategy, t.seed, t.workers, budget) for t in todo]
+    cached = len(rows) - len(todo)
+    t0 = time.perf_counter()
+    done = 0
+    try:
+        for i, row in run_tasks(solve_config, todo, backend):
+            write_cached(cache, todo[i].key, row)
+            rows[slots[i]] = {**row, "cached": False}
+            done += 1
             if progress:
-                progress(f"sweep: {i + 1}/{len(tasks)} configurations")
-    df = pd.DataFrame(rows)
-    for k in keys:
-        num = pd.to_numeric(df[k].map(_num), errors="coerce")
-        if num.notna().all():
-            df[k + " (value)"] = num
-    df.drop(columns=["cached"]).to_csv(d / "sweep.csv", index=False)
-    tables = [("sweep", df.drop(columns=["cached"]))]
-    notes = [f"{int(df['cached'].sum())} of {len(df)} configurations served from the cache in {cache}"]
-    images = _plots_sweep(df, keys)
-    numeric = [k + " (value)" for k in keys if k + " (value)" in df]
-    lmem = "lmem_bytes (value)" if "lmem_bytes (value)" in df else None
-    if numeric:
-        for s in strategies:
-            sub = df[df["strategy"] == s]
-            front = pareto(sub, numeric + ["cycles"])  # every swept parameter, not just the first
-            named = ", ".join(c.removesuffix(" (value)") for c in numeric)
-            tables.append((f"Pareto front, {named} vs cycles ({s}; smaller is better on each)",
-                           front.drop(columns=["cached"])))
-            if lmem:
-                best = sub["cycles"].min()
-                knee = sub[sub["cycles"] <= 1.05 * best].sort_values([lmem] + [c for c in numeric if c != lmem]).iloc[0]
-                notes.append(f"{s}: knee = smallest LMEM within 5 % of the best cycles ({best:,}): "
-                             f"lmem_bytes={knee['lmem_bytes']} at {int(knee['cycles']):,} cycles"
-                             + "".join(f", {k}={knee[k]}" for k in keys if k != "lmem_bytes"))
-    md = ([f"# lgopt sweep: {net.name} on {chip.name}\n"]
-          + [f"## {h}\n\n{t.astype(object).fillna('-').to_markdown(index=False)}\n" for h, t in tables]
-          + [f"- {n}" for n in notes])
-    (d / "sweep.md").write_text("\n".join(md) + "\n")
-    write_html(d / "sweep.html", f"lgopt sweep: {net.name} on {chip.name}", tables, images, notes)
-    return df
+                spent = time.perf_counter() - t0
+                progress(f"sweep: {cached + done}/{len(rows)} configurations ({cached} cached), "
+                         f"{_eta(spent)} elapsed, ETA {_eta(spent / done * (len(todo) - done))}")
+    except KeyboardInterrupt:
+        import sys
+
+        print(f"\nlgopt: sweep interrupted: {cached + done} of {len(rows)} configurations kept in {cache}; "
+              "run the same command again to resume", file=sys.stderr)
+        raise
+    df = pd.DataFrame([r for r in rows if r is not None])
+    order = ["model", "chip", *keys, "strategy", "cycles", "cost model", "traffic MB", "groups", "global layers",
+             "status", "placed", "why not placed", "seconds", "cached"]
+    df = df[[c for c in order if c in df] + [c for c in df if c not in order]]
+    return _report(df, keys, list(strategies), d, cache, backend, models, chips)
 
 
-def _num(v: str) -> float | None:
+def _num(v: Any) -> float | None:
     from lgopt.hw.chip import parse_size
 
     try:
-        return float(parse_size(v))
+        return float(parse_size(str(v)))
     except LgoptError:
         try:
             return float(v)
@@ -161,37 +227,132 @@ def _num(v: str) -> float | None:
             return None
 
 
+def size_label(n: float) -> str:
+    """Bytes as an architect writes them.
+
+    >>> size_label(32768), size_label(2 * 1024 ** 2), size_label(1536), size_label(100)
+    ('32 KiB', '2 MiB', '1.5 KiB', '100 B')
+    """
+    for unit, f in (("MiB", 1024**2), ("KiB", 1024)):
+        if n >= f:
+            return f"{n / f:g} {unit}"
+    return f"{n:g} B"
+
+
+def _label(key: str, raw: Any, value: float | None) -> str:
+    return size_label(value) if key.endswith("_bytes") and value is not None else str(raw)
+
+
+def _knee(line: pd.DataFrame, lmem: str, others: list[str]) -> dict[str, Any]:
+    """Where one model on one chip (the other parameters fixed) stops gaining from LMEM: the smallest size
+    within 5 % of the best cycles any size reaches."""
+    best = line.sort_values(["cycles", lmem]).iloc[0]
+    knee = line[line["cycles"] <= 1.05 * best["cycles"]].sort_values(lmem).iloc[0]
+    return {"model": knee["model"], "chip": knee["chip"], **{k: knee[k] for k in others},
+            "strategy": knee["strategy"], "knee LMEM": size_label(knee[lmem]), "cycles at knee": int(knee["cycles"]),
+            "best cycles": int(best["cycles"]), "best at LMEM": size_label(best[lmem]),
+            "smallest LMEM swept": size_label(line[lmem].min()),
+            "cycles there": int(line.sort_values(lmem).iloc[0]["cycles"]), "cost model": knee["cost model"]}
+
+
+def _report(df: pd.DataFrame, keys: list[str], strategies: list[str], d: Path, cache: Path, backend: Backend,
+            models: Sequence[tuple[str, Network]], chips: Sequence[Chip]) -> pd.DataFrame:
+    for k in keys:
+        num = pd.to_numeric(df[k].map(_num), errors="coerce")
+        if num.notna().all():
+            df[k + " (value)"] = num
+    numeric = [k + " (value)" for k in keys if k + " (value)" in df]
+    shown = df.drop(columns=["cached"])
+    shown.to_csv(d / "sweep.csv", index=False)
+    cost_models = ", ".join(sorted(set(df["cost model"])))
+    names = [m.name for _, m in models]
+    title = f"lgopt sweep: {', '.join(names)} on {', '.join(c.name for c in chips)}"
+    tables: list[tuple[str, pd.DataFrame]] = [("every configuration", shown.drop(columns=numeric))]
+    notes = [f"every cycle count is lgopt's {cost_models} cost model (column 'cost model'), not a measurement",
+             f"{int(df['cached'].sum())} of {len(df)} configurations served from the cache in {cache}; "
+             f"the rest ran on {backend.describe()}"]
+    placed = df[df["placed"]] if "placed" in df else df
+    knees = []
+    lmem = "lmem_bytes (value)" if "lmem_bytes (value)" in df else None
+    if numeric:
+        named = ", ".join(c.removesuffix(" (value)") for c in numeric)
+        for (model, chipname, s), sub in placed.groupby(["model", "chip", "strategy"], sort=True):
+            front = pareto(sub, numeric + ["cycles"])  # every swept parameter, not just the first
+            tables.append((f"Pareto front of {model} on {chipname} ({s}): {named} vs cycles ({cost_models} cost "
+                           "model; smaller is better on each)",
+                           front.drop(columns=["cached", "placed", "why not placed"] + numeric)))
+            if lmem:
+                others = [k for k in keys if k != "lmem_bytes"]
+                for _, line in (sub.groupby(others, sort=False) if others else [((), sub)]):
+                    knees.append(_knee(line, lmem, others))
+    if knees:
+        others = [k for k in keys if k != "lmem_bytes"]
+        knees.sort(key=lambda r: (names.index(r["model"]), r["chip"], r["strategy"],
+                                  tuple(_num(r[k]) or 0.0 for k in others)))
+        tables.insert(1, ("knee: the smallest LMEM within 5 % of the best cycles at the same other parameters "
+                          "(where more LMEM stops gaining)", pd.DataFrame(knees)))
+    failed = df[~df["placed"]] if "placed" in df else df.iloc[0:0]
+    if len(failed):
+        tables.append(("configurations that could not place a model",
+                       failed[["model", "chip", *keys, "strategy", "status", "why not placed"]]))
+    else:
+        notes.append("every configuration placed every model (at least one layer group)")
+    images = []
+    for name in names:
+        sub = df[df["model"] == name]
+        images += [(f"{name}: {cap}", png) for cap, png in _plots_sweep(sub, keys)]
+    md = ([f"# {title}\n"] + [f"- {n}" for n in notes] + [""]
+          + [f"## {h}\n\n{t.astype(object).fillna('-').to_markdown(index=False)}\n" for h, t in tables])
+    (d / "sweep.md").write_text("\n".join(md) + "\n")
+    write_html(d / "sweep.html", title, tables, images, notes)
+    return df
+
+
 def _plots_sweep(df: pd.DataFrame, keys: list[str]) -> list[tuple[str, str]]:
+    """Cost against each swept parameter, one line per setting of the others (and chip and strategy).  An
+    axis spanning an order of magnitude or more is logarithmic; sizes read in KiB/MiB; everything sorts by
+    the number a value stands for (32K before 128K), legends included."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def value(k: str) -> str:  # sort by the number a value stands for: 32K before 128K
+    def value(k: str) -> str:
         return k + " (value)" if k + " (value)" in df else k
 
+    if "placed" in df:
+        df = df[df["placed"].astype(bool)]
+    if df.empty:
+        return []
+    cost_model = ", ".join(sorted(set(df["cost model"]))) if "cost model" in df else ""
+    chip_col = ["chip"] if "chip" in df and df["chip"].nunique() > 1 else []
     out = []
     for k in keys:
         col = value(k)
         for metric in ("cycles", "traffic MB"):
-            fig, ax = plt.subplots(figsize=(6, 3.6))
+            fig, ax = plt.subplots(figsize=(6.4, 3.8))
             others = [x for x in keys if x != k]
             lines = []
-            for (strat, *rest), sub in df.groupby(["strategy"] + [value(o) for o in others]):
+            for group, sub in df.groupby(chip_col + ["strategy"] + [value(o) for o in others]):
                 agg = sub.groupby(col)[metric].min().sort_index()
-                shown = [sub[o].iloc[0] for o in others]
-                label = strat + "".join(f", {o}={v}" for o, v in zip(others, shown))
-                lines.append(((strat, *rest), agg, label))
+                head = [str(sub[c].iloc[0]) for c in chip_col + ["strategy"]]
+                label = ", ".join(head) + "".join(
+                    f", {o}={_label(o, sub[o].iloc[0], _num(sub[o].iloc[0]))}" for o in others)
+                lines.append((group, agg, label))
             for _, agg, label in sorted(lines, key=lambda x: x[0]):
                 ax.plot(agg.index, agg.values, marker="o", label=label)
             ax.set_xlabel(k)
-            ax.set_ylabel(metric)
+            ax.set_ylabel(f"{metric} ({cost_model} cost model)" if metric == "cycles" and cost_model else metric)
             if col.endswith("(value)"):
-                ax.set_xscale("log", base=2)
                 ticks = sorted(df[col].unique())
+                if ticks[0] > 0 and ticks[-1] / ticks[0] >= 8:
+                    ax.set_xscale("log", base=2)
                 ax.set_xticks(ticks)
-                ax.set_xticklabels([df.loc[df[col] == t, k].iloc[0] for t in ticks])
+                ax.set_xticklabels([_label(k, df.loc[df[col] == t, k].iloc[0], t) for t in ticks])
                 ax.minorticks_off()
+            vals = df[metric].astype(float)
+            if vals.min() > 0 and vals.max() / vals.min() >= 10:
+                ax.set_yscale("log")
             ax.legend(fontsize=7)
             ax.set_title(f"{metric} against {k}")
             out.append((f"{metric} against {k}", _png(fig)))

@@ -95,7 +95,7 @@ class Evaluator:
             return
         reps = [(sig, group[0]) for sig, group in todo.items()]
         results: list[tuple[tuple, Evaluation]] = []
-        if processes > 1 and len(reps) >= 8:
+        if processes > 1 and len(reps) >= 8 and not _daemonic():
             chunk = max(1, min(8, len(reps) // (processes * 8)))
             batches = [(reps[k:k + chunk], deadline, full, self.slowest_full) for k in range(0, len(reps), chunk)]
             for out in self._workers(processes).imap(_evaluate_batch, batches):
@@ -294,3 +294,11 @@ def _evaluate_batch(task: tuple[list[tuple[tuple, Key]], float | None, bool, flo
         out.append((sig, ev._evaluate(iv, ev._full_in_time(full, deadline), deadline)))
     return out
 
+
+
+def _daemonic() -> bool:
+    """True in a daemonic process (a Dask worker, say), which may not start the evaluation pool: it then
+    evaluates in-process, computing the same figures one after the other."""
+    import multiprocessing as mp
+
+    return bool(mp.current_process().daemon)
