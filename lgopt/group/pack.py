@@ -21,17 +21,9 @@ from typing import Iterable, Mapping, Sequence
 
 from ortools.sat.python import cp_model
 
+from lgopt.group.packsearch.problem import PackItem, Span
 from lgopt.group.solver import integral_bound, make_solver
 from lgopt.hw.layout import cdiv
-
-Span = tuple[int, int]  # half-open time range
-
-
-@dataclass(frozen=True)
-class PackItem:
-    id: str
-    size: int
-    spans: tuple[Span, ...]
 
 
 @dataclass(frozen=True)

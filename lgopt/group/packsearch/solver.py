@@ -1,0 +1,151 @@
+"""The search driver: restarts over several static orders, budgets, proofs, and the lowest height.
+
+One static order can be unlucky on an instance another solves at once, so the orders take turns with
+a node limit that doubles each round (MiniMalloc's round robin): the first to finish, with a packing
+or with a complete search that found none (a proof), answers.  Two budgets end the search early:
+``nodes`` (deterministic: the same input gives the same answer on any machine) and ``deadline``
+(``time.perf_counter()``, for a caller with a wall-clock limit); either gives ``unknown``.
+
+Infeasibility is reported only when it is proved: a buffer that fits nowhere, a cross section whose
+aligned bytes exceed the capacity, or a search that ran to the end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from lgopt.group.packsearch.core import CUT_SHORT, FOUND, HEURISTICS, Instance, new_state, search
+from lgopt.group.packsearch.problem import PackProblem, Solution, aligned
+from lgopt.group.packsearch.sweep import Swept, sweep
+
+SearchStatus = Literal["found", "infeasible", "unknown"]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    status: SearchStatus
+    solution: Solution | None = None
+    nodes: int = 0  # search nodes visited (over every restart)
+    seconds: float = 0.0
+    why: str = ""  # what proved infeasibility, or what cut the search short
+
+    @property
+    def found(self) -> bool:
+        return self.status == "found"
+
+
+@dataclass(frozen=True)
+class MinHeightResult:
+    """The lowest height found, and the highest one proved impossible below it (``bound`` <= height)."""
+
+    status: Literal["optimal", "feasible", "infeasible", "unknown"]
+    solution: Solution | None = None
+    bound: int = 0
+    nodes: int = 0
+    seconds: float = 0.0
+
+
+def _with_capacity(swept: Swept, problem: PackProblem, capacity: int) -> Instance:
+    """The static arrays for another capacity (only the top limits change)."""
+    inst = swept.instance
+    sizes = np.array([it.size for it in problem.items], dtype=np.int64)
+    maxoff = (capacity - sizes) // problem.align * problem.align
+    return inst._replace(maxoff=maxoff, cap_a=np.int64(aligned(capacity, problem.align)))
+
+
+def solve(problem: PackProblem, *, nodes: int | None = None, deadline: float | None = None,
+          heuristics: tuple[str, ...] = HEURISTICS, decompose: bool = True, _swept: Swept | None = None
+          ) -> SearchResult:
+    """A packing of ``problem``, a proof that none exists, or ``unknown`` when a budget ran out."""
+    t0 = time.perf_counter()
+    items = problem.items
+    if not items:
+        return SearchResult("found", Solution({}, 0), seconds=time.perf_counter() - t0)
+    swept = _swept if _swept is not None else sweep(problem)
+    if swept.infeasible_why:
+        return SearchResult("infeasible", why=swept.infeasible_why, seconds=time.perf_counter() - t0)
+    inst = _with_capacity(swept, problem, problem.capacity) if _swept is not None else swept.instance
+    peak = int(inst.total0.max()) if len(inst.total0) else 0
+    if peak > inst.cap_a:
+        return SearchResult("infeasible", why=f"{peak} aligned bytes are live at once, more than the capacity "
+                            f"{problem.capacity}", seconds=time.perf_counter() - t0)
+    state = new_state(inst)
+    state.deadline[0] = deadline if deadline is not None else 0.0
+    codes = [HEURISTICS.index(h) for h in heuristics]
+    n = len(items)
+    left = nodes if nodes is not None else 1 << 62
+    used = 0
+    limit = max(2 * n, 64)
+    while True:
+        limit *= 2
+        for h in codes:
+            state.ctr[0] = min(limit, left)
+            state.ctr[2] = 0
+            status = search(inst, state, h, decompose)
+            spent = int(state.ctr[2])
+            used += spent
+            left -= spent
+            if status == FOUND:
+                offsets = {it.id: int(state.sol[k]) for k, it in enumerate(items)}
+                height = max(offsets[it.id] + it.size for it in items)
+                return SearchResult("found", Solution(offsets, height), used, time.perf_counter() - t0)
+            if status != CUT_SHORT:
+                return SearchResult("infeasible", nodes=used, seconds=time.perf_counter() - t0,
+                                    why="the search ran to the end without a packing")
+            if state.ctr[3]:
+                return SearchResult("unknown", nodes=used, seconds=time.perf_counter() - t0,
+                                    why="the time limit ran out")
+            if left <= 0:
+                return SearchResult("unknown", nodes=used, seconds=time.perf_counter() - t0,
+                                    why=f"the node budget ({nodes}) ran out")
+
+
+def lower_height(problem: PackProblem) -> int:
+    """No packing is lower: the fullest cross section's aligned bytes (less the slack of its top buffer's
+    alignment) and the largest buffer."""
+    swept = sweep(problem)
+    peak = int(swept.instance.total0.max()) if swept.sections else 0
+    return max(peak - (problem.align - 1), max((it.size for it in problem.items), default=0), 0)
+
+
+def minimize_height(problem: PackProblem, *, nodes: int | None = None, deadline: float | None = None,
+                    heuristics: tuple[str, ...] = HEURISTICS) -> MinHeightResult:
+    """The lowest highest-address of any packing within ``problem.capacity``.
+
+    The first packing bounds the height from above and the fullest cross section from below; the
+    capacity is tried at the lower bound first (a packing as low as the live bytes is common) and then
+    bisected.  Every probe is a complete search, so a probe that finds nothing raises the bound.
+    """
+    t0 = time.perf_counter()
+    first = solve(problem, nodes=nodes, deadline=deadline, heuristics=heuristics)
+    used = first.nodes
+    if not first.found:
+        status: Literal["infeasible", "unknown"] = "infeasible" if first.status == "infeasible" else "unknown"
+        return MinHeightResult(status, nodes=used, seconds=time.perf_counter() - t0)
+    assert first.solution is not None
+    best = first.solution
+    swept = sweep(problem)
+    lo = lower_height(problem)
+    probe = lo
+    while lo < best.height:
+        left = None if nodes is None else nodes - used
+        if left is not None and left <= 0:
+            break
+        sub = PackProblem(problem.items, probe, problem.align, problem.bank_bytes, problem.bank_pairs,
+                          problem.bank_rule)
+        res = solve(sub, nodes=left, deadline=deadline, heuristics=heuristics, _swept=swept)
+        used += res.nodes
+        if res.found:
+            assert res.solution is not None
+            best = res.solution
+        elif res.status == "infeasible":
+            lo = probe + 1
+        else:
+            break
+        probe = (lo + best.height - 1) // 2
+    status2: Literal["optimal", "feasible"] = "optimal" if lo >= best.height else "feasible"
+    return MinHeightResult(status2, best, min(lo, best.height), used, time.perf_counter() - t0)
