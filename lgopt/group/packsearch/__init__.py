@@ -8,11 +8,13 @@ hard bank pairs, wrap-around lifetimes), with each part on its own:
 * :mod:`~lgopt.group.packsearch.core`: the compiled depth-first search over canonical packings;
 * :mod:`~lgopt.group.packsearch.solver`: restarts over static orders, budgets, the lowest height;
 * :mod:`~lgopt.group.packsearch.validate`: an independent check that reads only problem and offsets.
+
+The package itself exports the vocabulary and the validator only: the solver brings in the compiled
+search (numba, and a one-time compilation cached on disk), which lgopt loads only when a packing needs it
+(``from lgopt.group.packsearch.solver import solve``).
 """
 
 from lgopt.group.packsearch.problem import BankRule, PackItem, PackProblem, Solution, Span
-from lgopt.group.packsearch.solver import MinHeightResult, SearchResult, lower_height, minimize_height, solve
 from lgopt.group.packsearch.validate import validate
 
-__all__ = ["BankRule", "MinHeightResult", "PackItem", "PackProblem", "SearchResult", "Solution", "Span",
-           "lower_height", "minimize_height", "solve", "validate"]
+__all__ = ["BankRule", "PackItem", "PackProblem", "Solution", "Span", "validate"]

@@ -30,7 +30,7 @@ import numpy as np
 try:
     from numba import njit, objmode
 except ImportError:  # pragma: no cover - the same code runs, only slower
-    def njit(*args: Any, **kwargs: Any) -> Any:
+    def njit(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]
         if args and callable(args[0]):
             return args[0]
         return lambda f: f
@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - the same code runs, only slower
 
 FOUND, NOT_FOUND, CUT_SHORT = 0, 1, 2
 HEURISTICS = ("WAT", "TAW", "TWA")  # static pre-orders: W(idth) A(rea) T(otal of the fullest section), all descending
-_INF = np.int64(1) << 62
+_INF = 1 << 62
 
 
 class Instance(NamedTuple):
@@ -58,9 +58,9 @@ class Instance(NamedTuple):
     maxoff: np.ndarray  # highest aligned offset at which the buffer still fits
     fixed: np.ndarray  # pinned offset, -1 when free
     partnered: np.ndarray  # 1 when the buffer has a hard bank partner
-    bank: np.int64  # bank bytes (0: no hard pairs)
-    align: np.int64
-    cap_a: np.int64  # capacity rounded up to the alignment: what a section's aligned bytes may reach
+    bank: int  # bank bytes (0: no hard pairs)
+    align: int
+    cap_a: int  # capacity rounded up to the alignment: what a section's aligned bytes may reach
     width: np.ndarray  # time live
     lower: np.ndarray  # first time live
     nb_ptr: np.ndarray  # neighbours (CSR): buffers live with it (kind bit 1) or hard bank partners (bit 2)
@@ -75,6 +75,12 @@ class Instance(NamedTuple):
     hull_hi: np.ndarray  # one past the last
     total0: np.ndarray  # aligned bytes of each section
     cuts0: np.ndarray  # buffers crossing from section s into s + 1
+    cl_ptr: np.ndarray  # cliques of hard bank partners (CSR): pairwise in separate banks
+    cl_mem: np.ndarray
+    need: np.ndarray  # banks a buffer spans at the least: ceil(size / bank)
+    bc_ptr: np.ndarray  # the cliques of each buffer (CSR)
+    bc_idx: np.ndarray
+    n_banks: int  # banks a buffer may touch: ceil(capacity / bank)
 
 
 class State(NamedTuple):
@@ -86,7 +92,8 @@ class State(NamedTuple):
     floor: np.ndarray  # per section: no unplaced buffer of it can go lower
     total: np.ndarray  # per section: aligned bytes still unplaced
     cuts: np.ndarray
-    mark: np.ndarray  # per section: stamp of the last node that touched it
+    mark: np.ndarray  # per section: stamp of the last placement that touched it
+    cmark: np.ndarray  # per bank clique, likewise
     ctr: np.ndarray  # nodes left, backtracks, nodes visited, cut by the clock, stamp
     deadline: np.ndarray  # [perf_counter deadline] (0: none)
 
@@ -95,7 +102,8 @@ def new_state(inst: Instance) -> State:
     n, S = len(inst.size_a), len(inst.total0)
     return State(off=np.full(n, -1, np.int64), minoff=np.zeros(n, np.int64), sol=np.full(n, -1, np.int64),
                  floor=np.zeros(S, np.int64), total=np.zeros(S, np.int64), cuts=np.zeros(max(S - 1, 0), np.int64),
-                 mark=np.zeros(S, np.int64), ctr=np.zeros(5, np.int64), deadline=np.zeros(1, np.float64))
+                 mark=np.zeros(S, np.int64), cmark=np.zeros(len(inst.cl_ptr), np.int64), ctr=np.zeros(5, np.int64),
+                 deadline=np.zeros(1, np.float64))
 
 
 @njit(cache=True)
@@ -116,9 +124,8 @@ def _dominance_height(G: Instance, b: int, m: int) -> int:
 
 @njit(cache=True)
 def _preorder(G: Instance, W: State, bufs: np.ndarray, heuristic: int) -> np.ndarray:
-    """``bufs`` in the static order of ``heuristic`` (a stable sort per key, least significant first)."""
+    """``bufs`` in the static order of ``heuristic``: three keys, all descending, then the buffer index."""
     k = len(bufs)
-    bufs = np.sort(bufs)
     width = np.empty(k, np.int64)
     area = np.empty(k, np.int64)
     fullest = np.empty(k, np.int64)
@@ -133,15 +140,21 @@ def _preorder(G: Instance, W: State, bufs: np.ndarray, heuristic: int) -> np.nda
                     t = W.total[s]
         fullest[i] = t
     if heuristic == 0:  # WAT
-        keys = (fullest, area, width)
+        k1, k2, k3 = width, area, fullest
     elif heuristic == 1:  # TAW
-        keys = (width, area, fullest)
+        k1, k2, k3 = fullest, area, width
     else:  # TWA
-        keys = (area, width, fullest)
-    order = np.arange(k)
-    for key in keys:  # least significant first
-        order = order[np.argsort(-key[order], kind="mergesort")]
-    return bufs[order]
+        k1, k2, k3 = fullest, width, area
+    out = bufs.copy()
+    for i in range(1, k):  # insertion sort, descending keys, then buffer index: short lists, once per partition
+        b, a1, a2, a3 = out[i], k1[i], k2[i], k3[i]
+        j = i - 1
+        while j >= 0 and (k1[j] < a1 or (k1[j] == a1 and (k2[j] < a2 or (k2[j] == a2 and (
+                k3[j] < a3 or (k3[j] == a3 and out[j] > b)))))):
+            out[j + 1], k1[j + 1], k2[j + 1], k3[j + 1] = out[j], k1[j], k2[j], k3[j]
+            j -= 1
+        out[j + 1], k1[j + 1], k2[j + 1], k3[j + 1] = b, a1, a2, a3
+    return out
 
 
 @njit(cache=True)
@@ -158,14 +171,16 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.ndarray, mlog_v: np.ndarray,
            mtop: int, slog_s: np.ndarray, slog_v: np.ndarray, stop: int, touched: np.ndarray
            ) -> tuple[bool, bool, int, int]:
-    """Put ``b`` at ``o`` and propagate: (failed, hatless, new log tops).  Every change is logged."""
+    """Put ``b`` at ``o`` and propagate: (failed, hatless, new log tops).  Every change is logged.
+
+    The cheap tests come first (a neighbour pushed past its top limit, the bank cliques), so that a
+    placement bound to fail does not pay for the section floors.
+    """
     W.off[b] = o
     W.sol[b] = o
     hatless = True
     failed = False
-    W.ctr[4] += 1
-    stamp = W.ctr[4]
-    nt = 0
+    m0 = mtop
     for j in range(G.nb_ptr[b], G.nb_ptr[b + 1]):  # raise the lowest offsets of its unplaced neighbours
         q = G.nb_idx[j]
         if W.off[q] >= 0:
@@ -187,12 +202,6 @@ def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.n
         if h > G.maxoff[q] or (G.fixed[q] >= 0 and h > G.fixed[q]):
             failed = True
             break
-        for r in range(G.bs_ptr[q], G.bs_ptr[q + 1]):
-            for s in range(G.bs_lo[r], G.bs_hi[r]):
-                if W.mark[s] != stamp:
-                    W.mark[s] = stamp
-                    touched[nt] = s
-                    nt += 1
     top = o + G.size_a[b]
     for r in range(G.bs_ptr[b], G.bs_ptr[b + 1]):  # its sections: floor at its top, fewer bytes to place
         for s in range(G.bs_lo[r], G.bs_hi[r]):
@@ -202,6 +211,21 @@ def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.n
             if top > W.floor[s]:
                 W.floor[s] = top
             W.total[s] -= G.size_a[b]
+    if failed:
+        return failed, hatless, mtop, stop
+    if G.bank > 0 and not _banks_suffice(G, W, b, o, mlog_b, m0, mtop):
+        return True, hatless, mtop, stop
+    W.ctr[4] += 1
+    stamp = W.ctr[4]
+    nt = 0
+    for x in range(m0, mtop):  # the sections of the neighbours that moved
+        q = mlog_b[x]
+        for r in range(G.bs_ptr[q], G.bs_ptr[q + 1]):
+            for s in range(G.bs_lo[r], G.bs_hi[r]):
+                if W.mark[s] != stamp:
+                    W.mark[s] = stamp
+                    touched[nt] = s
+                    nt += 1
     for t in range(nt):  # a floor is no lower than the lowest offset its unplaced buffers can take
         s = touched[t]
         m = _INF
@@ -214,17 +238,52 @@ def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.n
             slog_v[stop] = W.floor[s]
             stop += 1
             W.floor[s] = m
-    if not failed:  # cross-section inference (everything still to place lies above o)
-        for s in range(lo, hi):
-            t = W.total[s]
-            if t > 0:
-                f = W.floor[s]
-                if f < o:
-                    f = o
-                if f + t > G.cap_a:
-                    failed = True
-                    break
-    return failed, hatless, mtop, stop
+    for s in range(lo, hi):  # cross-section inference (everything still to place lies above o)
+        t = W.total[s]
+        if t > 0:
+            f = W.floor[s]
+            if f < o:
+                f = o
+            if f + t > G.cap_a:
+                return True, hatless, mtop, stop
+    return False, hatless, mtop, stop
+
+
+@njit(cache=True)
+def _clique_fits(G: Instance, W: State, c: int, o: int) -> bool:
+    """The unplaced members of clique ``c`` need pairwise separate banks, at least ``need`` each, all at or
+    above the lowest offset any of them can take (and above ``o``, the canonical order's floor, since a
+    clique lies in one partition): they must fit in the banks left up to the capacity."""
+    m = _INF
+    banks = 0
+    for x in range(G.cl_ptr[c], G.cl_ptr[c + 1]):
+        q = G.cl_mem[x]
+        if W.off[q] < 0:
+            banks += G.need[q]
+            if W.minoff[q] < m:
+                m = W.minoff[q]
+    if banks == 0:
+        return True
+    if m < o:
+        m = o
+    return bool(m // G.bank + banks <= G.n_banks)
+
+
+@njit(cache=True)
+def _banks_suffice(G: Instance, W: State, b: int, o: int, moved: np.ndarray, m0: int, mtop: int) -> bool:
+    """Bank inference after ``b`` went to ``o``: the cliques of ``b`` and of the partners it pushed up
+    (any other clique is as it was, but for ``o``, which the next placements in its partition will see)."""
+    W.ctr[4] += 1
+    stamp = W.ctr[4]
+    for x in range(m0 - 1, mtop):
+        q = b if x < m0 else moved[x]
+        for y in range(G.bc_ptr[q], G.bc_ptr[q + 1]):
+            c = G.bc_idx[y]
+            if W.cmark[c] != stamp:
+                W.cmark[c] = stamp
+                if not _clique_fits(G, W, c, o):
+                    return False
+    return True
 
 
 @njit(cache=True)
@@ -271,6 +330,9 @@ def search(G: Instance, W: State, heuristic: int, decompose: bool) -> int:
         W.floor[s] = m if m != _INF else 0
         if W.floor[s] + W.total[s] > G.cap_a:
             return NOT_FOUND  # the section bound: proven without a single placement
+    for c in range(len(G.cl_ptr) - 1):
+        if not _clique_fits(G, W, c, 0):
+            return NOT_FOUND  # the bank bound, likewise
     for s in range(S - 1):
         W.cuts[s] = G.cuts0[s]
     D = 2 * n + 4
@@ -417,7 +479,13 @@ def search(G: Instance, W: State, heuristic: int, decompose: bool) -> int:
             if k == 0:
                 ret = FOUND
             else:
-                cand = np.sort(cand[:k])
+                for x in range(1, k):  # insertion sort: the parent's order is nearly this one
+                    c = cand[x]
+                    y = x - 1
+                    while y >= 0 and cand[y] > c:
+                        cand[y + 1] = cand[y]
+                        y -= 1
+                    cand[y + 1] = c
                 ost = _grow(ost, otop + k)
                 lowest = _INF
                 for x in range(k):

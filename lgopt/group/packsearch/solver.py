@@ -13,14 +13,14 @@ aligned bytes exceed the capacity, or a search that ran to the end.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Callable, Literal
 
 import numpy as np
 
 from lgopt.group.packsearch.core import CUT_SHORT, FOUND, HEURISTICS, Instance, new_state, search
 from lgopt.group.packsearch.problem import PackProblem, Solution, aligned
-from lgopt.group.packsearch.sweep import Swept, sweep
+from lgopt.group.packsearch.sweep import Swept, n_banks, sweep
 
 SearchStatus = Literal["found", "infeasible", "unknown"]
 
@@ -32,6 +32,7 @@ class SearchResult:
     nodes: int = 0  # search nodes visited (over every restart)
     seconds: float = 0.0
     why: str = ""  # what proved infeasibility, or what cut the search short
+    resume: tuple[int, int] | None = None  # where the round robin stopped, when the node budget cut it
 
     @property
     def found(self) -> bool:
@@ -47,6 +48,7 @@ class MinHeightResult:
     bound: int = 0
     nodes: int = 0
     seconds: float = 0.0
+    why: str = ""  # when there is no packing: what proved it, or what cut the search short
 
 
 def _with_capacity(swept: Swept, problem: PackProblem, capacity: int) -> Instance:
@@ -54,13 +56,17 @@ def _with_capacity(swept: Swept, problem: PackProblem, capacity: int) -> Instanc
     inst = swept.instance
     sizes = np.array([it.size for it in problem.items], dtype=np.int64)
     maxoff = (capacity - sizes) // problem.align * problem.align
-    return inst._replace(maxoff=maxoff, cap_a=np.int64(aligned(capacity, problem.align)))
+    return inst._replace(maxoff=maxoff, cap_a=aligned(capacity, problem.align), n_banks=n_banks(capacity, inst.bank))
 
 
 def solve(problem: PackProblem, *, nodes: int | None = None, deadline: float | None = None,
-          heuristics: tuple[str, ...] = HEURISTICS, decompose: bool = True, _swept: Swept | None = None
-          ) -> SearchResult:
-    """A packing of ``problem``, a proof that none exists, or ``unknown`` when a budget ran out."""
+          heuristics: tuple[str, ...] = HEURISTICS, decompose: bool = True, resume: tuple[int, int] | None = None,
+          _swept: Swept | None = None) -> SearchResult:
+    """A packing of ``problem``, a proof that none exists, or ``unknown`` when a budget ran out.
+
+    ``resume`` (an unknown result's ``resume``) continues the round robin where the node budget cut it,
+    so a caller may search in slices (and run something else between them) at little extra cost.
+    """
     t0 = time.perf_counter()
     items = problem.items
     if not items:
@@ -79,10 +85,10 @@ def solve(problem: PackProblem, *, nodes: int | None = None, deadline: float | N
     n = len(items)
     left = nodes if nodes is not None else 1 << 62
     used = 0
-    limit = max(2 * n, 64)
+    limit, first = resume if resume is not None else (4 * max(n, 32), 0)
     while True:
-        limit *= 2
-        for h in codes:
+        for hi in range(first, len(codes)):
+            h = codes[hi]
             state.ctr[0] = min(limit, left)
             state.ctr[2] = 0
             status = search(inst, state, h, decompose)
@@ -101,51 +107,68 @@ def solve(problem: PackProblem, *, nodes: int | None = None, deadline: float | N
                                     why="the time limit ran out")
             if left <= 0:
                 return SearchResult("unknown", nodes=used, seconds=time.perf_counter() - t0,
-                                    why=f"the node budget ({nodes}) ran out")
+                                    why=f"the node budget ({nodes}) ran out", resume=(limit, hi))
+        limit *= 2
+        first = 0
 
 
-def lower_height(problem: PackProblem) -> int:
+def lower_height(problem: PackProblem, swept: Swept | None = None) -> int:
     """No packing is lower: the fullest cross section's aligned bytes (less the slack of its top buffer's
     alignment) and the largest buffer."""
-    swept = sweep(problem)
+    swept = swept if swept is not None else sweep(problem)
     peak = int(swept.instance.total0.max()) if swept.sections else 0
     return max(peak - (problem.align - 1), max((it.size for it in problem.items), default=0), 0)
 
 
+Probe = Callable[[int], tuple[str, "Solution | None"]]
+"""A capacity to ("found" with its packing | "infeasible" | "unknown", None)."""
+
+
+def bisect_height(first: Solution, lower: int, probe: Probe) -> tuple[Solution, int]:
+    """The lowest packing ``probe`` finds below ``first``, and the height below which none exists.
+
+    The capacity is tried at ``lower`` first (a packing as low as the live bytes is common), then
+    bisected between the highest capacity proved impossible and the best packing; a probe that is cut
+    short ends the bisection with the bound it has.
+    """
+    best, lo = first, lower
+    cap = lo
+    while lo < best.height:
+        status, sol = probe(cap)
+        if status == "found":
+            assert sol is not None and sol.height <= cap
+            best = sol
+        elif status == "infeasible":
+            lo = cap + 1
+        else:
+            break
+        cap = (lo + best.height - 1) // 2
+    return best, min(lo, best.height)
+
+
 def minimize_height(problem: PackProblem, *, nodes: int | None = None, deadline: float | None = None,
                     heuristics: tuple[str, ...] = HEURISTICS) -> MinHeightResult:
-    """The lowest highest-address of any packing within ``problem.capacity``.
-
-    The first packing bounds the height from above and the fullest cross section from below; the
-    capacity is tried at the lower bound first (a packing as low as the live bytes is common) and then
-    bisected.  Every probe is a complete search, so a probe that finds nothing raises the bound.
-    """
+    """The lowest highest-address of any packing within ``problem.capacity`` (search only), by
+    :func:`bisect_height` over complete searches: a probe that finds nothing raises the bound."""
     t0 = time.perf_counter()
     first = solve(problem, nodes=nodes, deadline=deadline, heuristics=heuristics)
     used = first.nodes
     if not first.found:
         status: Literal["infeasible", "unknown"] = "infeasible" if first.status == "infeasible" else "unknown"
-        return MinHeightResult(status, nodes=used, seconds=time.perf_counter() - t0)
+        return MinHeightResult(status, nodes=used, seconds=time.perf_counter() - t0, why=first.why)
     assert first.solution is not None
-    best = first.solution
     swept = sweep(problem)
-    lo = lower_height(problem)
-    probe = lo
-    while lo < best.height:
+
+    def probe(capacity: int) -> tuple[str, Solution | None]:
+        nonlocal used
         left = None if nodes is None else nodes - used
         if left is not None and left <= 0:
-            break
-        sub = PackProblem(problem.items, probe, problem.align, problem.bank_bytes, problem.bank_pairs,
-                          problem.bank_rule)
-        res = solve(sub, nodes=left, deadline=deadline, heuristics=heuristics, _swept=swept)
-        used += res.nodes
-        if res.found:
-            assert res.solution is not None
-            best = res.solution
-        elif res.status == "infeasible":
-            lo = probe + 1
-        else:
-            break
-        probe = (lo + best.height - 1) // 2
-    status2: Literal["optimal", "feasible"] = "optimal" if lo >= best.height else "feasible"
-    return MinHeightResult(status2, best, min(lo, best.height), used, time.perf_counter() - t0)
+            return "unknown", None
+        r = solve(replace(problem, capacity=capacity), nodes=left, deadline=deadline, heuristics=heuristics,
+                  _swept=swept)
+        used += r.nodes
+        return r.status, r.solution
+
+    best, bound = bisect_height(first.solution, lower_height(problem, swept), probe)
+    status2: Literal["optimal", "feasible"] = "optimal" if bound >= best.height else "feasible"
+    return MinHeightResult(status2, best, bound, used, time.perf_counter() - t0)

@@ -49,7 +49,7 @@ def sweep(problem: PackProblem) -> Swept:
     align, cap = problem.align, problem.capacity
     spans = [merged_spans(it.spans) for it in items]
     t_end = max((e for sp in spans for _, e in sp), default=0)
-    for k, sp in enumerate(spans):  # never live: a private slot after everything else
+    for sp in spans:  # never live: a private slot after everything else
         if not sp:
             sp.append((t_end, t_end + 1))
             t_end += 1
@@ -117,15 +117,67 @@ def sweep(problem: PackProblem) -> Swept:
             cross[wide_hi[i] - 1] -= 1
     cuts = np.cumsum(cross)[:max(S - 1, 0)].astype(np.int64)
 
+    cliques = bank_cliques(n, [(index[a], index[b]) for a, b in problem.hard_pairs], raw)
+    cl_ptr = np.zeros(len(cliques) + 1, dtype=np.int64)
+    cl_ptr[1:] = np.cumsum([len(c) for c in cliques])
+    cl_mem = np.array([k for c in cliques for k in c], dtype=np.int64)
+    B = problem.bank_bytes if problem.hard_pairs else 0
+    of = [[c for c, members in enumerate(cliques) if k in members] for k in range(n)]
+    bc_ptr = np.zeros(n + 1, dtype=np.int64)
+    bc_ptr[1:] = np.cumsum([len(x) for x in of])
+    bc_idx = np.array([c for x in of for c in x], dtype=np.int64)
+    need = -(-raw // B) if B else np.zeros(n, dtype=np.int64)
+
     why = None
     bad = [it.id for k, it in enumerate(items) if maxoff[k] < 0 or (fixed[k] > maxoff[k])]
     if bad:
         why = f"buffer {bad[0]} does not fit in {cap} bytes" + (" at its pinned offset" if fixed[index[bad[0]]] >= 0
                                                                  else "")
     inst = Instance(size_a=size_a, raw=raw, maxoff=maxoff, fixed=fixed, partnered=partnered,
-                    bank=np.int64(problem.bank_bytes if problem.hard_pairs else 0), align=np.int64(align),
-                    cap_a=np.int64(aligned(cap, align)), width=width, lower=lower,
+                    bank=problem.bank_bytes if problem.hard_pairs else 0, align=align,
+                    cap_a=aligned(cap, align), width=width, lower=lower,
                     nb_ptr=nb_ptr, nb_idx=nb_idx, nb_kind=nb_kind, bs_ptr=bs_ptr, bs_lo=bs_lo, bs_hi=bs_hi,
                     sec_ptr=sec_ptr, sec_mem=sec_mem, hull_lo=wide_lo, hull_hi=wide_hi,
-                    total0=total.astype(np.int64), cuts0=cuts)
+                    total0=total.astype(np.int64), cuts0=cuts, cl_ptr=cl_ptr, cl_mem=cl_mem,
+                    need=need.astype(np.int64), bc_ptr=bc_ptr, bc_idx=bc_idx, n_banks=n_banks(cap, B))
+    if why is None and B:
+        for c in cliques:
+            if int(need[c].sum()) > n_banks(cap, B):
+                why = (f"buffers {', '.join(items[k].id for k in c)} must sit in separate banks: they need "
+                       f"{int(need[c].sum())} banks of {B} bytes, the capacity has {n_banks(cap, B)}")
+                break
     return Swept(inst, S, why)
+
+
+def n_banks(capacity: int, bank: int) -> int:
+    """Banks a buffer in ``[0, capacity)`` may touch."""
+    return -(-capacity // bank) if bank else 0
+
+
+def bank_cliques(n: int, pairs: list[tuple[int, int]], raw: np.ndarray) -> list[list[int]]:
+    """Cliques of the hard-partner graph that cover every pair: each grown greedily from one of its pairs,
+    largest partners first (in lgopt, the operands of one op form one).  Their bank demands are what the
+    search bounds; any cover is sound, a larger clique only bounds more."""
+    adj: list[set[int]] = [set() for _ in range(n)]
+    for i, j in pairs:
+        adj[i].add(j)
+        adj[j].add(i)
+    covered: set[tuple[int, int]] = set()
+    out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
+    for i, j in sorted((min(p), max(p)) for p in pairs):
+        if (i, j) in covered:
+            continue
+        clique = [i, j]
+        for k in sorted(adj[i] & adj[j], key=lambda k: (-int(raw[k]), k)):
+            if all(k in adj[x] for x in clique):
+                clique.append(k)
+        key = tuple(sorted(clique))
+        for x in key:
+            for y in key:
+                if x < y:
+                    covered.add((x, y))
+        if key not in seen:
+            seen.add(key)
+            out.append(list(key))
+    return out

@@ -16,9 +16,9 @@ from lgopt.group.packsearch.problem import PackProblem, banks
 def validate(problem: PackProblem, offsets: Mapping[str, int]) -> str | None:
     """None when ``offsets`` is a packing of ``problem``, else the first violation in words."""
     ids = {it.id for it in problem.items}
-    for k in offsets:
-        if k not in ids:
-            return f"offset given for {k!r}, which is not a buffer of the problem"
+    for key in offsets:
+        if key not in ids:
+            return f"offset given for {key!r}, which is not a buffer of the problem"
     for it in problem.items:
         o = offsets.get(it.id)
         if not isinstance(o, int) or isinstance(o, bool):
