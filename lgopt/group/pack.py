@@ -251,7 +251,6 @@ def _feasible(problem: PackProblem, time_limit: float | None, deadline: float | 
     nodes = 0
     det = 0.0
     resume: tuple[int, int] | None = None
-    why = ""
     weight = 1.0 if target.hard_pairs else 0.25
     piece = FIRST_SLICE if engine == "auto" else math.inf
 
@@ -270,7 +269,7 @@ def _feasible(problem: PackProblem, time_limit: float | None, deadline: float | 
                 return out(PackResult("feasible", dict(r.solution.offsets), r.solution.height, engine="search"))
             if r.status == "infeasible" or r.resume is None or left <= 0 or engine == "search":
                 return out(PackResult(r.status, engine="search", why=r.why))
-            resume, why = r.resume, r.why
+            resume = r.resume
         if stop is not None and stop - time.perf_counter() <= 0.01:
             return out(PackResult("unknown", engine="search", why="the time limit ran out"))
         budget = min(piece * weight, left)
@@ -281,8 +280,8 @@ def _feasible(problem: PackProblem, time_limit: float | None, deadline: float | 
         if res.status != "unknown" or engine == "cpsat":
             return out(res)
         if left <= 0 or (stop is not None and stop - time.perf_counter() <= 0.01):
-            return out(PackResult("unknown", engine="search+cp-sat",
-                                  why=why.replace("node budget", "budget") or "the time limit ran out"))
+            spent = f"the budget of {time_limit:g} units ran out" if left <= 0 else "the time limit ran out"
+            return out(PackResult("unknown", engine="search+cp-sat", why=spent))
         piece *= 2
 
 

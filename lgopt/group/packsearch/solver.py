@@ -79,6 +79,8 @@ def solve(problem: PackProblem, *, nodes: int | None = None, deadline: float | N
     if peak > inst.cap_a:
         return SearchResult("infeasible", why=f"{peak} aligned bytes are live at once, more than the capacity "
                             f"{problem.capacity}", seconds=time.perf_counter() - t0)
+    if deadline is not None and time.perf_counter() >= deadline:
+        return SearchResult("unknown", seconds=time.perf_counter() - t0, why="the time limit ran out")
     state = new_state(inst)
     state.deadline[0] = deadline if deadline is not None else 0.0
     codes = [HEURISTICS.index(h) for h in heuristics]
