@@ -107,7 +107,7 @@ def problems(draw: st.DrawFn, max_n: int = 6, max_cap: int = 16) -> PackProblem:
 @settings(max_examples=250, deadline=None)
 @given(problems())
 def test_search_matches_exhaustive_enumeration(problem):
-    res = solve(problem, nodes=200_000)
+    res = solve(problem, work=1_000_000)
     assert res.status in ("found", "infeasible"), res.why  # never "unknown" at these sizes
     assert res.found == _exhaustive(problem)
     if res.found:
@@ -117,7 +117,7 @@ def test_search_matches_exhaustive_enumeration(problem):
 @settings(max_examples=60, deadline=None)
 @given(problems(max_n=5, max_cap=12))
 def test_lowest_height_matches_exhaustive_enumeration(problem):
-    res = minimize_height(problem, nodes=200_000)
+    res = minimize_height(problem, work=1_000_000)
     lowest = _lowest_height(problem)
     if lowest is None:
         assert res.status == "infeasible"
@@ -184,8 +184,8 @@ def test_a_wrap_around_cycle_is_proved_infeasible_by_the_search():
 def test_budgets_end_the_search_as_unknown():
     items = tuple(PackItem(f"b{i}", 1, ((i, i + 2),) if i + 2 <= 9 else ((i, 9), (0, i + 2 - 9))) for i in range(9))
     p = PackProblem(items, 2)
-    assert solve(p, nodes=1).status == "unknown"
-    assert "node budget" in solve(p, nodes=1).why
+    assert solve(p, work=1).status == "unknown"
+    assert "work budget" in solve(p, work=1).why
     late = solve(p, deadline=0.0)
     assert late.status == "unknown" and "time limit" in late.why
     assert solve(p).status == "infeasible"

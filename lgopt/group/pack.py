@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from ortools.sat.python import cp_model
 
@@ -36,13 +36,17 @@ __all__ = ["PackItem", "PackResult", "Span", "check_packing", "first_fit", "over
 Engine = Literal["auto", "search", "cpsat"]
 Minimize = Literal["none", "peak", "conflicts"]
 
-FIRST_SLICE = 0.05
-"""Effort units of the search's first slice in the ``auto`` portfolio (each round doubles it)."""
+WORK_PER_UNIT = 150_000
+"""Placements the search tries per unit of ``time_limit``: a placement costs 4-8 microseconds on the
+MiniMalloc suite and lgopt's groups alike, so a unit is about a second of search, as a unit of CP-SAT
+deterministic time is about a second of CP-SAT.  Counted, not timed: the answer is the same on any
+machine."""
 
-NODES_PER_UNIT = 20_000
-"""Search nodes per unit of ``time_limit`` (a unit is about a second of search on a few hundred buffers,
-as a unit of CP-SAT deterministic time is about a second of CP-SAT): the budget that keeps the answer
-the same on any machine."""
+FIRST_SLICE = 0.05
+"""Effort units of the search's first slice in the ``auto`` portfolio."""
+
+CPSAT_PROBE = 0.2
+"""CP-SAT deterministic time of its slice in the ``auto`` portfolio when there are no hard bank pairs."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class PackResult:
     bound: int = 0  # lower bound on the peak (when minimising it)
     deterministic: float = 0.0  # CP-SAT deterministic time spent
     nodes: int = 0  # search nodes visited
+    work: int = 0  # placements the search tried
     engine: str = ""  # what answered: first-fit, search or cp-sat
     why: str = ""  # what proved infeasibility, or what cut the search short
 
@@ -213,12 +218,12 @@ def pack_cpsat(problem: PackProblem, *, minimize: Minimize = "none", time_limit:
 # --- the packer ---------------------------------------------------------------------------------------
 
 def _budget(time_limit: float | None, deadline: float | None, t0: float) -> tuple[int | None, float | None]:
-    """(search nodes, wall deadline) for ``time_limit`` units: the nodes keep the answer deterministic, the
+    """(search work, wall deadline) for ``time_limit`` units: the work keeps the answer deterministic, the
     deadline (a generous multiple of the units, never past the caller's) guards a machine far slower."""
     if time_limit is None:
         return None, deadline
     stop = t0 + wall_seconds(time_limit)
-    return max(1_000, int(time_limit * NODES_PER_UNIT)), stop if deadline is None else min(stop, deadline)
+    return max(1_000, int(time_limit * WORK_PER_UNIT)), stop if deadline is None else min(stop, deadline)
 
 
 def _search_problem(problem: PackProblem) -> PackProblem:
@@ -228,61 +233,73 @@ def _search_problem(problem: PackProblem) -> PackProblem:
 
 def _effort(res: PackResult) -> float:
     """What a result spent, in units of ``time_limit``."""
-    return res.nodes / NODES_PER_UNIT + res.deterministic
+    return res.work / WORK_PER_UNIT + res.deterministic
+
+
+def _schedule(engine: Engine, hard: bool, total: float) -> Iterator[tuple[str, float]]:
+    """The ``auto`` portfolio: (engine, effort) slices, each capped by what is left of the budget.
+
+    The search comes first: it settles most instances in its first slice, and it resumes where it
+    stopped.  CP-SAT then gets one slice (it restarts from scratch, so one run beats several short ones):
+    a long one with hard bank pairs, where it is strong (lgopt's groups at tight capacities,
+    ``benchmarks/pack_groups.md``), a short probe without (it settles some tight groups whose canonical
+    search branches badly, and costs the MiniMalloc suite about a second).  The search gets the rest,
+    and CP-SAT whatever the search leaves of a finite budget.
+    """
+    if engine != "auto":
+        yield ("search" if engine == "search" else "cp-sat"), math.inf
+        return
+    yield "search", FIRST_SLICE
+    yield "cp-sat", 0.75 * total if hard else min(0.1 * total, CPSAT_PROBE)
+    yield "search", math.inf
+    yield "cp-sat", math.inf
 
 
 def _feasible(problem: PackProblem, time_limit: float | None, deadline: float | None, engine: Engine,
               workers: int, seed: int, hint: Mapping[str, int] | None) -> PackResult:
-    """A packing (constraints only), a proof of none, or unknown.
-
-    ``auto`` interleaves the two exact engines in slices of effort that double each round, the search
-    first (it resumes where it stopped; CP-SAT starts afresh, which the doubling keeps cheap): whichever
-    settles the instance first answers, so an instance either engine finds easy stays easy.  CP-SAT's
-    slices are as long as the search's with hard bank pairs (bank-bound instances are where it shines)
-    and a quarter of them otherwise.  Slices are measured in effort, never seconds, so the answer is
-    the same on any machine (unless the wall clock ends the whole budget).
-    """
+    """A packing (constraints only), a proof of none, or unknown: the engines take turns
+    (:func:`_schedule`) until one settles the instance or the budget is spent.  Slices are measured in
+    effort, never seconds, so the answer is the same on any machine (unless the wall clock ends it all)."""
     from lgopt.group.packsearch.solver import solve  # compiled code: loaded only when a packing needs it
 
     t0 = time.perf_counter()
     target = _search_problem(problem)
     _, stop = _budget(time_limit, deadline, t0)
-    left = math.inf if time_limit is None else time_limit
-    nodes = 0
+    total = math.inf if time_limit is None else time_limit
+    left = total
+    nodes = work = 0
     det = 0.0
     resume: tuple[int, int] | None = None
-    weight = 1.0 if target.hard_pairs else 0.25
-    piece = FIRST_SLICE if engine == "auto" else math.inf
+    hard = bool(target.hard_pairs)
 
     def out(res: PackResult) -> PackResult:
-        return replace(res, nodes=nodes, deterministic=det, seconds=time.perf_counter() - t0)
+        return replace(res, nodes=nodes, work=work, deterministic=det, seconds=time.perf_counter() - t0)
 
-    while True:
-        if engine != "cpsat":
-            budget = min(piece, left)
-            r = solve(target, nodes=None if budget == math.inf else max(1, int(budget * NODES_PER_UNIT)),
+    for which, piece in _schedule(engine, hard, total):
+        budget = min(piece, left)
+        if which == "search":
+            r = solve(target, work=None if budget == math.inf else max(1, int(budget * WORK_PER_UNIT)),
                       deadline=stop, resume=resume)
             nodes += r.nodes
-            left -= r.nodes / NODES_PER_UNIT
+            work += r.work
+            left -= r.work / WORK_PER_UNIT
             if r.found:
                 assert r.solution is not None
                 return out(PackResult("feasible", dict(r.solution.offsets), r.solution.height, engine="search"))
-            if r.status == "infeasible" or r.resume is None or left <= 0 or engine == "search":
+            if r.status == "infeasible" or r.resume is None or engine == "search":
                 return out(PackResult(r.status, engine="search", why=r.why))
             resume = r.resume
-        if stop is not None and stop - time.perf_counter() <= 0.01:
-            return out(PackResult("unknown", engine="search", why="the time limit ran out"))
-        budget = min(piece * weight, left)
-        res = pack_cpsat(target, time_limit=None if budget == math.inf else budget, workers=workers, seed=seed,
-                         hint=hint, deadline=stop)
-        det += res.deterministic
-        left -= budget if res.status == "unknown" else res.deterministic
-        if res.status != "unknown" or engine == "cpsat":
-            return out(res)
+        else:
+            res = pack_cpsat(target, time_limit=None if budget == math.inf else budget, workers=workers, seed=seed,
+                             hint=hint, deadline=stop)
+            det += res.deterministic
+            left -= budget if res.status == "unknown" else res.deterministic
+            if res.status != "unknown" or engine == "cpsat":
+                return out(res)
         if left <= 0 or (stop is not None and stop - time.perf_counter() <= 0.01):
             spent = f"the budget of {time_limit:g} units ran out" if left <= 0 else "the time limit ran out"
             return out(PackResult("unknown", engine="search+cp-sat", why=spent))
-        piece *= 2
+    raise AssertionError("the schedule is endless")  # pragma: no cover
 
 
 def _min_peak(problem: PackProblem, time_limit: float | None, deadline: float | None, engine: Engine,
@@ -311,7 +328,7 @@ def _min_peak(problem: PackProblem, time_limit: float | None, deadline: float | 
 
     best, bound = bisect_height(Solution(first.offsets, first.peak), lower_height(_search_problem(problem)), probe)
     return PackResult("optimal" if bound >= best.height else "feasible", dict(best.offsets), best.height,
-                      bound=bound, nodes=sum(r.nodes for r in spent),
+                      bound=bound, nodes=sum(r.nodes for r in spent), work=sum(r.work for r in spent),
                       deterministic=sum(r.deterministic for r in spent), engine=first.engine)
 
 
@@ -322,7 +339,7 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
          deadline: float | None = None, engine: Engine = "auto") -> PackResult:
     """Offsets in ``[0, capacity)`` for every item; ``minimize`` is ``none``, ``peak`` or ``conflicts``.
 
-    ``time_limit`` is effort, not seconds: :data:`NODES_PER_UNIT` search nodes and as many CP-SAT
+    ``time_limit`` is effort, not seconds: :data:`WORK_PER_UNIT` placements of the search and as many CP-SAT
     deterministic units per unit, so that the same input gives the same answer however loaded the machine
     is.  A wall-clock cap of :data:`lgopt.group.solver.WALL_CAP` times it guards a machine that runs far
     slower (an answer cut by it is "unknown"), and nothing runs past ``deadline``
@@ -368,7 +385,7 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
     if rule == "soft" and (minimize == "conflicts" or conflict_time != 0):
         budget = time_limit if conflict_time is None or minimize == "conflicts" else conflict_time
         if time_limit is not None and conflict_time is None and minimize != "conflicts":
-            budget = max(0.0, time_limit - first.deterministic - first.nodes / NODES_PER_UNIT)
+            budget = max(0.0, time_limit - _effort(first))
         return done(_fewer_conflicts(problem, first, capacity, budget, workers, seed, deadline,
                                      prove=minimize == "conflicts"))
     return done(first)

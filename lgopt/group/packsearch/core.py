@@ -16,8 +16,10 @@ The ideas are MiniMalloc's (Moffitt, ASPLOS 2023), written anew for lgopt's buff
 * **Decomposition.**  When no unplaced buffer crosses a cut between sections, the two sides are
   solved independently, the second only once the first has a packing.
 
-Budget and clock are both honoured: the search stops after ``ctr[0]`` nodes (deterministic) or past
-``deadline[0]`` (``time.perf_counter()``, checked every 256 nodes), and reports it was cut short.
+Budgets and clock are all honoured: the search stops after ``ctr[0]`` nodes (the round robin's limit for
+one static order), after ``ctr[6]`` placements tried (the caller's budget: deterministic, and a steadier
+measure of work than nodes, since a node may try one placement or hundreds), or past ``deadline[0]``
+(``time.perf_counter()``, looked at every 1024 placements), and reports it was cut short.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class State(NamedTuple):
     cuts: np.ndarray
     mark: np.ndarray  # per section: stamp of the last placement that touched it
     cmark: np.ndarray  # per bank clique, likewise
-    ctr: np.ndarray  # nodes left, backtracks, nodes visited, cut by the clock, stamp
+    ctr: np.ndarray  # nodes left (this order's limit), backtracks, nodes visited, cut by the clock, stamp,
+    #                  placements tried, placements left (the budget), placements at the next look at the clock
     deadline: np.ndarray  # [perf_counter deadline] (0: none)
 
 
@@ -102,7 +105,7 @@ def new_state(inst: Instance) -> State:
     n, S = len(inst.size_a), len(inst.total0)
     return State(off=np.full(n, -1, np.int64), minoff=np.zeros(n, np.int64), sol=np.full(n, -1, np.int64),
                  floor=np.zeros(S, np.int64), total=np.zeros(S, np.int64), cuts=np.zeros(max(S - 1, 0), np.int64),
-                 mark=np.zeros(S, np.int64), cmark=np.zeros(len(inst.cl_ptr), np.int64), ctr=np.zeros(5, np.int64),
+                 mark=np.zeros(S, np.int64), cmark=np.zeros(len(inst.cl_ptr), np.int64), ctr=np.zeros(8, np.int64),
                  deadline=np.zeros(1, np.float64))
 
 
@@ -178,6 +181,8 @@ def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.n
     """
     W.off[b] = o
     W.sol[b] = o
+    W.ctr[5] += 1
+    W.ctr[6] -= 1
     hatless = True
     failed = False
     m0 = mtop
@@ -456,11 +461,12 @@ def search(G: Instance, W: State, heuristic: int, decompose: bool) -> int:
         # a NODE
         if f_fresh[d]:
             f_fresh[d] = False
-            if ctr[0] <= 0:
+            if ctr[0] <= 0 or ctr[6] <= 0:
                 return CUT_SHORT
             ctr[0] -= 1
             ctr[2] += 1
-            if (ctr[2] & 255) == 0 and W.deadline[0] > 0:
+            if W.deadline[0] > 0 and ctr[5] >= ctr[7]:
+                ctr[7] = ctr[5] + 1024
                 with objmode(now="float64"):
                     now = time.perf_counter()
                 if now > W.deadline[0]:

@@ -3,8 +3,9 @@
 One static order can be unlucky on an instance another solves at once, so the orders take turns with
 a node limit that doubles each round (MiniMalloc's round robin): the first to finish, with a packing
 or with a complete search that found none (a proof), answers.  Two budgets end the search early:
-``nodes`` (deterministic: the same input gives the same answer on any machine) and ``deadline``
-(``time.perf_counter()``, for a caller with a wall-clock limit); either gives ``unknown``.
+``work``, placements tried (deterministic: the same input gives the same answer on any machine; a
+placement costs a few microseconds whatever the instance, where a node may cost one or hundreds), and
+``deadline`` (``time.perf_counter()``, for a caller with a wall-clock limit); either gives ``unknown``.
 
 Infeasibility is reported only when it is proved: a buffer that fits nowhere, a cross section whose
 aligned bytes exceed the capacity, or a search that ran to the end.
@@ -30,6 +31,7 @@ class SearchResult:
     status: SearchStatus
     solution: Solution | None = None
     nodes: int = 0  # search nodes visited (over every restart)
+    work: int = 0  # placements tried (over every restart): what the ``work`` budget counts
     seconds: float = 0.0
     why: str = ""  # what proved infeasibility, or what cut the search short
     resume: tuple[int, int] | None = None  # where the round robin stopped, when the node budget cut it
@@ -47,6 +49,7 @@ class MinHeightResult:
     solution: Solution | None = None
     bound: int = 0
     nodes: int = 0
+    work: int = 0
     seconds: float = 0.0
     why: str = ""  # when there is no packing: what proved it, or what cut the search short
 
@@ -59,12 +62,12 @@ def _with_capacity(swept: Swept, problem: PackProblem, capacity: int) -> Instanc
     return inst._replace(maxoff=maxoff, cap_a=aligned(capacity, problem.align), n_banks=n_banks(capacity, inst.bank))
 
 
-def solve(problem: PackProblem, *, nodes: int | None = None, deadline: float | None = None,
+def solve(problem: PackProblem, *, work: int | None = None, deadline: float | None = None,
           heuristics: tuple[str, ...] = HEURISTICS, decompose: bool = True, resume: tuple[int, int] | None = None,
           _swept: Swept | None = None) -> SearchResult:
     """A packing of ``problem``, a proof that none exists, or ``unknown`` when a budget ran out.
 
-    ``resume`` (an unknown result's ``resume``) continues the round robin where the node budget cut it,
+    ``resume`` (an unknown result's ``resume``) continues the round robin where the ``work`` budget cut it,
     so a caller may search in slices (and run something else between them) at little extra cost.
     """
     t0 = time.perf_counter()
@@ -85,31 +88,34 @@ def solve(problem: PackProblem, *, nodes: int | None = None, deadline: float | N
     state.deadline[0] = deadline if deadline is not None else 0.0
     codes = [HEURISTICS.index(h) for h in heuristics]
     n = len(items)
-    left = nodes if nodes is not None else 1 << 62
-    used = 0
+    left = work if work is not None else 1 << 62
+    used = tried = 0
     limit, first = resume if resume is not None else (4 * max(n, 32), 0)
+
+    def result(status: SearchStatus, solution: Solution | None = None, why: str = "",
+               resume: tuple[int, int] | None = None) -> SearchResult:
+        return SearchResult(status, solution, used, tried, time.perf_counter() - t0, why, resume)
+
     while True:
         for hi in range(first, len(codes)):
             h = codes[hi]
-            state.ctr[0] = min(limit, left)
-            state.ctr[2] = 0
+            state.ctr[0] = limit
+            state.ctr[2] = state.ctr[5] = state.ctr[7] = 0
+            state.ctr[6] = left
             status = search(inst, state, h, decompose)
-            spent = int(state.ctr[2])
-            used += spent
-            left -= spent
+            used += int(state.ctr[2])
+            tried += int(state.ctr[5])
+            left -= int(state.ctr[5])
             if status == FOUND:
                 offsets = {it.id: int(state.sol[k]) for k, it in enumerate(items)}
                 height = max(offsets[it.id] + it.size for it in items)
-                return SearchResult("found", Solution(offsets, height), used, time.perf_counter() - t0)
+                return result("found", Solution(offsets, height))
             if status != CUT_SHORT:
-                return SearchResult("infeasible", nodes=used, seconds=time.perf_counter() - t0,
-                                    why="the search ran to the end without a packing")
+                return result("infeasible", why="the search ran to the end without a packing")
             if state.ctr[3]:
-                return SearchResult("unknown", nodes=used, seconds=time.perf_counter() - t0,
-                                    why="the time limit ran out")
+                return result("unknown", why="the time limit ran out")
             if left <= 0:
-                return SearchResult("unknown", nodes=used, seconds=time.perf_counter() - t0,
-                                    why=f"the node budget ({nodes}) ran out", resume=(limit, hi))
+                return result("unknown", why=f"the work budget ({work} placements) ran out", resume=(limit, hi))
         limit *= 2
         first = 0
 
@@ -148,29 +154,30 @@ def bisect_height(first: Solution, lower: int, probe: Probe) -> tuple[Solution, 
     return best, min(lo, best.height)
 
 
-def minimize_height(problem: PackProblem, *, nodes: int | None = None, deadline: float | None = None,
+def minimize_height(problem: PackProblem, *, work: int | None = None, deadline: float | None = None,
                     heuristics: tuple[str, ...] = HEURISTICS) -> MinHeightResult:
     """The lowest highest-address of any packing within ``problem.capacity`` (search only), by
     :func:`bisect_height` over complete searches: a probe that finds nothing raises the bound."""
     t0 = time.perf_counter()
-    first = solve(problem, nodes=nodes, deadline=deadline, heuristics=heuristics)
-    used = first.nodes
+    first = solve(problem, work=work, deadline=deadline, heuristics=heuristics)
+    used, tried = first.nodes, first.work
     if not first.found:
         status: Literal["infeasible", "unknown"] = "infeasible" if first.status == "infeasible" else "unknown"
-        return MinHeightResult(status, nodes=used, seconds=time.perf_counter() - t0, why=first.why)
+        return MinHeightResult(status, nodes=used, work=tried, seconds=time.perf_counter() - t0, why=first.why)
     assert first.solution is not None
     swept = sweep(problem)
 
     def probe(capacity: int) -> tuple[str, Solution | None]:
-        nonlocal used
-        left = None if nodes is None else nodes - used
+        nonlocal used, tried
+        left = None if work is None else work - tried
         if left is not None and left <= 0:
             return "unknown", None
-        r = solve(replace(problem, capacity=capacity), nodes=left, deadline=deadline, heuristics=heuristics,
+        r = solve(replace(problem, capacity=capacity), work=left, deadline=deadline, heuristics=heuristics,
                   _swept=swept)
         used += r.nodes
+        tried += r.work
         return r.status, r.solution
 
     best, bound = bisect_height(first.solution, lower_height(problem, swept), probe)
     status2: Literal["optimal", "feasible"] = "optimal" if bound >= best.height else "feasible"
-    return MinHeightResult(status2, best, bound, used, time.perf_counter() - t0)
+    return MinHeightResult(status2, best, bound, used, tried, time.perf_counter() - t0)
