@@ -85,12 +85,12 @@ def main() -> int:
                                                                             chip.bank_bytes) else None
                                 if bad:
                                     raise SystemExit(f"{name}/{chip_name} group {gi}: invalid packing: {bad}")
-                            res[label] = (r.status, dt, r.engine)
+                            res[label] = (r.status, dt, r.engine, r.work)
                         rows.append({"problem": name, "chip": chip_name, "group": gi, "buffers": len(items),
                                      "capacity": cap, "peak live": low, "banks": rule,
                                      "before": res["before"][0], "before s": round(res["before"][1], 3),
                                      "after": res["after"][0], "after s": round(res["after"][1], 3),
-                                     "answered by": res["after"][2]})
+                                     "answered by": res["after"][2], "search work": res["after"][3]})
                         print(pd.DataFrame(rows[-1:]).to_string(index=False, header=len(rows) == 1), flush=True)
     df = pd.DataFrame(rows)
     df.to_csv(f"{args.out}.csv", index=False)
