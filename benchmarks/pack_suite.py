@@ -9,9 +9,11 @@ as ``lgopt pack --time-limit`` packs it (the same call: a wall-clock budget for 
 and CP-SAT interleaved), after one warm-up call so that no instance pays for loading the compiled
 search, and every packing is checked by the independent validator before it counts as solved.
 
-``--reference`` is a CSV ``instance,seconds`` of another allocator's times on the same instances (e.g.
-MiniMalloc's, measured on the same machine); the table then shows the ratio.  Writes OUT.csv and OUT.md
-(pandas) and prints the table.
+``--reference`` is a CSV ``instance,seconds`` of another allocator's times on the same instances; the
+table then shows the ratio.  ``benchmarks/pack_suite_minimalloc.csv`` holds MiniMalloc's own times on the
+challenging suite (its C++ solver, google/minimalloc 9f5cf81 with its default settings, built -O2 and run
+on this project's 2-core machine; MiniMalloc's paper reports 0.6-6 s on its own machine).  Writes OUT.csv
+and OUT.md (pandas) and prints the table.
 """
 
 from __future__ import annotations
