@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, NoReturn, Sequence, get_args
@@ -75,6 +76,27 @@ def _check_output(path: str | None) -> None:
         probe = next((a for a in parent.parents if a.exists()), Path("."))
         if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
             raise LgoptError(f"-o {path}: cannot create {parent}")
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (a zero or negative alignment has no meaning)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
 
 
 def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -321,31 +343,36 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
+    """Wall-clock ``--time-limit`` for the whole command (from :func:`main`): reading, solving, checking
+    and writing."""
+    t_start = getattr(args, "started", time.perf_counter())
     from lgopt.group.pack import check_packing, pack, peak_live_bytes
-    from lgopt.group.pack_csv import read_csv, write_csv
+    from lgopt.group.pack_csv import check_writable, read_csv, write_csv
     from lgopt.hw.chip import parse_size
 
-    items = read_csv(args.csv)
     capacity = parse_size(args.capacity)
-    res = pack(items, capacity, align=args.align, minimize="peak" if args.min_peak else "none",
-               time_limit=args.time_limit, workers=args.workers, seed=args.seed)
+    out = check_writable(args.output or str(args.csv).rsplit(".", 1)[0] + ".out.csv")
+    items = read_csv(args.csv)
+    # what is left of the limit, less a margin for the independent check and the writing
+    deadline = t_start + args.time_limit - min(0.25, 0.05 * args.time_limit)
+    res = pack(items, capacity, align=args.align, minimize="peak" if args.min_peak else "none", time_limit=None,
+               deadline=deadline, workers=args.workers, seed=args.seed)
     if not res.found:
-        print(f"{args.csv}: {len(items)} buffers, capacity {capacity}: {res.status} after {res.seconds:.2f} s "
+        why = f": {res.why}" if res.why else ""
+        print(f"{args.csv}: {len(items)} buffers, capacity {capacity}: {res.status} after {res.seconds:.2f} s{why} "
               f"(peak live bytes {peak_live_bytes(items, args.align)})")
         return 1
     problem = check_packing(items, res.offsets, capacity, args.align)
     if problem:  # the packer's answer is checked independently before it is written
         raise RuntimeError(f"packer produced an invalid packing: {problem}")
-    out = args.output or str(args.csv).rsplit(".", 1)[0] + ".out.csv"
     write_csv(out, items, res.offsets)
-    print(f"{args.csv}: {len(items)} buffers packed into {res.peak} of {capacity} bytes ({res.status}) in "
-          f"{res.seconds:.2f} s -> {out}")
+    peak = f"; lowest possible: {res.bound}" if args.min_peak and res.status != "optimal" else ""
+    print(f"{args.csv}: {len(items)} buffers packed into {res.peak} of {capacity} bytes ({res.status}{peak}) by "
+          f"{res.engine} in {time.perf_counter() - t_start:.2f} s -> {out}")
     return 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    import time
-
     from lgopt.check.simulate import simulate
     from lgopt.io.planfile import load_plan
 
@@ -559,10 +586,11 @@ def _add_pack(sub: Any) -> None:
     s = sub.add_parser("pack", help="exact static allocation of a CSV of buffers (id,lower,upper,size)")
     s.add_argument("csv")
     s.add_argument("--capacity", required=True, help="bytes available, e.g. 256K")
-    s.add_argument("--align", type=int, default=1)
+    s.add_argument("--align", type=_positive_int, default=1, help="offsets are multiples of this (bytes)")
     s.add_argument("--min-peak", action="store_true", help="also minimise the highest address used")
-    s.add_argument("--time-limit", type=float, default=60.0, help="CP-SAT deterministic time (about seconds)")
-    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--time-limit", type=_positive_float, default=60.0,
+                   help="wall-clock seconds for the whole command (default 60)")
+    s.add_argument("--workers", type=_positive_int, default=2, help="CP-SAT workers, where CP-SAT runs")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("-o", "--output", help="CSV to write (default: CSV name with .out.csv)")
     s.set_defaults(func=cmd_pack)

@@ -1,7 +1,9 @@
 """The exact packer against exhaustive search, the benchmark CSV format, and the pack command."""
 
 import itertools
+import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -108,3 +110,87 @@ def test_csv_round_trip_and_command(tmp_path, capsys):
     capsys.readouterr()
     write_csv(tmp_path / "w.csv", items, {it.id: 0 for it in items})
     assert (tmp_path / "w.csv").read_text().startswith("id,lower,upper,size,offset")
+
+
+# --- the pack command's input errors: one line on stderr, exit status 2, found before any solving ---------
+
+def _csv(tmp_path, text: str, name: str = "b.csv"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+OK_CSV = "id,lower,upper,size\na,0,2,4\nb,1,3,4\n"
+
+
+def _one_line_error(capsys, *words: str) -> None:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("lgopt: error:") and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+
+
+@pytest.mark.parametrize("align", ["0", "-4"])
+def test_pack_refuses_an_alignment_below_one(tmp_path, capsys, align):
+    assert main(["pack", str(_csv(tmp_path, OK_CSV)), "--capacity", "16", "--align", align]) == 2
+    _one_line_error(capsys, "--align", align)
+
+
+def test_pack_refuses_duplicate_buffer_ids(tmp_path, capsys):
+    src = _csv(tmp_path, "id,lower,upper,size\na,0,2,4\nb,1,3,4\na,2,4,4\n")
+    assert main(["pack", str(src), "--capacity", "16"]) == 2
+    _one_line_error(capsys, "'a'", "twice", "rows 2 and 4")
+
+
+def test_pack_refuses_a_binary_file(tmp_path, capsys):
+    src = tmp_path / "b.csv"
+    src.write_bytes(b"\xff\xfe\x00\x01id,lower\x80\x81\n\x00\x00")
+    assert main(["pack", str(src), "--capacity", "16"]) == 2
+    _one_line_error(capsys, "not a text CSV")
+
+
+def test_pack_writes_into_a_folder_it_creates(tmp_path, capsys):
+    out = tmp_path / "new" / "deeper" / "o.csv"
+    assert main(["pack", str(_csv(tmp_path, OK_CSV)), "--capacity", "16", "-o", str(out)]) == 0
+    assert out.read_text().startswith("id,lower,upper,size,offset")
+    capsys.readouterr()
+
+
+def _never_solve(monkeypatch) -> None:
+    import lgopt.group.pack as packer
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the packer ran before the output was found unwritable")
+
+    monkeypatch.setattr(packer, "pack", boom)
+
+
+@pytest.mark.parametrize("where", ["folder", "under a file", "proc"])
+def test_pack_finds_an_unwritable_output_before_solving(tmp_path, capsys, monkeypatch, where):
+    src = _csv(tmp_path, OK_CSV)
+    out = {"folder": str(tmp_path), "under a file": str(src / "o.csv"), "proc": "/proc/lgopt-pack-test/o.csv"}[where]
+    _never_solve(monkeypatch)
+    assert main(["pack", str(src), "--capacity", "16", "-o", out]) == 2
+    _one_line_error(capsys, "cannot write")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_pack_finds_a_read_only_output_before_solving(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "o.csv"
+    out.write_text("keep me\n")
+    out.chmod(0o444)
+    _never_solve(monkeypatch)
+    assert main(["pack", str(_csv(tmp_path, OK_CSV)), "--capacity", "16", "-o", str(out)]) == 2
+    _one_line_error(capsys, "cannot write")
+    assert out.read_text() == "keep me\n"
+
+
+def test_pack_min_peak_and_a_proof_of_infeasibility(tmp_path, capsys):
+    src = _csv(tmp_path, "id,lower,upper,size\na,0,3,4\nb,1,5,2\nc,2,4,3\nd,4,8,5\n")
+    out = tmp_path / "o.csv"
+    assert main(["pack", str(src), "--capacity", "100", "--min-peak", "-o", str(out)]) == 0
+    assert "packed into 9 of 100 bytes (optimal)" in capsys.readouterr().out
+    offsets = {r.split(",")[0]: int(r.split(",")[4]) for r in out.read_text().splitlines()[1:]}
+    assert max(offsets[k] + s for k, s in zip("abcd", (4, 2, 3, 5))) == 9
+    assert main(["pack", str(src), "--capacity", "8", "-o", str(out)]) == 1
+    assert "infeasible" in capsys.readouterr().out

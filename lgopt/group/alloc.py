@@ -149,13 +149,15 @@ def pack_items(g: GroupPlan) -> list[PackItem]:
 def exact_pack(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft", time_limit: float = 2.0,
                seed: int = 0, workers: int = 1, conflict_time: float | None = 0.0,
                deadline: float | None = None) -> dict[int, int] | str | None:
-    """Offsets by buffer id, None when no packing exists, "unknown" when the packer ran out of time.
+    """Offsets by buffer id, None when no packing exists, "unknown" when the packer ran out of effort.
 
-    ``time_limit`` is CP-SAT deterministic time; one worker is far faster than
-    several on a group's few hundred buffers, so more are used only above that.
-    ``conflict_time``: deterministic time spent reducing soft bank conflicts once
-    a packing is found (0, the default, while candidates are only being judged:
-    feasibility decides, and the chosen groups are polished at the end).
+    :func:`lgopt.group.pack.pack` decides: the lowest fit, then the exact search (which proves a
+    group infeasible where the live bytes or the bank cliques say so, or by running to the end) with
+    CP-SAT interleaved.  ``time_limit`` is the packer's effort (search nodes and CP-SAT deterministic
+    time, so the verdict does not depend on the machine's load); one CP-SAT worker is far faster than
+    several on a group's few hundred buffers, so more are used only above that.  ``conflict_time``:
+    effort spent reducing soft bank conflicts once a packing is found (0, the default, while
+    candidates are only being judged: feasibility decides, and the chosen groups are polished at the end).
     """
     items = pack_items(g)
     pairs = [(str(lo), str(hi)) for lo, hi in map(sorted, conflict_pairs(net, g))] if bank_rule != "off" else []

@@ -86,7 +86,7 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
     return place(net, chip, g, alloc), ""
 
 
-EXACT_PACK_SECONDS = 5.0  # CP-SAT deterministic time for one group's exact packing
+EXACT_PACK_SECONDS = 5.0  # the exact packer's effort for one group (search nodes and CP-SAT deterministic time)
 
 
 def allocate_thorough(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft"
@@ -105,7 +105,7 @@ def allocate_thorough(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "
     if offs is None:
         return None, "LMEM allocation failed: no packing exists (proved by the exact packer)"
     if offs == "unknown":
-        return None, f"LMEM allocation failed: no packing found in {EXACT_PACK_SECONDS:g} s of exact search"
+        return None, f"LMEM allocation failed: no packing found in {EXACT_PACK_SECONDS:g} units of exact search"
     assert isinstance(offs, dict)
     if bank_rule == "soft":
         offs = polish_banks(net, chip, g, offs)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
-
-from google.protobuf import text_format
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Any
 
 from lgopt.errors import LgoptError
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 WALL_CAP = 6.0  # wall seconds allowed per unit of deterministic time (about 2 on an idle 2-core machine)
 
@@ -35,6 +35,9 @@ def wall_seconds(time_limit: float, deadline: float | None = None) -> float:
 def check_params(params: str) -> str:
     """``params`` if it parses as CP-SAT parameters, else one clear error."""
     if params:
+        from google.protobuf import text_format
+        from ortools.sat.python import cp_model
+
         try:
             text_format.Parse(params, cp_model.CpSolver().parameters)
         except text_format.ParseError as e:
@@ -51,6 +54,9 @@ def make_solver(*, workers: int, seed: int, seconds: float | None = None, determ
     is never overrun.  Several workers interleave their search, so the same seed and worker count give
     the same answer.
     """
+    from google.protobuf import text_format  # OR-tools loads in a second: only when a solver is made
+    from ortools.sat.python import cp_model
+
     s = cp_model.CpSolver()
     p = s.parameters
     p.num_workers = workers

@@ -33,7 +33,7 @@ class CpsatSettings:
     seed: int = 0
     formulation: Formulation = "auto"
     monolithic_max_ops: int = 10  # "auto" builds one model up to this many local ops
-    pack_time: float = 2.0  # CP-SAT deterministic time per exact packing or load-row solve
+    pack_time: float = 2.0  # effort per exact packing, CP-SAT deterministic time per load-row solve
     orders: int = 1  # topological orders searched: 1 = the given one; up to 3 adds depth- and breadth-first
     handover: bool = True  # let consecutive groups hand a tensor over in LMEM (lgopt.group.handover)
     free_loads: bool = True  # unsliced groups choose each weight's load row (False: the table's own rule)

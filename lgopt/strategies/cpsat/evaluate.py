@@ -61,7 +61,7 @@ class Evaluator:
 
     def __init__(self, space: CandidateSpace, pack_time: float = 2.0, workers: int = 2, seed: int = 0) -> None:
         self.space = space
-        self.pack_time = pack_time  # deterministic time per exact packing or load-row solve
+        self.pack_time = pack_time  # effort per exact packing (lgopt.group.pack) or load-row solve
         self.workers = workers
         self.seed = seed
         self.cache: dict[tuple, Evaluation] = {}  # by signature
