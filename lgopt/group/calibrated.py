@@ -15,8 +15,7 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   that their count decides (``k`` cycles each; ``k_point`` more for a run of one element, a bias or a 1 x 1
   map).  On BM1684X a 1 x 512 store takes 12,794 cycles for 1 KiB, 25 per channel: a bytes-only model
   cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs, subadditive, never cheaper
-  than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``).
-  A calibration file with the older bytes-only ``pieces`` (``min_i(c_i + s_i * bytes)``) still loads;
+  than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
 * a global layer: local op types cost their TIU cycles at full size (so the lower bound ``sum of
   global_compute`` stays below any grouping); other types ``a_t + b_t * X`` fitted on the timeline of
   TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul, elements read and written otherwise).
@@ -96,7 +95,6 @@ class ChipConstants:
     gdma: dict[str, DmaFit]  # transfer kind (load, store, weight) -> its constants
     glob: dict[str, tuple[float, float]]  # non-local op type -> (a, b): a + b * global_work
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    pieces: tuple[tuple[float, float], ...] = ()  # an older bytes-only fit: min over pieces of c + s * bytes
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
@@ -104,20 +102,18 @@ class ChipConstants:
         g = d["gdma"]
         kinds = {k: DmaFit(float(v["c"]), float(v["bw"]), float(v["k"]), float(v.get("k_point", 0.0)))
                  for k, v in g.items() if k in ("load", "store", "weight")}
-        pieces = tuple((float(p["c"]), float(p["s"])) for p in g.get("pieces", ()))
         glob = {k: (float(v["a"]), float(v["b"])) for k, v in d.get("global", {}).items()}
-        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, d.get("source", {}), pieces)
+        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
         bad = [k for k, (a, b) in self.tiu.items() if a < self.issue or b < 0]
         if bad or self.issue < 0:
             raise LgoptError(f"calibration {chip_name}: TIU constants break the contract (a >= issue, b >= 0): {bad}")
-        if not self.pieces and set(self.gdma) != {"load", "store", "weight"}:
+        if set(self.gdma) != {"load", "store", "weight"}:
             raise LgoptError(f"calibration {chip_name}: GDMA needs constants for load, store and weight transfers "
                              f"(has {', '.join(sorted(self.gdma)) or 'none'})")
-        if any(f.c < 0 or f.bw <= 0 or f.k < 0 or f.k_point < 0 for f in self.gdma.values()) \
-                or any(c < 0 or s < 0 for c, s in self.pieces):
+        if any(f.c < 0 or f.bw <= 0 or f.k < 0 or f.k_point < 0 for f in self.gdma.values()):
             raise LgoptError(f"calibration {chip_name}: GDMA constants must be non-negative (bandwidth positive)")
         if "default" not in self.tiu:
             raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
@@ -197,10 +193,7 @@ def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl
 def _calibrated_gdma(model: CalibratedModel, chip: Chip, nbytes: int, segments: int, kind: DmaKind,
                      point_runs: bool) -> int:
     k = model.constants(chip)
-    if k.pieces:
-        fit = min(c + s * nbytes for c, s in k.pieces)
-    else:
-        fit = k.gdma[kind].cycles(nbytes, max(1, segments), point_runs)
+    fit = k.gdma[kind].cycles(nbytes, max(1, segments), point_runs)
     stream = nbytes * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
     return max(chip.gdma_latency_cycles, int(math.ceil(fit)), int(math.ceil(stream)))
 

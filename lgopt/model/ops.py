@@ -179,9 +179,10 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
     spec = OP_SPECS.get(op_type)
     if spec is None:
         return False, False, False, f"{op_type} is not a layer-group op"
-    checked = in_shapes if spec.any_rank and spec.family is not Family.RESHAPE else in_shapes + out_shapes
-    if spec.family is not Family.RESHAPE and any(len(s) != 4 for s in checked):
-        return False, False, False, f"{op_type} on non-4-D tensors"  # ReduceMean: any rank out (keepdims=0)
+    if spec.family is not Family.RESHAPE:  # a reshape is judged on its folded shapes below
+        ranked = in_shapes if spec.any_rank else in_shapes + out_shapes  # ReduceMean: any rank out (keepdims=0)
+        if any(len(s) != 4 for s in ranked):
+            return False, False, False, f"{op_type} on non-4-D tensors"
     why = spec.rule(attrs) if spec.rule is not None else ""
     if spec.family is Family.RESHAPE:
         if len(in_shapes) != 1 or len(out_shapes) != 1:
