@@ -38,7 +38,10 @@ from lgopt.hw.chip import get_chip
 from lgopt.io.exporters import export, write
 from lgopt.io.problem import load_model
 from lgopt.io.tpumlir_export import read_base_groups
+from lgopt.io.tpumlir_judge import find_judge
+from lgopt.model.network import with_batch
 from lgopt.strategies.cpsat.common import CpsatSettings
+from lgopt.strategies.judged import JudgeSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.strategies.tpumlir import score
 
@@ -54,6 +57,24 @@ def opt1_cycles(model: str, chip: str) -> int | None:
             if r["model"] == model and r["chip"] == chip and r["variant"] == "opt1" and r["status"] == "ok":
                 return int(r["total_cycles"])
     return None
+
+
+def with_batch_onnx(full: Path, batch: int) -> Path:
+    """``full`` with its inputs' (and outputs') first dimension set to ``batch``, shapes re-inferred (written
+    beside it once)."""
+    import onnx
+    from onnx import shape_inference
+
+    out = full.with_name(f"{full.stem}_b{batch}.onnx")
+    if out.exists():
+        return out
+    m = onnx.load(str(full))
+    inits = {i.name for i in m.graph.initializer}
+    for v in [*(i for i in m.graph.input if i.name not in inits), *m.graph.output]:
+        v.type.tensor_type.shape.dim[0].dim_value = batch
+    del m.graph.value_info[:]
+    onnx.save(shape_inference.infer_shapes(m, strict_mode=True), str(out))
+    return out
 
 
 def model_cache_dir(peer: Path, onnx: Path, chip: str) -> Path:
@@ -103,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=float, default=0.05,
                     help="compiler space: keep TPU-MLIR's grouping unless lgopt's is predicted this much faster "
                          "(0: whenever lgopt's is predicted no slower)")
+    ap.add_argument("--judge-budget", type=int, default=0,
+                    help="compiler space: > 0 lets TPU-MLIR judge a local search of that many compiles from its own "
+                         "grouping and lgopt's (lgopt.strategies.judged); 0: lgopt's prediction alone decides")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="> 1: models at this batch ($PEER_RUN/models/MODEL_bN.onnx, made by this script); the "
+                         "reference is TPU-MLIR's own grouping at that batch")
     a = ap.parse_args(argv)
     peer = Path(os.environ.get("PEER_RUN", ""))
     if not os.environ.get("PEER_RUN") or not (peer / "venv" / "bin" / "model_deploy").exists():
@@ -118,10 +145,13 @@ def main(argv: list[str] | None = None) -> int:
             onnx_full = peer / "models" / f"{model}.onnx"
             onnx_lg = CAL / "onnx" / f"{model}.weightless.onnx"
             ref = CAL / "caches" / f"{model}_{chip_name}" / "opt2.layer_group_cache.json"
+            if a.batch > 1 and onnx_full.exists():
+                onnx_full = with_batch_onnx(onnx_full, a.batch)
+                ref = find_judge(onnx_full, chip_name, script=SCORE).prepare()
             if not (onnx_full.exists() and onnx_lg.exists() and ref.exists()):
                 print(f"skip {model}/{chip_name}: model or reference cache missing", file=sys.stderr)
                 continue
-            tag = f"{model}_{chip_name}"
+            tag = f"{model}_{chip_name}" + (f"_b{a.batch}" if a.batch > 1 else "")
             print(f"== {tag}: TPU-MLIR's own opt2", file=sys.stderr, flush=True)
             r_opt2 = compile_cache(onnx_full, chip_name, ref, out / "scores" / f"{tag}_opt2.json")
             opt2, _ = measured(r_opt2)
@@ -130,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             bg_path = model_cache_dir(peer, onnx_full, chip_name) / "base_groups.json"
             base_groups = read_base_groups(bg_path) if bg_path.exists() and bg_path.stat().st_size > 2 else None
             net = load_model(str(onnx_lg), dtype="f16")
+            if a.batch > 1:
+                net = with_batch(net, a.batch)
+            judged: dict = {}
+            if a.judge_budget > 0 and a.space == "compiler":
+                judged = {"judge": find_judge(onnx_full, chip_name, script=SCORE),
+                          "judge_settings": JudgeSettings(budget=a.judge_budget, time_limit=20 * a.time_limit)}
             chip = get_chip(chip_name, {"cost_model": a.cost_model})
             runs: list[tuple[str, object, float]] = []
             t0 = time.perf_counter()
@@ -144,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 opts = StrategyOptions(cpsat=CpsatSettings(time_limit=a.time_limit, workers=a.workers),
                                        reference=str(ref) if a.space == "compiler" else None,
                                        base_groups=str(bg_path) if a.space == "compiler" and base_groups else None,
-                                       margin=a.margin)
+                                       margin=a.margin, **judged)
                 t0 = time.perf_counter()
                 plan, _ = parse_strategy(st).run(net, chip, opts)
                 runs.append((st, plan, time.perf_counter() - t0))
@@ -166,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== {tag}: compiling {st}", file=sys.stderr, flush=True)
                 r = compile_cache(onnx_full, chip_name, cpath, out / "scores" / f"{name}.json")
                 row["TPU-MLIR measured"], row["note"] = measured(r)
+                j = plan.solver.get("judge")
+                if j:
+                    row["note"] = (row["note"] + "; " if row["note"] else "") + \
+                        (f"judged: {j['compiles']} compiles, {j['rounds']} rounds, stopped: {j['stopped']}; best start "
+                         f"{min(t['measured'] or 10**12 for t in j['trials'][:2]):,}")
                 if plan.solver.get("kept_reference"):
                     row["note"] = (row["note"] + "; " if row["note"] else "") + \
                         f"kept TPU-MLIR's grouping (lgopt's own predicted {plan.solver['own_cycles']:,.0f})"
@@ -191,11 +232,13 @@ def main(argv: list[str] | None = None) -> int:
           f"`lgopt predicted`: lgopt's cost model `{a.cost_model}`. `TPU-MLIR measured`: cycles of codegen's simulated "
           "timeline for lgopt's grouping forced into TPU-MLIR (`LOAD_TPU_GROUP`, F16). `opt2`/`opt1`: TPU-MLIR's "
           "own groupings, same model and chip. Made by `python benchmarks/roundtrip.py` "
-          f"(`--time-limit {a.time_limit:g} --space {a.space} --cost-model {a.cost_model} --margin {a.margin:g}`): "
+          f"(`--time-limit {a.time_limit:g} --space {a.space} --cost-model {a.cost_model} --margin {a.margin:g} "
+          f"--judge-budget {a.judge_budget} --batch {a.batch}`): "
           "`--space compiler` solves with the opt2 cache as `--reference` (groups in TPU-MLIR's op order and base "
           "groups, its slicing and weight-load rules, no hand-over; the reference's grouping kept unless lgopt's "
           "is predicted `--margin` faster, noted as such), `free` in lgopt's own space, exported as groups "
-          "only.", "",
+          "only. With `--judge-budget` > 0, TPU-MLIR measures the candidates of a local search from its own "
+          "grouping and lgopt's (`lgopt.strategies.judged`) and the fastest it measured is the plan.", "",
           df.to_markdown(index=False, floatfmt="g"), ""]
     (out / "roundtrip.md").write_text("\n".join(md))
     print(df.drop(columns=["groups (TPU-MLIR op idx, secs)"], errors="ignore").to_string(index=False))

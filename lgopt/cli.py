@@ -132,6 +132,36 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
                         "predicted no slower)")
 
 
+def _judge_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--judge", metavar="FULL.onnx",
+                   help="TPU-MLIR measures: compile candidate groupings with TPU-MLIR 1.30.2 (PEER_RUN: its install) "
+                        "and keep the fastest it measures, searching from its own grouping and lgopt's "
+                        "(FULL.onnx: the model with weights, which TPU-MLIR needs; docs/tpu-mlir.md)")
+    p.add_argument("--judge-script", metavar="score_grouping.sh",
+                   help="with --judge: the scoring tool (default: $LGOPT_TPU_MLIR_SCORE)")
+    p.add_argument("--judge-budget", type=int, default=40, metavar="N",
+                   help="with --judge: compiles of the local search after its start points (default 40, ~1 s each)")
+
+
+def _judge(args: argparse.Namespace, chip_name: str, time_limit: float) -> dict[str, Any]:
+    """StrategyOptions fields for ``--judge``: the judge, and the reference and base groups it implies."""
+    if not getattr(args, "judge", None):
+        return {}
+    from lgopt.io.tpumlir_judge import find_judge
+    from lgopt.strategies.judged import JudgeSettings
+
+    if args.judge_budget < 0:
+        raise LgoptError(f"--judge-budget must be at least 0, got {args.judge_budget}")
+    judge = find_judge(args.judge, chip_name, script=args.judge_script)
+    reference, base = args.reference, args.base_groups
+    if reference is None:
+        reference = str(judge.prepare())
+    if base is None and judge.base_groups() is not None:
+        base = str(judge.base_groups())
+    return {"judge": judge, "reference": reference, "base_groups": base,
+            "judge_settings": JudgeSettings(budget=args.judge_budget, time_limit=time_limit)}
+
+
 def _margin(args: argparse.Namespace) -> float:
     m = float(args.margin)
     if not 0 <= m < 1:
@@ -280,10 +310,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     progress = None if args.json else stderr_progress
     keep = _Incumbents(net, args.output, args.objective)
+    judged = _judge(args, chip.name, budget)
+    refs = {"reference": args.reference, "base_groups": args.base_groups, **judged}
     try:
         plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress, incumbent=keep,
-                                                            reference=args.reference, base_groups=args.base_groups,
-                                                            margin=margin))
+                                                            margin=margin, **refs))
         seconds = round(time.perf_counter() - t0, 3)
         _clear_progress(progress)
         keep(plan, final=True)
@@ -332,7 +363,13 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
     if plan.strategy == "cpsat" and "value" in sv:
         print(f"cpsat: {sv.get('status', plan.status)} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, "
               f"best bound {sv['bound']:,}, gap {100 * sv['gap']:.2f}% over {sv.get('space', 'the candidate space')}")
-    if sv.get("kept_reference"):
+    if sv.get("judge"):
+        j = sv["judge"]
+        ref = j.get("reference_measured_cycles")
+        print(f"judge: {j['measured_cycles']:,} cycles measured by {j['source']}"
+              + (f"; TPU-MLIR's own grouping {ref:,} ({100 * (1 - j['measured_cycles'] / ref):.2f}% fewer)" if ref
+                 else "") + f"; {j['compiles']} compiles in {j['seconds']:g} s, stopped: {j['stopped']}")
+    elif sv.get("kept_reference"):
         print(f"reference: {sv['kept_reference']} (--margin {sv['margin']:g})")
     elif sv.get("reference_cycles"):
         print(f"reference: its own grouping is predicted at {sv['reference_cycles']:,.0f} cycles; this plan is "
@@ -557,6 +594,7 @@ def _add_solve(sub: Any) -> None:
     s.add_argument("model")
     _chip_args(s)
     _reference_args(s)
+    _judge_args(s)
     s.add_argument("--strategy", default="greedy", metavar="NAME[=ARG]",
                    help=f"a registered strategy: {strategy_names()} (default greedy)")
     s.add_argument("--cp-sat-params", metavar="TEXT",

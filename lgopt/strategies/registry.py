@@ -39,6 +39,8 @@ class StrategyOptions:
     reference: str | None = None  # a TPU-MLIR cache of this model and chip: search only what TPU-MLIR compiles
     base_groups: str | None = None  # its base groups (base_groups.json or model_ops.csv): ops it can put in LMEM
     margin: float = REFERENCE_MARGIN  # with a reference: keep its grouping unless ours is predicted this much better
+    judge: Any = None  # a lgopt.io.tpumlir_judge.Judge: with a reference, TPU-MLIR measures and the search refines
+    judge_settings: Any = None  # its lgopt.strategies.judged.JudgeSettings (None: the defaults)
 
 
 Solve = Callable[[Network, Chip, StrategyOptions], tuple[Plan, dict[str, Any]]]
@@ -103,7 +105,40 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     solver = {**plan.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
               "compiler_notes": list(space.notes)}
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
+    if o.judge is not None:
+        return _judged(net, onet, chip, o, inner.search, plan, described), extra
     return _against_reference(net, chip, o, plan), extra
+
+
+def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, st: SearchSettings, plan: Plan,
+            described: str) -> Plan:
+    """TPU-MLIR measures the reference's grouping and ``plan`` and judges a local search from the faster
+    (:mod:`lgopt.strategies.judged`); the plan returned is the fastest it measured."""
+    import json
+
+    from lgopt.strategies.judged import JudgeSettings, judged_search
+    from lgopt.strategies.tpumlir import score
+
+    starts: list[tuple[str, Plan]] = []
+    unreadable = ""
+    try:
+        starts.append(("TPU-MLIR's own grouping", score(net, chip, str(o.reference), o.search)[0]))
+    except LgoptError as e:
+        unreadable = str(e)
+    starts.append((plan.strategy, plan))
+    ref_cache = json.loads(Path(str(o.reference)).read_text())
+    outer = o.incumbent
+    js = o.judge_settings or JudgeSettings(time_limit=o.cpsat.time_limit)
+    out = judged_search(net, onet, chip, st, o.judge, str(o.reference), o.base_groups, starts, js, o.progress,
+                        plan.strategy, measure_reference=lambda: o.judge.measure(ref_cache),
+                        incumbent=None if outer is None else
+                        lambda p: outer(replace(p, model_digest=network_digest(net))))
+    solver = {**out.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
+              "compiler_notes": list(plan.solver.get("compiler_notes", [])),
+              "own_cycles": float(plan.cost["cycles"])}
+    if unreadable:
+        solver["reference_unreadable"] = unreadable
+    return replace(out, solver=solver)
 
 
 def _against_reference(net: Network, chip: Chip, o: StrategyOptions, plan: Plan) -> Plan:

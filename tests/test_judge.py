@@ -1,0 +1,154 @@
+"""The compiler as the judge, with a stand-in compiler: the search keeps only what the judge measured faster,
+never returns a grouping the judge refused, never does worse than the reference, and is deterministic.
+
+The stand-in is a scoring tool with the real one's interface (``score_grouping.sh MODEL CHIP CACHE OUT``) whose
+cycles are a rule unknown to lgopt's cost model: a fixed price per group and per op left global, a price per
+H slice, and a refusal of any group with 4 H slices or more.  TPU-MLIR itself is exercised by
+``benchmarks/roundtrip.py --judge-budget`` where it is installed."""
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, need
+from lgopt.check.verify import verify_plan
+from lgopt.cli import main
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_model
+from lgopt.io.tpumlir_export import export_tpumlir
+from lgopt.io.tpumlir_judge import Judge, find_judge, measurement_of
+from lgopt.strategies.cpsat.common import CpsatSettings
+from lgopt.strategies.judged import JudgeSettings, grouping_of
+from lgopt.strategies.registry import StrategyOptions, parse_strategy
+
+FAKE = r'''
+import json, sys, pathlib
+onnx, chip, cache, out = sys.argv[1:5]
+c = json.load(open(cache))
+groups = [g for k, v in c.items() if k.startswith("subfunc_") for g in v.get("GroupLayer", [])]
+n_ops = sum(len(g["locs"]) for g in groups)
+total_ops = int(pathlib.Path(onnx).read_text())
+refused = [g for g in groups if g["shape_secs"][3] >= 4]
+if refused:
+    json.dump({"status": "lg_failed", "lg_error": "local memory allocate failed for group 0"}, open(out, "w"))
+    sys.exit(1)
+per = [40000 + 7000 * (g["shape_secs"][3] - 1) for g in groups]
+glob = 20000 * (total_ops - n_ops)
+json.dump({"status": "ok", "total_cycles": 500000 + sum(per) + glob, "honoured_exactly": True,
+           "cycles_in_global_ops": glob, "groups": [{"cycles": p} for p in per]}, open(out, "w"))
+'''
+
+
+def _fake_install(tmp: Path, total_ops: int) -> tuple[Path, Path, Path]:
+    peer = tmp / "peer"
+    (peer / "venv" / "bin").mkdir(parents=True)
+    (peer / "venv" / "bin" / "model_deploy").write_text("")
+    (tmp / "fake.py").write_text(FAKE)
+    script = tmp / "score_grouping.sh"
+    script.write_text(f'#!/usr/bin/env bash\nexec "{sys.executable}" "{tmp / "fake.py"}" "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    full = tmp / "resnet18.onnx"  # the stand-in reads the model's op count from it
+    full.write_text(str(total_ops))
+    return peer, script, full
+
+
+def _fake_cycles(cache: dict, total_ops: int) -> int:
+    groups = [g for k, v in cache.items() if k.startswith("subfunc_") for g in v.get("GroupLayer", [])]
+    return (500000 + sum(40000 + 7000 * (g["shape_secs"][3] - 1) for g in groups)
+            + 20000 * (total_ops - sum(len(g["locs"]) for g in groups)))
+
+
+def _ref_ops(ref: Path) -> int:
+    c = json.loads(ref.read_text())
+    v = c["subfunc_0"]
+    return sum(len(g["locs"]) for g in v["GroupLayer"]) + len(v.get("GlobalLayer", []))
+
+
+@pytest.fixture()
+def judged_case(tmp_path):
+    onnx = need(FIXTURES / "onnx" / "resnet18.weightless.onnx")
+    ref = need(FIXTURES / "tpu-mlir" / "resnet18_bm1684x_f16.layer_group_cache.json")
+    total = _ref_ops(ref)
+    peer, script, full = _fake_install(tmp_path, total)
+    judge = find_judge(full, "bm1684x", script=script, peer_run=peer)
+    return load_model(str(onnx), dtype="f16"), get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"}), ref, judge, total
+
+
+def _solve(net, chip, ref, judge, budget=12):
+    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=10, workers=2), reference=str(ref), judge=judge,
+                           judge_settings=JudgeSettings(budget=budget, time_limit=120))
+    return parse_strategy("greedy").run(net, chip, opts)[0]
+
+
+def test_the_judged_search_keeps_what_the_judge_measured_faster(judged_case):
+    net, chip, ref, judge, total = judged_case
+    plan = _solve(net, chip, ref, judge)
+    j = plan.solver["judge"]
+    theirs = _fake_cycles(json.loads(ref.read_text()), total)
+    assert j["reference_measured_cycles"] == theirs
+    # the stand-in charges per group: one group fewer than TPU-MLIR's two is measured faster, and found
+    assert j["measured_cycles"] < theirs
+    assert j["measured_cycles"] == min(t["measured"] for t in j["trials"] if t["measured"] is not None)
+    # what is exported is what was measured
+    cache = export_tpumlir(plan, net, str(ref))
+    assert _fake_cycles(cache, total) == j["measured_cycles"]
+    assert all(g["shape_secs"][3] < 4 for g in cache["subfunc_0"]["GroupLayer"])  # nothing the judge refused
+    assert j["source"].startswith("TPU-MLIR")
+    assert verify_plan(net, plan) == []
+
+
+def test_refusals_are_answers_not_errors_and_the_search_is_deterministic(judged_case):
+    net, chip, ref, judge, _ = judged_case
+    a = _solve(net, chip, ref, judge, budget=20)
+    again = Judge(judge.script, judge.peer_run, judge.onnx, judge.chip)
+    b = _solve(net, chip, ref, again, budget=20)
+    index = {o.name: k for k, o in enumerate(net.ops)}
+    assert grouping_of(a, index) == grouping_of(b, index)
+    assert a.solver["judge"]["trials"] == b.solver["judge"]["trials"]
+    refused = [t for t in a.solver["judge"]["trials"] if t["measured"] is None]
+    assert all(t["status"].startswith(("lg_failed", "export_refused")) for t in refused)
+
+
+def test_a_measurement_reads_the_scoring_tools_result():
+    m = measurement_of({"status": "ok", "total_cycles": 591722, "honoured_exactly": True,
+                        "cycles_in_global_ops": 36708, "groups": [{"cycles": 539578}, {"cycles": 15436}]})
+    assert m.ok and m.total_cycles == 591722 and m.group_cycles == (539578, 15436)
+    bad = measurement_of({"status": "lg_failed", "lg_error": "local memory allocate\nfailed for group 3"})
+    assert not bad.ok and bad.total_cycles is None and bad.error == "local memory allocate failed for group 3"
+    assert not measurement_of({"status": "ok", "total_cycles": 5, "honoured_exactly": False}).ok
+
+
+def test_without_tpu_mlir_the_judge_says_what_is_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("PEER_RUN", raising=False)
+    with pytest.raises(LgoptError, match="PEER_RUN"):
+        find_judge(tmp_path / "m.onnx", "bm1684x")
+    peer, script, full = _fake_install(tmp_path, 1)
+    with pytest.raises(LgoptError, match="score_grouping.sh"):
+        find_judge(full, "bm1684x", peer_run=peer, script=tmp_path / "nope.sh")
+    with pytest.raises(LgoptError, match="not found"):
+        find_judge(tmp_path / "missing.onnx", "bm1684x", peer_run=peer, script=script)
+    problem = Path(__file__).resolve().parents[1] / "problems" / "resnet18.json"
+    rc = main(["solve", str(problem), "--strategy", "greedy", "--judge", str(full)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "PEER_RUN" in err[0]
+
+
+def test_solve_with_the_judge_prints_what_it_measured_and_writes_a_plan_that_verifies(judged_case, tmp_path,
+                                                                                    monkeypatch, capsys):
+    _, _, ref, judge, _ = judged_case
+    monkeypatch.setenv("PEER_RUN", str(judge.peer_run))
+    out = tmp_path / "plan.json"
+    onnx = FIXTURES / "onnx" / "resnet18.weightless.onnx"
+    rc = main(["solve", str(onnx), "--dtype", "f16", "--chip", "bm1684x", "--strategy", "greedy",
+               "--reference", str(ref), "--judge", str(judge.onnx), "--judge-script", str(judge.script),
+               "--judge-budget", "6", "-o", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    line = next(ln for ln in text.splitlines() if ln.startswith("judge:"))
+    assert "measured by TPU-MLIR" in line and "TPU-MLIR's own grouping" in line
+    assert main(["verify", str(out), "--model", str(onnx), "--dtype", "f16"]) == 0
+    assert json.loads(out.read_text())["solver"]["judge"]["compiles"] >= 2
