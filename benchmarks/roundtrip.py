@@ -182,7 +182,12 @@ def main(argv: list[str] | None = None) -> int:
                                        base_groups=str(bg_path) if a.space == "compiler" and base_groups else None,
                                        margin=a.margin, **judged)
                 t0 = time.perf_counter()
-                plan, _ = parse_strategy(st).run(net, chip, opts)
+                try:
+                    plan, _ = parse_strategy(st).run(net, chip, opts)
+                except LgoptError as e:  # the judge compiled none of its start points
+                    rows.append({"model": model, "chip": chip_name, "strategy": st, "opt2": opt2, "opt1": opt1,
+                                 "solve s": round(time.perf_counter() - t0, 1), "note": str(e)[:300]})
+                    continue
                 runs.append((st, plan, time.perf_counter() - t0))
             for st, plan, secs in runs:
                 row = {"model": model, "chip": chip_name, "strategy": st,

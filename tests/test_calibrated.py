@@ -70,6 +70,36 @@ def test_contract_holds_for_the_fitted_constants():
                         assert dma(a + b, 2 * runs) <= dma(a) + dma(b)  # one transfer beats two
 
 
+def test_global_layers_of_layer_group_op_types_are_scaled_and_the_lower_bound_holds():
+    """A layer-group op type run globally costs its fitted scale times max(compute, transfers) (TPU-MLIR's
+    global SiLU is several times the model's; its global Concat less), never below streaming its bytes; the
+    network's lower bound stays below an all-global plan and the greedy plan."""
+    import math
+
+    from lgopt.group.cost import global_layer_cost, lower_bound
+    from lgopt.group.totals import finish
+    from lgopt.io.problem import load_problem
+    from lgopt.strategies.greedy import greedy
+
+    net = load_problem(PROBLEMS / "yolov5s.json")
+    for c in CHIPS:
+        chip = get_chip(c, {"cost_model": NAME})
+        model = cost_model(chip)
+        scales = model.constants(chip).glob_local
+        assert scales and all(v > 0 for v in scales.values())
+        seen = 0
+        for op in [o for o in net.ops if o.local and o.type in scales]:
+            g = global_layer_cost(chip, net, op)
+            stream = math.ceil(g["traffic_bytes"] * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
+            want = max(math.ceil(max(g["tiu_cycles"], g["gdma_cycles"]) * scales[op.type]), stream)
+            assert abs(g["cycles"] - want) <= 1
+            seen += 1
+        assert seen
+        lb = lower_bound(chip, net)["cycles"]
+        assert lb <= sum(global_layer_cost(chip, net, op)["cycles"] for op in net.ops)
+        assert lb <= finish(chip, net, greedy(net, chip)).cost["cycles"]
+
+
 def test_a_transfers_shape_is_charged():
     """TPU-MLIR's timeline: on BM1684X a [1, 512] store (1 KiB in 512 one-element runs) takes 12,794 cycles
     and a [1, 512, 7, 7] store (49 KiB in 512 runs) 3,198; bytes alone cannot tell them apart."""

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, need
+
 from lgopt.check.verify import verify_plan
 from lgopt.cli import main
 from lgopt.errors import LgoptError

@@ -16,9 +16,11 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   map).  On BM1684X a 1 x 512 store takes 12,794 cycles for 1 KiB, 25 per channel: a bytes-only model
   cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs, subadditive, never cheaper
   than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
-* a global layer: local op types cost their TIU cycles at full size (so the lower bound ``sum of
-  global_compute`` stays below any grouping); other types ``a_t + b_t * X`` fitted on the timeline of
-  TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul, elements read and written otherwise).
+* a global layer: local op types cost their TIU cycles at full size, and the layer ``s_t * max(compute,
+  transfers)`` with ``s_t`` fitted per type (``global_local``; TPU-MLIR's global kernels tile and overlap their
+  own way), never below streaming its bytes (the lower bound takes ``min(1, s_t)`` of the compute); other
+  types ``a_t + b_t * X`` fitted on the timeline of TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul,
+  elements read and written otherwise).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class ChipConstants:
     tiu: dict[str, tuple[int, float]]  # category -> (a, b): a + b * work
     gdma: dict[str, DmaFit]  # transfer kind (load, store, weight) -> its constants
     glob: dict[str, tuple[float, float]]  # non-local op type -> (a, b): a + b * global_work
+    glob_local: dict[str, float] = field(default_factory=dict)  # layer-group op type run globally -> scale
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @staticmethod
@@ -103,7 +106,8 @@ class ChipConstants:
         kinds = {k: DmaFit(float(v["c"]), float(v["bw"]), float(v["k"]), float(v.get("k_point", 0.0)))
                  for k, v in g.items() if k in ("load", "store", "weight")}
         glob = {k: (float(v["a"]), float(v["b"])) for k, v in d.get("global", {}).items()}
-        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, d.get("source", {}))
+        local = {k: float(v["scale"]) for k, v in d.get("global_local", {}).items()}
+        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -115,6 +119,8 @@ class ChipConstants:
                              f"(has {', '.join(sorted(self.gdma)) or 'none'})")
         if any(f.c < 0 or f.bw <= 0 or f.k < 0 or f.k_point < 0 for f in self.gdma.values()):
             raise LgoptError(f"calibration {chip_name}: GDMA constants must be non-negative (bandwidth positive)")
+        if any(v <= 0 for v in self.glob_local.values()):
+            raise LgoptError(f"calibration {chip_name}: global-layer scales must be positive")
         if "default" not in self.tiu:
             raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
 
@@ -171,6 +177,9 @@ class CalibratedModel:
         if ab is None:
             return AnalyticModel(issue_cycles=k.issue).global_compute(chip, net, op)
         return int(math.ceil(ab[0] + ab[1] * global_work(net, op)))
+
+    def global_scale(self, chip: Chip, op: Op) -> float:
+        return self.constants(chip).glob_local.get(op.type, 1.0)
 
 
 @lru_cache(maxsize=8)

@@ -26,6 +26,7 @@ with no halo, or every byte that must cross GMEM once, whichever is larger.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Protocol
@@ -80,6 +81,11 @@ class CostModel(Protocol):
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int: ...
 
+    def global_scale(self, chip: Chip, op: Op) -> float:
+        """What a layer-group op type run as a global layer costs relative to ``max(compute, transfers)``
+        (the compiler's global kernels tile and overlap in their own way; 1 where the model knows no better)."""
+        ...
+
 
 @dataclass(frozen=True)
 class AnalyticModel:
@@ -111,6 +117,9 @@ class AnalyticModel:
             return self.issue_cycles + cdiv(macs, chip.npu_num * chip.macs_per_lane[dt])
         elems = sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
         return self.issue_cycles + cdiv(elems, chip.npu_num * chip.eu_elems(dt))
+
+    def global_scale(self, chip: Chip, op: Op) -> float:
+        return 1.0
 
 
 COST_MODELS: dict[str, CostModel] = {}
@@ -260,8 +269,13 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
         n_in = len(op.inputs)
         dma = sum(gdma_cycles(chip, b, 1, "load" if k < n_in else "store") for k, b in enumerate(moved[:-1]) if b)
         dma += gdma_cycles(chip, moved[-1], 1, "weight") if moved[-1] else 0
-    compute = cost_model(chip).global_compute(chip, net, op)
-    return {"cycles": max(compute, dma), "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
+    model = cost_model(chip)
+    compute = model.global_compute(chip, net, op)
+    cycles = max(compute, dma)
+    if op.local:  # never below streaming its own bytes, so the lower bound's transfer term holds
+        stream = cdiv(int(traffic * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+        cycles = max(math.ceil(cycles * model.global_scale(chip, op)), stream)
+    return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
 
 # --- groups ---------------------------------------------------------------------------------------
@@ -355,7 +369,11 @@ def group_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupCost:
 
 def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     """No plan beats this: full-size compute with no halo and one GDMA stream of the unavoidable bytes."""
-    compute = sum(cost_model(chip).global_compute(chip, net, op) for op in net.ops)
+    model = cost_model(chip)
+    # an op in a group computes at least its global compute; run as a global layer, at least that times its
+    # scale (below 1 where the compiler's global kernel beats the model's full-size compute)
+    compute = sum(math.floor(model.global_compute(chip, net, op) * (min(1.0, model.global_scale(chip, op))
+                                                                     if op.local else 1.0)) for op in net.ops)
     must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
     must += sum(weight_gmem_bytes(op) for op in net.ops)
     # global layers move all their operands no matter what

@@ -41,6 +41,7 @@ from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import Incumbent, Progress, SearchSettings, group_runs
 
+REPAIRS = 3  # start points TPU-MLIR refuses are retried with one H slice more per group, this many times
 EDGE_CAST_RULES = ("reference", "global")  # tried in this order: the reference's edge casts join a group, or not
 
 
@@ -255,11 +256,11 @@ def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, j
                      + (f"{m.total_cycles:,}" if m.ok else "refused"))
         return m, rule
 
-    def tell(b: tuple[int, Grouping, Plan, str]) -> None:
+    def tell(inc: tuple[int, Grouping, Plan, str]) -> None:
         """The CLI writes each measured improvement at once: an interrupted search keeps its best."""
         if incumbent is not None:
-            incumbent(replace(b[2], strategy=strategy, solver={**b[2].solver, "edge_casts": b[3], "judge": {
-                "source": SOURCE, "measured_cycles": b[0], "compiles": judge.compiles, "stopped": "running"}}))
+            incumbent(replace(inc[2], strategy=strategy, solver={**inc[2].solver, "edge_casts": inc[3], "judge": {
+                "source": SOURCE, "measured_cycles": inc[0], "compiles": judge.compiles, "stopped": "running"}}))
 
     ref_measured: Measurement | None = measure_reference() if measure_reference else None
     best: tuple[int, Grouping, Plan, str] | None = None
@@ -273,6 +274,20 @@ def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, j
         if m.ok and m.total_cycles is not None and (best is None or m.total_cycles < best[0]):
             best = (m.total_cycles, g, plan, rule)
             tell(best)
+    for label, p in starts if best is None else ():  # TPU-MLIR's allocator is tighter than lgopt's: more H slices
+        g = grouping_of(p, b.index)
+        for k in range(1, REPAIRS + 1):
+            g = tuple(c for c in (b.fit(c.ops, c.h + 1) for c in g) if c is not None)
+            plan = b.plan(g)
+            if plan is None or out_of_time():
+                break
+            m, rule = measure(plan, f"start: {label}, every group one H slice more ({k})")
+            if m.ok and m.total_cycles is not None:
+                best = (m.total_cycles, g, plan, rule)
+                tell(best)
+                break
+        if best is not None:
+            break
     if best is None:
         raise LgoptError("the TPU-MLIR judge compiled none of the start points: " +
                          "; ".join(f"{t.move}: {t.status}" for t in history))
@@ -286,7 +301,7 @@ def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, j
             cand = b.plan(g)
             if cand is not None and cand.cost["cycles"] <= plan.cost["cycles"] * (1 + js.worse_than):
                 ranked.append((float(cand.cost["cycles"]), label, g, cand))
-        ranked.sort(key=lambda r: (r[0], r[1]))
+        ranked = _interleave(ranked)
         gains: list[tuple[int, str, Grouping, Plan, str]] = []
         for k, (_, label, g, p) in enumerate(ranked):  # down the ranking until a gain, at least per_round of it
             if judge.compiles - start_compiles >= js.budget or out_of_time() or (gains and k >= js.per_round):
@@ -322,6 +337,28 @@ def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, j
                         "time limit" if out_of_time() else "no neighbour measured faster"),
             "trials": trials}
     return replace(plan, strategy=strategy, solver={**plan.solver, "judge": info, "edge_casts": rule})
+
+
+def _kind(label: str) -> str:
+    """A move's kind: slice counts ('[a-b] h 2->3' -> 'h'), or its first word (split, merge, grow, ...)."""
+    words = label.split()
+    return words[1] if label.startswith("[") else words[0]
+
+
+def _interleave(ranked: list[tuple[float, str, Grouping, Plan]]) -> list[tuple[float, str, Grouping, Plan]]:
+    """Best predicted first within each kind of move, the kinds taken in turn (each kind's best first).
+
+    The cost model's error is about the size of the gains it ranks, and it errs the same way for moves of a
+    kind (it overrates merging weight-bound groups, for one), so a budget spent down one ranking is spent
+    on one kind; taking the kinds in turn lets each kind's best candidate be measured."""
+    by_kind: dict[str, list[tuple[float, str, Grouping, Plan]]] = {}
+    for r in sorted(ranked, key=lambda r: (r[0], r[1])):
+        by_kind.setdefault(_kind(r[1]), []).append(r)
+    queues = sorted(by_kind.values(), key=lambda q: (q[0][0], q[0][1]))
+    out: list[tuple[float, str, Grouping, Plan]] = []
+    for k in range(max((len(q) for q in queues), default=0)):
+        out.extend(q[k] for q in queues if k < len(q))
+    return out
 
 
 def _combine(best: Grouping, base: Grouping, other: Grouping, index: Mapping[str, int]) -> Grouping | None:
