@@ -369,6 +369,8 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
         print(f"judge: {j['measured_cycles']:,} cycles measured by {j['source']}"
               + (f"; TPU-MLIR's own grouping {ref:,} ({100 * (1 - j['measured_cycles'] / ref):.2f}% fewer)" if ref
                  else "") + f"; {j['compiles']} compiles in {j['seconds']:g} s, stopped: {j['stopped']}")
+        if j.get("reference_faster"):
+            print(f"judge: {j['reference_faster']}")
     elif sv.get("kept_reference"):
         print(f"reference: {sv['kept_reference']} (--margin {sv['margin']:g})")
     elif sv.get("reference_cycles"):

@@ -314,8 +314,12 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     taken: set[tuple[int, int]] = set()
     interior_casts = 0
     spans: list[list[Any]] = []
+    singles: list[list[Any]] = []  # one-op groups: a group only with the casts TPU-MLIR grouped them with
     for k, g in enumerate(plan.groups):
         if len(g.ops) < 2:
+            pos = sorted({p for o in g.ops for p in rm.where.get(o, ())})
+            if edge_casts == "reference" and len(pos) == 1:
+                singles.append([pos[0][0], pos[0][1], pos[0][1], g])
             continue
         found = _group_span(k, g, rm, group_of, subs, base_groups, notes)
         if found is None:
@@ -327,6 +331,19 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     edge = 0
     if edge_casts == "reference":
         edge = _take_edge_casts(spans, rm, taken)
+        for sp in singles:  # TPU-MLIR's [input cast, conv] stem group is one lgopt op with its cast
+            if (sp[0], sp[1]) in taken:
+                continue
+            before = edge
+            taken.add((sp[0], sp[1]))
+            edge += _take_edge_casts([sp], rm, taken)
+            if edge > before:
+                spans.append(sp)
+                k = plan.groups.index(sp[3])
+                notes[:] = [n for n in notes if not n.startswith(f"group {k} (")]
+            else:
+                taken.discard((sp[0], sp[1]))
+        spans.sort(key=lambda sp: (sp[0], sp[1]))
     elif edge_casts != "global":
         raise LgoptError(f"edge_casts must be 'reference' or 'global', not {edge_casts!r}")
     byidx = rm.byidx

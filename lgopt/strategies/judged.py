@@ -336,6 +336,10 @@ def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, j
             "stopped": ("budget" if judge.compiles - start_compiles >= js.budget else
                         "time limit" if out_of_time() else "no neighbour measured faster"),
             "trials": trials}
+    if ref_measured is not None and ref_measured.ok and ref_measured.total_cycles is not None \
+            and ref_measured.total_cycles < cycles:
+        info["reference_faster"] = (f"TPU-MLIR's own grouping measured {ref_measured.total_cycles:,} cycles, "
+                                    f"faster than any grouping lgopt could build ({cycles:,}): deploy the reference")
     return replace(plan, strategy=strategy, solver={**plan.solver, "judge": info, "edge_casts": rule})
 
 
