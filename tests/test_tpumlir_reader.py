@@ -118,13 +118,6 @@ def test_split_op_is_infeasible_when_exact():
     assert e.value.group_index == 0 and "splits" in e.value.reason
 
 
-def test_w_slices_are_infeasible_not_adjusted():
-    net = cal_net("yolov5s_like")
-    with pytest.raises(GroupingInfeasible) as e:
-        score(net, get_chip("bm1688"), cal_cache("yolov5s_like", "bm1688", "opt2"))
-    assert "not C, D or W" in e.value.reason
-
-
 def _edit(tmp_path, src: str, fn) -> str:
     d = json.loads(Path(src).read_text())
     fn(d["subfunc_0"])

@@ -123,11 +123,15 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     buffers = _buffers(net, chip, sl, kept, num_rows, events, hold)
 
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
+    wsl = sl.w_slices > 1  # columns are recorded only when W is sliced (GroupPlan)
     return GroupPlan(ops, sl.n_slices, sl.h_slices, rows, tuple(preloads), buffers,
                      {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.windows.items()},
                      {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.stores.items()
                       if t not in skipped},
-                     kept_in=tuple(kept_in), kept_out=tuple(kept_out))
+                     kept_in=tuple(kept_in), kept_out=tuple(kept_out), w_slices=sl.w_slices,
+                     w_windows={t: tuple(w.w for w in ws) for t, ws in sl.windows.items()} if wsl else {},
+                     w_stores={t: tuple(w.w for w in ws) for t, ws in sl.stores.items() if t not in skipped}
+                     if wsl else {})
 
 
 def holds_weights(net: Network, chip: Chip, sl: GroupSlicing) -> bool:
@@ -207,7 +211,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
         ten = net.tensor(t)
         if t in kept:
             return activation_bytes(chip, ten, ten.n, ten.h)
-        return max(activation_bytes(chip, ten, n, h) for n, h in {(w.n_len, w.h_len) for w in sl.windows[t]})
+        return max(activation_bytes(chip, ten, *shape) for shape in {w.shape for w in sl.windows[t]})
 
     buffers: list[Buffer] = []
     seen: set[tuple[str, str]] = set()
@@ -237,7 +241,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
             add("activation", t, act_size(t))
         i_win = sl.windows[op.inputs[0]] if op.inputs else ()
         o_win = sl.windows[op.outputs[0]]
-        shapes = {((a.n_len, a.h_len), (b.n_len, b.h_len)) for a, b in zip(i_win, o_win)}  # slices repeat
+        shapes = {(a.shape, b.shape) for a, b in zip(i_win, o_win)}  # slices repeat
         scratch = max((scratch_bytes(chip, net, op, a, b) for a, b in shapes), default=0)
         add("scratch", name, scratch)
     return tuple(buffers)

@@ -4,7 +4,7 @@ built exactly (same groups, same slice counts) with lgopt's slicing, timesteps, 
 Nothing is adjusted to make it fit.  The slicing rule is the compiler's (``h_ratio=None``: no h/2
 limit, slices need not advance, :mod:`lgopt.group.slicing`), whatever ``--h-ratio`` says, since it is
 the compiler's grouping being rebuilt; LMEM allocation is judged thoroughly (greedy orders, then the exact
-packer).  A group lgopt cannot build (an op it only runs as a global layer, C/D/W slices, LMEM
+packer).  A group lgopt cannot build (an op it only runs as a global layer, C or D slices, LMEM
 allocation) makes the whole grouping infeasible: :class:`GroupingInfeasible` names the group and the
 reason.  A group whose cache says ``[0, 0, 0, 0, 0]`` ("compiler picks") gets its slice counts the way
 TPU-MLIR's quick search picks them: N up to its maximum first, then H, the first that fits
@@ -51,6 +51,7 @@ class GroupResult:
     secs: tuple[int, ...]  # as the cache gives them
     n_slices: int = 0
     h_slices: int = 0
+    w_slices: int = 1
     searched: bool = False
     plan: GroupPlan | None = None  # placed and costed
     reason: str = ""  # why not, when plan is None and ops is not empty
@@ -160,21 +161,22 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
         if not any(g.secs):
             gp, n, h, why = _search(net, chip, tops, st)
             searched = True
-        elif c > 1 or d > 1 or w > 1:
+        elif c > 1 or d > 1:
             gp, searched = None, False
-            why = f"shape_secs {list(g.secs)}: lgopt slices only N and H, not C, D or W"
+            why = f"shape_secs {list(g.secs)}: lgopt slices N, H and W, not C or D"
         elif n > (batch := min(net.tensor(t).n for o in tops for t in net.op(o).outputs)):
             gp, searched = None, False
             why = (f"shape_secs {list(g.secs)}: nsecs={n} but lgopt's N of this group is {batch} (TPU-MLIR slices "
                    "a dimension lgopt folds elsewhere)")
         else:
-            gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True)
+            gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w)
             searched = False
             if gp is None:
-                why = f"secs n={n} h={h}: {why}"
+                why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
         if gp is not None:
             gp = with_cost(chip, net, gp)
-        out.append(GroupResult(gi, tops, g.secs, n, h, searched, gp, why, tuple(adjusted), tuple(peeled)))
+        out.append(GroupResult(gi, tops, g.secs, n, h, max(1, w), searched, gp,
+                               why, tuple(adjusted), tuple(peeled)))
     return Reading(cm, tuple(out))
 
 
