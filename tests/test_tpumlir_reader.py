@@ -118,6 +118,18 @@ def test_split_op_is_infeasible_when_exact():
     assert e.value.group_index == 0 and "splits" in e.value.reason
 
 
+@pytest.mark.parametrize("chip,variant,gi,hsecs", [("bm1684x", "v07_secs", 1, 2), ("bm1688", "v06_secs", 2, 2)])
+def test_hsecs_beyond_a_one_row_output_run_one_slice(chip, variant, gi, hsecs):
+    """mnasnet's tail group ends in a mean over H and W (one row out): TPU-MLIR drops the empty second section and
+    runs the group once, every op at full height (its timeline); lgopt builds the same, unsliced."""
+    net = cal_net("mnasnet1_0")
+    plan, info = check(net, chip, cal_cache("mnasnet1_0", chip, variant))
+    assert plan is not None, info
+    g = plan.groups[gi]
+    assert any(net.op(o).type == "ReduceMean" for o in g.ops) and g.h_slices == 1
+    assert [s for s in info["sections"] if s.startswith(f"group {gi}:")] and f"{hsecs}" in info["sections"][0]
+
+
 def _edit(tmp_path, src: str, fn) -> str:
     d = json.loads(Path(src).read_text())
     fn(d["subfunc_0"])

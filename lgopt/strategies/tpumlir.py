@@ -24,6 +24,7 @@ from typing import Any
 
 from lgopt.errors import LgoptError
 from lgopt.group.build import assemble, n_unit, try_group
+from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.io.tpumlir_cache import CacheMap, check_secs, load_cache, map_cache
@@ -108,6 +109,25 @@ def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings
     return None, n, h_max, f"no slice counts fit (searched N 1..{n_max}, then H 2..{h_max}; last: {why})"
 
 
+def compiled_sections(net: Network, ops: tuple[str, ...], h: int, w: int) -> tuple[tuple[int, int], str]:
+    """The H and W slice counts TPU-MLIR really runs for ``hsecs``/``wsecs`` (and why none, when it cannot).
+
+    It splits every group output into that many sections differing by at most one row (column) and drops the
+    empty ones (reference s3.4), so an output of fewer rows than ``hsecs`` runs fewer slices: mnasnet's
+    tail group ends in a mean over H and W, whose one-row output makes ``hsecs=2`` one slice (the timeline
+    shows every op once, at full height).  Outputs that would run different numbers of slices are refused.
+    N is not clamped: where lgopt's batch is smaller than ``nsecs``, TPU-MLIR's N is another dimension."""
+    outs = [net.tensor(t) for t in group_io(net, ops).outputs]
+    got = []
+    for secs, dim in ((h, "H"), (w, "W")):
+        sizes = {min(secs, t.h if dim == "H" else t.w) for t in outs}
+        if len(sizes) > 1:
+            return (h, w), (f"{dim.lower()}secs={secs} splits the group's outputs into different numbers of "
+                            f"non-empty sections ({', '.join(map(str, sorted(sizes)))})")
+        got.append(sizes.pop())
+    return (got[0], got[1]), ""
+
+
 def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings = SearchSettings(),
                  exact: bool = True) -> Reading:
     """Every cache group built as given (or reported infeasible), without assembling a plan.
@@ -169,8 +189,10 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             why = (f"shape_secs {list(g.secs)}: nsecs={n} but lgopt's N of this group is {batch} (TPU-MLIR slices "
                    "a dimension lgopt folds elsewhere)")
         else:
-            gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w)
-            searched = False
+            (h, w), why = compiled_sections(net, tops, h, w)
+            gp, searched = None, False
+            if not why:
+                gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w)
             if gp is None:
                 why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
         if gp is not None:
@@ -247,6 +269,9 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
         "searched": [f"group {g.index}: cache says [0,0,0,0,0]; picked n={g.n_slices} h={g.h_slices} the way "
                      "TPU-MLIR's quick search does (N first, then H; first that fits)" for g in r.groups if g.searched],
         "adjusted": [a for g in r.groups for a in g.adjusted],
+        "sections": [f"group {g.index}: shape_secs {list(g.secs)} run as h={g.h_slices} w={g.w_slices}: TPU-MLIR drops "
+                     "the empty sections of outputs with fewer rows or columns" for g in r.groups
+                     if g.plan is not None and not g.searched and (g.h_slices, g.w_slices) != (g.secs[3], g.secs[4])],
         "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason],
         "fused": list(cm.fused), "split": {k: list(v) for k, v in cm.split.items()},
         "notes": list(cm.notes),
