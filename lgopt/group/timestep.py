@@ -23,7 +23,7 @@ Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, in :func:`schedule_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lgopt.group.handover import store_skipped
 from lgopt.group.slicing import GroupSlicing, SliceError
@@ -88,7 +88,8 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
 
 
 def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1,
-                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = ()) -> GroupPlan:
+                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = (), f32_copies: tuple[str, ...] = ()
+                   ) -> GroupPlan:
     """Timestep table and sized, unplaced buffers for one sliced group.
 
     ``prefetch`` (unsliced groups): a weight is loaded in the row of the
@@ -97,6 +98,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     ``kept_in`` / ``kept_out``: tensors the previous group hands over in LMEM
     (not loaded) and that this group hands to the next (stored only if someone
     else reads them); both held whole and resident (:mod:`lgopt.group.handover`).
+    ``f32_copies``: tensors the compiler also holds as f32 in the group (the casts TPU-MLIR's F16 lowering
+    inserts: the f32 network input it loads and converts, ops it computes in f32); their buffers are widened
+    by the f32 copy of the slice, the LMEM the compiler needs for them (costs are not changed).
     """
     ops = sl.ops
     k = len(ops)
@@ -120,7 +124,7 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     events = _activation_events(net, ops, num_rows, kept_in, loaded, stores, uses, loads, st)
     preloads = _weight_loads(ops, weighted, hold, prefetch, num_rows, loads, events)
-    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold)
+    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold, frozenset(f32_copies))
 
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
     wsl = sl.w_slices > 1  # columns are recorded only when W is sliced (GroupPlan)
@@ -203,7 +207,8 @@ def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetc
 
 
 def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_rows: int,
-             events: dict[tuple[str, str], list[Event]], hold: bool) -> tuple[Buffer, ...]:
+             events: dict[tuple[str, str], list[Event]], hold: bool, f32_copies: frozenset[str] = frozenset()
+             ) -> tuple[Buffer, ...]:
     """Every buffer sized for the largest slice it holds, with its lifetime; ids breadth-first over the DAG."""
     ops = sl.ops
 
@@ -211,7 +216,9 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
         ten = net.tensor(t)
         if t in kept:
             return activation_bytes(chip, ten, ten.n, ten.h)
-        return max(activation_bytes(chip, ten, *shape) for shape in {w.shape for w in sl.windows[t]})
+        wide = replace(ten, dtype="f32") if t in f32_copies else None
+        return max(activation_bytes(chip, ten, *shape) + (activation_bytes(chip, wide, *shape) if wide else 0)
+                   for shape in {w.shape for w in sl.windows[t]})
 
     buffers: list[Buffer] = []
     seen: set[tuple[str, str]] = set()

@@ -27,7 +27,7 @@ from lgopt.group.build import assemble, n_unit, try_group
 from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
-from lgopt.io.tpumlir_cache import CacheMap, check_secs, load_cache, map_cache
+from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
@@ -90,7 +90,7 @@ def _peel(net: Network, ops: list[str]) -> tuple[list[str], list[str]]:
     return ops, peeled
 
 
-def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings
+def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings, f32: tuple[str, ...] = ()
             ) -> tuple[GroupPlan | None, int, int, str]:
     """TPU-MLIR's quick search in lgopt's terms: N first to its maximum, then H; the first that fits."""
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
@@ -99,14 +99,27 @@ def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings
     why = ""
     n = 1
     for n in range(1, n_max + 1):
-        gp, why = try_group(net, chip, ops, n, 1, COMPILER_H_RATIO, st.bank_rule, thorough=True)
+        gp, why = try_group(net, chip, ops, n, 1, COMPILER_H_RATIO, st.bank_rule, thorough=True, f32_copies=f32)
         if gp is not None:
             return gp, n, 1, ""
     for h in range(2, h_max + 1):
-        gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True)
+        gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, f32_copies=f32)
         if gp is not None:
             return gp, n, h, ""
     return None, n, h_max, f"no slice counts fit (searched N 1..{n_max}, then H 2..{h_max}; last: {why})"
+
+
+def _f32_copies(net: Network, ops: tuple[str, ...], locs: tuple[str, ...]) -> tuple[str, ...]:
+    """Network inputs a cache group loads as f32 and casts to f16 itself (``input<consumer>_f16`` among its
+    ops): TPU-MLIR's graph input is f32, so such a group holds the f32 slice beside the f16 one, and the
+    extra bytes decide whether it fits (pulling the input cast into resnet18's, resnet50's, mobilenet_v2's
+    and mnasnet's first group fails to allocate in TPU-MLIR).  Interior casts (ops it computes in f32:
+    yolov5s's SiLU, mnasnet's mean) are left out: each is a row of its own in TPU-MLIR's table, and holding
+    both copies for the whole lifetime, the only way lgopt's table can say it, refuses 43 groupings the
+    compiler allocated (``benchmarks/calibration/README.md``)."""
+    touched = {t for o in ops for t in net.op(o).inputs}
+    return tuple(t for t in cast_operands(net, locs) if t in net.inputs and t in touched
+                 and net.tensor(t).dtype != "f32")
 
 
 def compiled_sections(net: Network, ops: tuple[str, ...], h: int, w: int) -> tuple[tuple[int, int], str]:
@@ -178,8 +191,9 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             out.append(GroupResult(gi, tops, g.secs, reason=reason, adjusted=tuple(adjusted), peeled=tuple(peeled)))
             continue
         n, c, d, h, w = g.secs
+        f32 = _f32_copies(net, tops, g.locs)
         if not any(g.secs):
-            gp, n, h, why = _search(net, chip, tops, st)
+            gp, n, h, why = _search(net, chip, tops, st, f32)
             searched = True
         elif c > 1 or d > 1:
             gp, searched = None, False
@@ -192,7 +206,8 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             (h, w), why = compiled_sections(net, tops, h, w)
             gp, searched = None, False
             if not why:
-                gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w)
+                gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
+                                    f32_copies=f32)
             if gp is None:
                 why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
         if gp is not None:
