@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from lgopt.check.verify import verify_plan  # noqa: E402
 from lgopt.errors import LgoptError  # noqa: E402
+from lgopt.group.alloc import multi_start_allocate  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
-from lgopt.group.alloc import multi_start_allocate  # noqa: E402
 from lgopt.io.tpumlir_cache import cast_operands, load_cache  # noqa: E402
 from lgopt.strategies.tpumlir import GroupingInfeasible, build_groups, score  # noqa: E402
 
