@@ -8,7 +8,10 @@ packer).  A group lgopt cannot build (an op it only runs as a global layer, C or
 allocation) makes the whole grouping infeasible: :class:`GroupingInfeasible` names the group and the
 reason.  A group whose cache says ``[0, 0, 0, 0, 0]`` ("compiler picks") gets its slice counts the way
 TPU-MLIR's quick search picks them: N up to its maximum first, then H, the first that fits
-(``info["searched"]`` says so).
+(``info["searched"]`` says so).  The compiler's own reading of a cache is followed where lgopt's differs:
+W slices are built like H slices (:mod:`lgopt.group.slicing`); ``hsecs``/``wsecs`` beyond a group output's
+rows or columns run only the non-empty sections (:func:`compiled_sections`, ``info["sections"]``); a group
+holding the network input's cast budgets the f32 input slice it loads (:func:`_f32_copies`).
 
 ``exact=False`` is a documented relaxation for reports: ops lgopt can only run as global layers, at
 the start or end of a TPU-MLIR group, are run as global layers next to it, and an op TPU-MLIR splits
@@ -114,9 +117,10 @@ def _f32_copies(net: Network, ops: tuple[str, ...], locs: tuple[str, ...]) -> tu
     ops): TPU-MLIR's graph input is f32, so such a group holds the f32 slice beside the f16 one, and the
     extra bytes decide whether it fits (pulling the input cast into resnet18's, resnet50's, mobilenet_v2's
     and mnasnet's first group fails to allocate in TPU-MLIR).  Interior casts (ops it computes in f32:
-    yolov5s's SiLU, mnasnet's mean) are left out: each is a row of its own in TPU-MLIR's table, and holding
-    both copies for the whole lifetime, the only way lgopt's table can say it, refuses 43 groupings the
-    compiler allocated (``benchmarks/calibration/README.md``)."""
+    yolov5s's SiLU, mnasnet's mean) are left out: each is a row of its own in TPU-MLIR's table, which lgopt's
+    table has no place for; budgeting their f32 copies over the tensors' lifetimes refuses 43 groupings the
+    compiler allocated, and as scratch of the f32 op 15, while catching none it refused
+    (``benchmarks/calibration/README.md``)."""
     touched = {t for o in ops for t in net.op(o).inputs}
     return tuple(t for t in cast_operands(net, locs) if t in net.inputs and t in touched
                  and net.tensor(t).dtype != "f32")
