@@ -18,7 +18,9 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
 * a global layer: local op types cost their TIU cycles at full size (so the lower bound ``sum of
   global_compute`` stays below any grouping); other types ``a_t + b_t * X`` fitted on the timeline of
-  TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul, elements read and written otherwise).
+  TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul, elements read and written otherwise); a view of
+  GMEM (a reshape, a run of channels of one batch: :func:`lgopt.group.cost.gmem_view`) nothing at all,
+  as the timeline shows (``free_views``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lgopt.errors import LgoptError
-from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, _analytic_tiu, register_cost_model
+from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, _analytic_tiu, gmem_view, register_cost_model
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
@@ -144,6 +146,7 @@ class CalibratedModel:
 
     name: str = MODEL_NAME
     directory: str | None = None  # where the per-chip JSON files are (None: lgopt/group/calibration)
+    free_views: bool = True  # reshapes and one-batch channel slices run globally cost 0 on the timeline
 
     def constants(self, chip: Chip) -> ChipConstants:
         return load_constants(chip.name, Path(self.directory) if self.directory else None)
@@ -162,6 +165,8 @@ class CalibratedModel:
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
         outs = [net.tensor(t) for t in op.outputs]
+        if gmem_view(net, op):
+            return 0
         if op.local:
             o = outs[0]
             i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h

@@ -65,7 +65,10 @@ class CostModel(Protocol):
     * ``gdma_cycles`` is non-decreasing in bytes and in segments (for one kind and run class), at least
       ``chip.gdma_latency_cycles`` for any transfer, and subadditive (one transfer never costs more than two
       that move the same bytes in the same segments);
-    * ``global_compute`` is the compute of an op run as a global layer (its transfers are added outside).
+    * ``global_compute`` is the compute of an op run as a global layer (its transfers are added outside);
+    * ``free_views``: whether a global layer that is a view of GMEM (:func:`gmem_view`) costs nothing (no
+      compute, no transfer), as on TPU-MLIR's timeline; its ``global_compute`` is then 0 too, so the lower
+      bound stays below every plan.
 
     :class:`AnalyticModel` is lgopt's documented analytic model (``docs/cost-model.md``).
     """
@@ -75,6 +78,9 @@ class CostModel(Protocol):
 
     @property
     def issue_cycles(self) -> int: ...
+
+    @property
+    def free_views(self) -> bool: ...
 
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int: ...
 
@@ -90,6 +96,7 @@ class AnalyticModel:
 
     name: str = "analytic"
     issue_cycles: int = 30  # assumption: fixed cost to issue one TIU instruction (docs/cost-model.md)
+    free_views: bool = False  # every global layer moves its operands (docs/cost-model.md)
 
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
         return _analytic_tiu(chip, net, op, sl, self.issue_cycles)
@@ -264,7 +271,27 @@ def weight_transfers(op: Op) -> list[tuple[int, int, bool]]:
 
 # --- global layers --------------------------------------------------------------------------------
 
+def gmem_view(net: Network, op: Op) -> bool:
+    """Whether ``op`` run as a global layer only re-reads GMEM bytes in place: a reshape (NCHW is contiguous,
+    whatever the shape), or a run of channels of a one-batch tensor (a contiguous range).  TPU-MLIR's
+    timeline shows such ops (ShuffleNet's 32 Reshapes and 20 channel Slices) at 0 cycles.
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> x, y = Tensor("x", (1, 8, 4, 4), "f16"), Tensor("y", (1, 4, 4, 4), "f16")
+    >>> net = Network("n", {"x": x, "y": y}, (), ("x",), ("y",))
+    >>> gmem_view(net, Op("s", "Slice", ("x",), ("y",), attrs={"axis": 1, "start": 0, "end": 4}))
+    True
+    """
+    if op.type in opsem.RESHAPE_TYPES:
+        return True
+    a = op.attrs
+    return (op.type == "Slice" and a.get("axis") == 1 and a.get("step", 1) == 1 and len(op.inputs) == 1
+            and net.tensor(op.inputs[0]).n == 1)
+
+
 def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
+    if cost_model(chip).free_views and gmem_view(net, op):
+        return {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
     moved.append(weight_gmem_bytes(op))
     traffic = sum(moved)
@@ -382,9 +409,10 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     compute = sum(cost_model(chip).global_compute(chip, net, op) for op in net.ops)
     must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
     must += sum(weight_gmem_bytes(op) for op in net.ops)
-    # global layers move all their operands no matter what
+    # global layers move all their operands no matter what (views of GMEM nothing, where the model says so)
+    free = cost_model(chip).free_views
     for op in net.ops:
-        if not op.local:
+        if not op.local and not (free and gmem_view(net, op)):
             must += sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs
                         if t not in net.inputs and t not in net.outputs)
     dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
