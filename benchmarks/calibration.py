@@ -30,8 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 from lgopt.check.verify import verify_plan  # noqa: E402
 from lgopt.errors import LgoptError  # noqa: E402
+from lgopt.group.alloc import multi_start_allocate  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
+from lgopt.io.tpumlir_cache import cast_operands, load_cache  # noqa: E402
 from lgopt.strategies.tpumlir import GroupingInfeasible, build_groups, score  # noqa: E402
 
 CAL = ROOT.parent / "shared" / "calibration"
@@ -51,6 +53,40 @@ def run_one(net, chip, cache: str, exact: bool) -> tuple[str, str, float | None,
     if bad:
         return "error", f"plan fails verification: {bad[0]}", None, None
     return "loaded", "", float(plan.cost["cycles"]), plan
+
+
+def difference(net, chip, cache: str, plan, r) -> str:
+    """Why lgopt accepts a grouping TPU-MLIR refused: the known rule differences, judged on the group TPU-MLIR
+    failed to allocate (``failed_group_pos``; the first searched group when it failed to cost one)."""
+    info = plan.solver["tpu_mlir"]
+    groups = load_cache(cache).groups
+    if pd.isna(r.failed_group_pos):
+        gi = next((k for k, g in enumerate(groups) if not any(g.secs)), None)
+        if gi is None:
+            return "unknown group: TPU-MLIR found no valid cost for forced secs (not an allocation failure)"
+    else:
+        gi = int(r.failed_group_pos)
+    k = info["group_plan_index"][gi]
+    if k is None:
+        return f"group {gi}: not built by lgopt (cast-only or global ops)"
+    g = plan.groups[k]
+    peak = g.cost.get("lmem_peak", 0)
+    head = f"group {gi} ({len(g.ops)} ops, n={g.n_slices} h={g.h_slices}; lgopt's peak {peak} of {chip.lmem_bytes} B): "
+    if not any(groups[gi].secs):
+        return head + ("secs searched: TPU-MLIR's quick search starts at its LMEM estimate and gives up (20 tries, or "
+                       "the first slicing failure); lgopt's search from n=h=1 finds a fit")
+    if multi_start_allocate(net, chip, g) is None:
+        return head + "fits only by lgopt's exact packer; TPU-MLIR's allocator is one greedy pass without backtracking"
+    touched = {t for o in g.ops for t in net.op(o).inputs + net.op(o).outputs}
+    f32 = [t for t in cast_operands(net, groups[gi].locs) if t in touched and t not in net.inputs]
+    if f32:
+        return head + (f"{len(f32)} tensors TPU-MLIR also holds in f32 (ops it computes in f32, e.g. "
+                       f"{f32[0]}): lgopt budgets no interior cast")
+    if g.num_slices > 1 and not g.preloads and any(b.kind == "weight" for b in g.buffers):
+        return head + ("sliced, weights reloaded per slice (they exceed LMEM): TPU-MLIR's table and allocator need "
+                       "more LMEM than lgopt's here")
+    return head + "TPU-MLIR's table and allocator need more LMEM than lgopt's (lgopt's peak is a median 0.72x of " \
+                  "TPU-MLIR's lmem_bytes_used on compiled groups)"
 
 
 def rel(p, m):
@@ -86,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.model not in nets:  # parse each model once
             nets[r.model] = load_model(CAL / "onnx" / f"{r.model}.weightless.onnx", dtype="f16")
         net, chip, cache = nets[r.model], get_chip(r.chip, {"cost_model": a.cost_model}), str(CAL / r.cache_file)
-        st, why, pred, _ = run_one(net, chip, cache, exact=True)
+        st, why, pred, plan = run_one(net, chip, cache, exact=True)
         rst, rwhy, rpred = st, why, pred
         if st == "infeasible":
             rst, rwhy, rpred, _ = run_one(net, chip, cache, exact=False)
@@ -97,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                      "ratio": None if pred is None or not meas_total else pred / meas_total,
                      "relaxed_status": rst, "relaxed_reason": rwhy if st != "loaded" else "",
                      "relaxed_pred_cycles": rpred,
-                     "relaxed_ratio": None if rpred is None or not meas_total else rpred / meas_total})
+                     "relaxed_ratio": None if rpred is None or not meas_total else rpred / meas_total,
+                     "difference": difference(net, chip, cache, plan, r) if st == "loaded" and r.status == "lg_failed"
+                     else ""})
         # per group: exact build, or the relaxed one where only that gives a plan
         try:
             ex = build_groups(net, chip, cache, exact=True)
@@ -159,6 +197,10 @@ def summary(df: pd.DataFrame, gdf: pd.DataFrame, secs: float, model: str) -> Non
         .str.replace(r"group \d+", "group K", regex=True).str.replace(r"\d+", "#", regex=True).str.slice(0, 90)
     for k, v in reasons.value_counts().head(12).items():
         print(f"    {v:4d}  {k}")
+    fa = df[(df.tpu_mlir_status == "lg_failed") & (df.lgopt_status == "loaded")]
+    print(f"  refused by TPU-MLIR, loaded by lgopt: {len(fa)} (the rule difference lgopt knows of):")
+    for x in fa.itertuples():
+        print(f"    {x.model} {x.chip} {x.variant} [{x.tpu_mlir_error}]: {x.difference}")
     print("  per model x chip (compiled / loaded exact / loaded relaxed):")
     for (m, c), x in ok.groupby(["model", "chip"]):
         print(f"    {m:20s} {c:8s} {len(x):3d} / {(x.lgopt_status == 'loaded').sum():3d} / "

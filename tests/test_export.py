@@ -33,7 +33,7 @@ def fix(model: str, cache_name: str):
 
 
 def groups(plan: Plan):
-    return [(g.ops, g.n_slices, g.h_slices) for g in plan.groups]
+    return [(g.ops, g.n_slices, g.h_slices, g.w_slices) for g in plan.groups]
 
 
 def write(tmp_path: Path, d: dict, name: str = "out.layer_group_cache.json") -> str:
@@ -48,7 +48,7 @@ CASES = [("fix", "resnet18", "resnet18_bm1684x_f16", "bm1684x"), ("fix", "resnet
          ("fix", "yolov5s_like", "yolov5s_like_bm1684x_f16", "bm1684x"),
          ("cal", "mobilenet_v2", "bm1684x", "bm1684x"), ("cal", "mobilenet_v2", "bm1688", "bm1688"),
          ("cal", "resnet50", "bm1684x", "bm1684x"), ("cal", "unet_small", "bm1684x", "bm1684x"),
-         ("cal", "mnasnet1_0", "bm1688", "bm1688")]
+         ("cal", "mnasnet1_0", "bm1688", "bm1688"), ("cal", "yolov5s_like", "bm1688", "bm1688")]
 
 
 @pytest.mark.parametrize("kind,model,cache_name,chip", CASES)
@@ -77,7 +77,7 @@ def test_round_trip_of_tpumlir_grouping(tmp_path, kind, model, cache_name, chip)
     for g in out["subfunc_0"]["GroupLayer"]:
         idx = [order[loc] for loc in g["locs"]]
         assert idx == list(range(g["func_start_idx"], g["func_end_idx"] + 1))
-        assert g["shape_secs"][1:3] == [1, 1] and g["shape_secs"][4] == 1
+        assert g["shape_secs"][1:3] == [1, 1]  # lgopt slices N, H and W, never C or D
     by_start = sorted(entries, key=lambda e: e.get("func_start_idx", e.get("func_idx")))
     assert [e["index"] for e in by_start] == list(range(len(by_start)))
 

@@ -118,11 +118,16 @@ def test_split_op_is_infeasible_when_exact():
     assert e.value.group_index == 0 and "splits" in e.value.reason
 
 
-def test_w_slices_are_infeasible_not_adjusted():
-    net = cal_net("yolov5s_like")
-    with pytest.raises(GroupingInfeasible) as e:
-        score(net, get_chip("bm1688"), cal_cache("yolov5s_like", "bm1688", "opt2"))
-    assert "not C, D or W" in e.value.reason
+@pytest.mark.parametrize("chip,variant,gi,hsecs", [("bm1684x", "v07_secs", 1, 2), ("bm1688", "v06_secs", 2, 2)])
+def test_hsecs_beyond_a_one_row_output_run_one_slice(chip, variant, gi, hsecs):
+    """mnasnet's tail group ends in a mean over H and W (one row out): TPU-MLIR drops the empty second section and
+    runs the group once, every op at full height (its timeline); lgopt builds the same, unsliced."""
+    net = cal_net("mnasnet1_0")
+    plan, info = check(net, chip, cal_cache("mnasnet1_0", chip, variant))
+    assert plan is not None, info
+    g = plan.groups[gi]
+    assert any(net.op(o).type == "ReduceMean" for o in g.ops) and g.h_slices == 1
+    assert [s for s in info["sections"] if s.startswith(f"group {gi}:")] and f"{hsecs}" in info["sections"][0]
 
 
 def _edit(tmp_path, src: str, fn) -> str:
@@ -221,3 +226,23 @@ def test_groupings_tpu_mlir_compiled_load_under_its_rules(model, chip, variant, 
     plan, info = score(net, get_chip(chip), path)
     assert plan.h_ratio is None and info["adjusted"] == [], why
     assert verify_plan(net, plan) == []
+
+
+def test_cast_operands_name_the_converted_tensor():
+    """A cast ``<operand><consumer>_f16`` converts its operand (the shortest tensor prefix, not the consumer)."""
+    from lgopt.io.tpumlir_cache import cast_operands
+
+    net = cal_net("yolov5s_like")
+    locs = load_cache(cal_cache("yolov5s_like", "bm1688", "opt2")).groups[0].locs
+    assert cast_operands(net, locs) == ("input", "/b0/conv/Conv_output_0", "/b0/act/Mul_output_0")
+
+
+@pytest.mark.parametrize("model,variant", [("resnet18", "v20_merge"), ("mobilenet_v2", "v20_merge")])
+def test_a_group_taking_in_the_f32_input_cast_needs_its_f32_slice(model, variant):
+    """TPU-MLIR refused these (LMEM): opt2's first group extended by the input cast, which loads the f32 input
+    and converts it in LMEM.  lgopt budgets the f32 slice beside the f16 one and refuses them too."""
+    net = cal_net(model)
+    plan, e = check(net, "bm1684x", cal_cache(model, "bm1684x", variant))
+    assert plan is None and e.group_index == 0 and "LMEM allocation failed" in e.reason
+    ok, _ = check(net, "bm1684x", cal_cache(model, "bm1684x", "opt2"))  # without the cast it compiles, and loads
+    assert ok is not None

@@ -1,15 +1,17 @@
 """Numpy kernels that compute an op on a *window* of rows, for the plan simulator and its reference.
 
 Every kernel takes its operands as windows (the rows ``[start, start + rows)`` of each input that LMEM
-holds for a slice) and computes output rows ``[a, b)``.  A row the op needs but the window does not
-hold is NaN, so a plan with a short halo produces NaN instead of silently plausible numbers.  The
-unsliced reference calls the same kernels with whole tensors.
+holds for a slice, and its columns when W is sliced) and computes output rows ``[a, b)`` at full width.
+A row or column the op needs but the window does not hold is NaN, so a plan with a short halo produces
+NaN instead of silently plausible numbers; the simulator keeps the output columns its slice computes
+(those read only held columns when the plan is right).  The unsliced reference calls the same kernels
+with whole tensors.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,23 +21,31 @@ from lgopt.model.ops import OP_SPECS, Family, resize_coord, resize_source
 
 @dataclass(frozen=True)
 class Win:
-    """Rows ``[h0, h0 + data.shape[2])`` and batches ``[n0, ...)`` of a tensor of full height ``H``."""
+    """Rows ``[h0, h0 + data.shape[2])``, columns ``[w0, w0 + data.shape[3])`` and batches ``[n0, ...)`` of a
+    tensor of full height ``H`` and width ``W`` (0: the window holds every column)."""
 
     data: np.ndarray  # (n, c, h, w)
     n0: int
     h0: int
     H: int
+    w0: int = 0
+    W: int = 0
+
+    @property
+    def width(self) -> int:
+        return self.W or self.data.shape[3]
 
 
 def rows(x: Win, lo: int, hi: int, pad: float) -> np.ndarray:
-    """Rows ``[lo, hi)`` in tensor coordinates: padding outside the tensor, NaN where the window ends."""
+    """Rows ``[lo, hi)`` in tensor coordinates at full width: padding outside the tensor, NaN where the
+    window ends (rows past it, and columns it does not hold)."""
     n, c, _, w = x.data.shape
-    out = np.full((n, c, hi - lo, w), np.nan)
+    out = np.full((n, c, hi - lo, x.width), np.nan)
     for r in range(lo, hi):
         if r < 0 or r >= x.H:
             out[:, :, r - lo] = pad
         elif x.h0 <= r < x.h0 + x.data.shape[2]:
-            out[:, :, r - lo] = x.data[:, :, r - x.h0]
+            out[:, :, r - lo, x.w0:x.w0 + w] = x.data[:, :, r - x.h0]
     return out
 
 
@@ -81,7 +91,8 @@ def conv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: int,
 def deconv(op: Op, x: Win, w: np.ndarray, bias: np.ndarray | None, a: int, b: int, ow: int) -> np.ndarray:
     """ONNX ConvTranspose: out[o] += in[i] * w[k] where o = i*s - pad + k*d (filter [ic, oc/g, kh, kw])."""
     (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _), g = _geometry(op)
-    n, c, _, iw = x.data.shape
+    n, c, _, _ = x.data.shape
+    iw = x.width
     ocg = w.shape[1]
     out = np.zeros((n, ocg * g, b - a, ow))
     icg = c // g
@@ -112,10 +123,10 @@ def pool(op: Op, x: Win, a: int, b: int, ow: int) -> np.ndarray:
     is_max = op.type == "MaxPool"
     lo = a * sh - pt
     hi = (b - 1) * sh - pt + (kh - 1) * dh + 1
-    extra_r = max(0, (ow - 1) * sw - pl + (kw - 1) * dw + 1 - x.data.shape[3] - pr)  # ceil_mode overhang
+    extra_r = max(0, (ow - 1) * sw - pl + (kw - 1) * dw + 1 - x.width - pr)  # ceil_mode overhang
     src = rows(x, lo, hi, -np.inf if is_max else 0.0)
     xin = _pad_w(src, pl, pr + extra_r, -np.inf if is_max else 0.0)
-    ones = np.ones((1, 1, x.H, x.data.shape[3]))
+    ones = np.ones((1, 1, x.H, x.width))
     valid = _pad_w(rows(Win(ones, 0, 0, x.H), lo, hi, 0.0), pl, pr + extra_r, 0.0)
     outs, counts = [], []
     for i in range(kh):
@@ -133,7 +144,7 @@ def pool(op: Op, x: Win, a: int, b: int, ow: int) -> np.ndarray:
 
 
 def resize(op: Op, x: Win, a: int, b: int, out_h: int, out_w: int) -> np.ndarray:
-    in_w = x.data.shape[3]
+    in_w = x.width
     attrs_h = {**op.attrs, "coord": op.attrs.get("coord_h", op.attrs.get("coord"))}
     lo = min(resize_source(a, x.H, out_h, attrs_h)[0], x.H - 1)
     hi = max(resize_source(b - 1, x.H, out_h, attrs_h)[1], lo) + 1
@@ -199,7 +210,7 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     family = spec.family if spec is not None else None
     filt = next((weights[w.name] for w in op.weights if w.role == "filter"), None)
     bias = next((weights[w.name] for w in op.weights if w.role == "bias"), None)
-    xs = [Win(_batch(x, *n), n[0], x.h0, x.H) for x in ins]
+    xs = [replace(x, data=_batch(x, *n), n0=n[0]) for x in ins]
     if family is Family.CONV:
         assert filt is not None, f"{op.name}: Conv without a filter"
         y = conv(op, xs[0], filt, bias, a, b, out.w)

@@ -237,30 +237,33 @@ class _GroupRun:
                 if b.kind == "activation" and b.name in g.kept_in:
                     self.lmem.data[:, b.offset:b.offset + b.size] = prev_lmem.data[:, b.offset:b.offset + b.size]
 
-    def window(self, t: str, s: int) -> tuple[int, int, int, int]:
-        return self.g.windows[t][s]
+    def window(self, t: str, s: int) -> tuple[int, int, int, int, int, int]:
+        """(n0, n1, h0, h1, w0, w1) of slice ``s`` of ``t`` in LMEM."""
+        w0, w1 = self.g.cols(t, s, self.net.tensor(t).w)
+        return (*self.g.windows[t][s], w0, w1)
 
     def addresses(self, t: str, s: int) -> tuple[np.ndarray, np.ndarray]:
-        """Where slice ``s`` of ``t`` lives: its own buffer, or its rows of a tensor held whole."""
-        n0, n1, h0, h1 = self.window(t, s)
+        """Where slice ``s`` of ``t`` lives: its own buffer, or its part of a tensor held whole."""
+        n0, n1, h0, h1, w0, w1 = self.window(t, s)
         ten = self.net.tensor(t)
         b = self.buf[("activation", t)]
         if t in self.whole:
             lanes, addr = activation_addresses(self.chip, b.offset, (ten.n, ten.c, ten.h, ten.w), ten.dtype)
-            return lanes[n0:n1, :, h0:h1, :], addr[n0:n1, :, h0:h1, :]
-        return activation_addresses(self.chip, b.offset, (n1 - n0, ten.c, h1 - h0, ten.w), ten.dtype)
+            return lanes[n0:n1, :, h0:h1, w0:w1], addr[n0:n1, :, h0:h1, w0:w1]
+        return activation_addresses(self.chip, b.offset, (n1 - n0, ten.c, h1 - h0, w1 - w0), ten.dtype)
 
     def load_activation(self, t: str, s: int) -> None:
-        n0, n1, h0, h1 = self.window(t, s)
+        n0, n1, h0, h1, w0, w1 = self.window(t, s)
         if t not in self.gmem:
             raise SimError(f"tensor {t} is loaded before anything wrote it to GMEM")
         lanes, addr = self.addresses(t, s)
-        self.lmem.put(lanes, addr, self.gmem[t][n0:n1, :, h0:h1, :])
+        self.lmem.put(lanes, addr, self.gmem[t][n0:n1, :, h0:h1, w0:w1])
 
     def read_activation(self, t: str, s: int) -> Win:
-        n0, n1, h0, h1 = self.window(t, s)
+        n0, n1, h0, h1, w0, w1 = self.window(t, s)
         lanes, addr = self.addresses(t, s)
-        return Win(self.lmem.get(lanes, addr), n0, h0, self.net.tensor(t).h)
+        ten = self.net.tensor(t)
+        return Win(self.lmem.get(lanes, addr), n0, h0, ten.h, w0, ten.w)
 
     def write_activation(self, t: str, s: int, values: np.ndarray) -> None:
         lanes, addr = self.addresses(t, s)
@@ -297,16 +300,18 @@ class _GroupRun:
         sc = self.buf.get(("scratch", op_name))
         if sc is not None:  # the op scribbles over its scratch while it runs
             self.lmem.data[:, sc.offset:sc.offset + sc.size] = self.garbage.normal(size=(self.chip.npu_num, sc.size))
-        n0, n1, h0, h1 = self.window(op.outputs[0], s)
-        y = run_local(self.net, op, ins, w, (n0, n1), h0, h1)
-        self.write_activation(op.outputs[0], s, y)
+        n0, n1, h0, h1, w0, w1 = self.window(op.outputs[0], s)
+        y = run_local(self.net, op, ins, w, (n0, n1), h0, h1)  # every column: keep the slice's own
+        self.write_activation(op.outputs[0], s, y[..., w0:w1])
 
     def store(self, t: str, s: int) -> None:
         win = self.read_activation(t, s)
         n0, n1, h0, h1 = self.g.stores[t][s]
         ten = self.net.tensor(t)
+        c0, c1 = self.g.stored_cols(t, s, ten.w)
         dst = self.gmem.setdefault(t, np.full(ten.shape, np.nan))
-        dst[n0:n1, :, h0:h1, :] = win.data[n0 - win.n0:n1 - win.n0, :, h0 - win.h0:h1 - win.h0, :]
+        dst[n0:n1, :, h0:h1, c0:c1] = win.data[n0 - win.n0:n1 - win.n0, :, h0 - win.h0:h1 - win.h0,
+                                               c0 - win.w0:c1 - win.w0]
 
     def poison(self, b: Buffer) -> None:
         self.lmem.data[:, b.offset:b.offset + b.size] = np.nan
@@ -406,8 +411,10 @@ def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             sl = None
             if gi is not None:
-                for s, (n0, n1, h0, h1) in enumerate(plan.groups[gi].stores[t]):
-                    if n0 <= idx[0] < n1 and h0 <= idx[2] < h1:
+                g = plan.groups[gi]
+                for s, (n0, n1, h0, h1) in enumerate(g.stores[t]):
+                    c0, c1 = g.stored_cols(t, s, want.shape[3])
+                    if n0 <= idx[0] < n1 and h0 <= idx[2] < h1 and c0 <= idx[3] < c1:
                         sl = s
                         break
             return SimResult(False, Mismatch(t, sl, idx, float(want[idx]), float(got[idx])), compared, opaque)

@@ -2,8 +2,9 @@
 
 It re-derives from the network and the chip everything a plan must satisfy
 and compares: op coverage and execution order, group convexity, slice legality
-and windows (by enumerating each op's receptive rows, not by the closed-form
-backward formulas the planner uses), exact coverage of group outputs by stores,
+and windows (by enumerating each op's receptive rows, and columns when W is
+sliced, not by the closed-form backward formulas the planner uses), exact
+coverage of group outputs by stores,
 the h/2 rule, the timestep table's causality, buffer sizes and lifetimes,
 (timestep x address) non-overlap with wrap-around lifetimes, capacity,
 alignment and bank rules.  It shares with the planner only the problem model
@@ -61,25 +62,27 @@ class CostFunctions:
 GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
 
 
-def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int) -> set[int]:
-    """Input rows of operand ``k`` that output ``rows`` read, by enumeration."""
+def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: int = 0) -> set[int]:
+    """Input rows of operand ``k`` that output ``rows`` read, by enumeration; with ``axis=1`` the same for
+    columns (kernel, stride, dilation and leading pad of W: pads are (top, left, bottom, right); a Resize's
+    ``coord`` is W's, ``coord_h`` overrides it for H)."""
     a = op.attrs
     t = op.type
     need: set[int] = set()
     if t in ("Conv", "MaxPool", "AveragePool"):
-        kh, s, p = a["kernel"][0], a["strides"][0], a["pads"][0]
-        d = a.get("dilations", (1, 1))[0]
+        kh, s, p = a["kernel"][axis], a["strides"][axis], a["pads"][axis]
+        d = a.get("dilations", (1, 1))[axis]
         for o in rows:
             need.update(r for r in (o * s - p + i * d for i in range(kh)) if 0 <= r < in_h)
     elif t == "ConvTranspose":
-        kh, s, p = a["kernel"][0], a["strides"][0], a["pads"][0]
-        d = a.get("dilations", (1, 1))[0]
+        kh, s, p = a["kernel"][axis], a["strides"][axis], a["pads"][axis]
+        d = a.get("dilations", (1, 1))[axis]
         outs = set(rows)
         need.update(i for i in range(in_h) if any(i * s - p + j * d in outs for j in range(kh)))
     elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") or (t in RESHAPE_TYPES and in_h != out_h):
         need.update(range(in_h)) if len(rows) else None
     elif t == "Resize":
-        attrs = {**a, "coord": a.get("coord_h", a.get("coord"))}
+        attrs = {**a, "coord": a.get("coord_h", a.get("coord")) if axis == 0 else a.get("coord")}
         for o in rows:
             lo, hi = resize_source(o, in_h, out_h, attrs)
             need.update(range(lo, hi + 1))
@@ -264,15 +267,17 @@ class Verifier:
         ten = self.net.tensors.get(t)
         if ten is None or t not in g.windows or t not in h.windows:
             return  # the per-group checks report it
-        made = np.zeros((ten.n, ten.h), dtype=bool)
-        for n0, n1, h0, h1 in g.windows[t]:
-            made[max(0, n0):max(0, n1), max(0, h0):max(0, h1)] = True
+        made = np.zeros((ten.n, ten.h, ten.w), dtype=bool)
+        for s, (n0, n1, h0, h1) in enumerate(g.windows[t]):
+            w0, w1 = g.cols(t, s, ten.w)
+            made[max(0, n0):max(0, n1), max(0, h0):max(0, h1), max(0, w0):max(0, w1)] = True
         for s, (n0, n1, h0, h1) in enumerate(h.windows[t]):
-            need = ~made[max(0, n0):max(0, n1), max(0, h0):max(0, h1)]
+            w0, w1 = h.cols(t, s, ten.w)
+            need = ~made[max(0, n0):max(0, n1), max(0, h0):max(0, h1), max(0, w0):max(0, w1)]
             if need.any():
-                n, r = map(int, np.argwhere(need)[0])
+                n, r, c = map(int, np.argwhere(need)[0])
                 self.fail(f"group {gi}", f"hands {t} over to group {hi}, whose slice {s} reads (n={n0 + n}, "
-                                         f"h={h0 + r}), a row group {gi} never produces")
+                                         f"h={h0 + r}, w={w0 + c}), an element group {gi} never produces")
                 return
 
     def check_convex(self, where: str, members: set[str]) -> None:
@@ -294,14 +299,16 @@ class Verifier:
         if any(n not in net.op_by_name for n in g.ops):
             raise _Fail
         ops = [net.op(n) for n in g.ops]
-        if g.n_slices < 1 or g.h_slices < 1:
-            self.fail(where, f"slice counts must be positive (n={g.n_slices}, h={g.h_slices})")
+        if g.n_slices < 1 or g.h_slices < 1 or g.w_slices < 1:
+            self.fail(where, f"slice counts must be positive (n={g.n_slices}, h={g.h_slices}, w={g.w_slices})")
             raise _Fail
         for op in ops:
             if not op.local:
                 self.fail(where, f"op {op.name} ({op.type}) cannot run in a group: {op.reason}")
             if g.h_slices > 1 and not op.h_split:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing H, but h_slices={g.h_slices}")
+            if g.w_slices > 1 and not op.h_split:  # columns are sliceable exactly where rows are
+                self.fail(where, f"op {op.name} ({op.type}) does not allow slicing W, but w_slices={g.w_slices}")
             if g.n_slices > 1 and not op.n_split:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing N, but n_slices={g.n_slices}")
         members = set(g.ops)
@@ -329,7 +336,7 @@ class Verifier:
             if name not in members:
                 self.fail(where, f"preloads the weights of {name}, which is not in the group")
                 raise _Fail
-        S = g.n_slices * g.h_slices
+        S = g.n_slices * g.h_slices * g.w_slices
         for t in tensors:
             ws = g.windows.get(t)
             if ws is None or len(ws) != S:
@@ -338,11 +345,33 @@ class Verifier:
         for t in g.windows:
             if t not in tensors:
                 self.fail(where, f"window given for {t}, which the group does not touch")
+        self.check_w_given(where, g, tensors, S)
         self.check_stores(where, g, outputs, S, optional)
         self.check_windows(where, g, ops, S)
         self.check_h_rule(where, g, tensors)
         stored = [t for t in outputs if t not in optional]
         self.check_table_and_buffers(where, g, ops, inputs, stored, tensors)
+
+    def check_w_given(self, where: str, g: GroupPlan, tensors: list[str], S: int) -> None:
+        """Columns are given exactly when W is sliced: for every tensor (one range per slice) and every stored
+        part; without W slices every window holds every column and none may be given."""
+        if g.w_slices == 1:
+            if g.w_windows or g.w_stores:
+                self.fail(where, "gives W windows but w_slices is 1")
+                raise _Fail
+            return
+        for t in tensors:
+            ws = g.w_windows.get(t)
+            if ws is None or len(ws) != S:
+                self.fail(where, f"tensor {t} needs {S} W windows (w_slices={g.w_slices}), plan has "
+                                 f"{0 if ws is None else len(ws)}")
+                raise _Fail
+        for t in g.w_windows:
+            if t not in tensors:
+                self.fail(where, f"W window given for {t}, which the group does not touch")
+        if set(g.w_stores) != set(g.stores) or any(len(g.w_stores[t]) != len(g.stores[t]) for t in g.stores):
+            self.fail(where, "W-sliced stores need the columns of every stored part (w_stores beside stores)")
+            raise _Fail
 
     def check_stores(self, where: str, g: GroupPlan, outputs: list[str], S: int, optional: set[str]) -> None:
         for t in g.stores:
@@ -356,18 +385,21 @@ class Verifier:
             if parts is None or len(parts) != S:
                 self.fail(where, f"group output {t} needs {S} stored parts")
                 continue
-            cover = np.zeros((ten.n, ten.h), dtype=np.int32)
+            cover = np.zeros((ten.n, ten.h, ten.w), dtype=np.int32)
             for s, (n0, n1, h0, h1) in enumerate(parts):
-                if not (0 <= n0 <= n1 <= ten.n and 0 <= h0 <= h1 <= ten.h):
-                    self.fail(where, f"slice {s} stores {t}[n {n0}:{n1}, h {h0}:{h1}] outside its shape")
+                c0, c1 = g.stored_cols(t, s, ten.w)
+                if not (0 <= n0 <= n1 <= ten.n and 0 <= h0 <= h1 <= ten.h and 0 <= c0 <= c1 <= ten.w):
+                    self.fail(where, f"slice {s} stores {t}[n {n0}:{n1}, h {h0}:{h1}, w {c0}:{c1}] outside its shape")
                     return
                 w = g.windows[t][s]
-                if not (w[0] <= n0 and n1 <= w[1] and w[2] <= h0 and h1 <= w[3]):
-                    self.fail(where, f"slice {s} stores rows of {t} it does not hold")
-                cover[n0:n1, h0:h1] += 1
+                x0, x1 = g.cols(t, s, ten.w)
+                if not (w[0] <= n0 and n1 <= w[1] and w[2] <= h0 and h1 <= w[3] and x0 <= c0 and c1 <= x1):
+                    self.fail(where, f"slice {s} stores rows or columns of {t} it does not hold")
+                cover[n0:n1, h0:h1, c0:c1] += 1
             if (cover != 1).any():
-                n, h = map(int, np.argwhere(cover != 1)[0])
-                self.fail(where, f"stores of {t} cover element (n={n}, h={h}) {int(cover[n, h])} times, not once")
+                n, h, c = map(int, np.argwhere(cover != 1)[0])
+                self.fail(where, f"stores of {t} cover element (n={n}, h={h}, w={c}) {int(cover[n, h, c])} times, "
+                                 "not once")
 
     def check_windows(self, where: str, g: GroupPlan, ops: list[Op], S: int) -> None:
         net = self.net
@@ -376,22 +408,31 @@ class Verifier:
             if ten is None:
                 continue
             for s, (n0, n1, h0, h1) in enumerate(ws):
-                if not (0 <= n0 < n1 <= ten.n and 0 <= h0 < h1 <= ten.h):
-                    self.fail(where, f"slice {s} of {t} is empty or outside the tensor (n {n0}:{n1}, h {h0}:{h1})")
+                c0, c1 = g.cols(t, s, ten.w)
+                if not (0 <= n0 < n1 <= ten.n and 0 <= h0 < h1 <= ten.h and 0 <= c0 < c1 <= ten.w):
+                    self.fail(where, f"slice {s} of {t} is empty or outside the tensor (n {n0}:{n1}, h {h0}:{h1}, "
+                                     f"w {c0}:{c1})")
                     raise _Fail
         for op in ops:
             out = op.outputs[0]
             ot = net.tensor(out)
             for s in range(S):
                 n0, n1, h0, h1 = g.windows[out][s]
+                c0, c1 = g.cols(out, s, ot.w)
                 for k, t in enumerate(op.inputs):
                     it = net.tensor(t)
                     rows = _receptive_rows(op, k, range(h0, h1), it.h, ot.h)
+                    cols = _receptive_rows(op, k, range(c0, c1), it.w, ot.w, axis=1)
                     batches = {0} if it.n == 1 else set(range(n0, n1))
                     w = g.windows[t][s]
+                    x0, x1 = g.cols(t, s, it.w)
                     if not _contains((w[2], w[3]), rows):
                         self.fail(where, f"slice {s}: {op.name} computes {out} rows {h0}:{h1}, which read rows "
                                          f"{min(rows)}:{max(rows) + 1} of {t}, but the window holds {w[2]}:{w[3]}")
+                        return
+                    if not _contains((x0, x1), cols):
+                        self.fail(where, f"slice {s}: {op.name} computes {out} columns {c0}:{c1}, which read columns "
+                                         f"{min(cols)}:{max(cols) + 1} of {t}, but the window holds {x0}:{x1}")
                         return
                     if not _contains((w[0], w[1]), batches):
                         self.fail(where, f"slice {s}: {op.name} needs batches {min(batches)}:{max(batches) + 1} "
@@ -406,7 +447,7 @@ class Verifier:
             H = self.net.tensor(t).h
             if H <= 1:
                 continue
-            ws = g.windows[t]
+            ws = g.windows[t][::g.w_slices]  # rows do not depend on the W slice: each H slice's first
             for ni in range(g.n_slices):
                 run = ws[ni * g.h_slices:(ni + 1) * g.h_slices]
                 for i in range(1, len(run)):
@@ -566,8 +607,9 @@ class Verifier:
             if ab is None:
                 self.fail(where, f"no buffer holds {t}")
                 raise _Fail
-            need = max(activation_lane_bytes((w[1] - w[0], ten.c, w[3] - w[2], ten.w), ten.dtype, chip.npu_num,
-                                             chip.eu_bytes, chip.align_4n) for w in g.windows[t])
+            need = max(activation_lane_bytes((w[1] - w[0], ten.c, w[3] - w[2], c1 - c0), ten.dtype, chip.npu_num,
+                                             chip.eu_bytes, chip.align_4n)
+                       for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)])
             if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
                 need = activation_lane_bytes((ten.n, ten.c, ten.h, ten.w), ten.dtype, chip.npu_num, chip.eu_bytes,
                                              chip.align_4n)

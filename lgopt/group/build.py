@@ -37,10 +37,11 @@ def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
 
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
              h_ratio: float | None = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
-             kept_out: tuple[str, ...] = ()) -> GroupPlan:
+             kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = ()) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
-    sl = slice_group(net, list(ops), n_slices, h_slices, n_unit=n_unit(net, chip, ops), h_ratio=h_ratio)
-    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out)
+    sl = slice_group(net, list(ops), n_slices, h_slices, w_slices=w_slices, n_unit=n_unit(net, chip, ops),
+                     h_ratio=h_ratio)
+    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies)
 
 
 def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:
@@ -65,8 +66,8 @@ def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, i
 
 
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
-              h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False
-              ) -> tuple[GroupPlan | None, str]:
+              h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False,
+              w_slices: int = 1, f32_copies: tuple[str, ...] = ()) -> tuple[GroupPlan | None, str]:
     """A placed group, or (None, why not).
 
     The greedy allocator alone judges a candidate of a search (it is fast and searches try thousands);
@@ -74,7 +75,7 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
     verdict: the greedy orders are retried and then the exact packer decides (:func:`allocate_thorough`).
     """
     try:
-        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio)
+        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, w_slices=w_slices, f32_copies=f32_copies)
     except SliceError as e:
         return None, str(e)
     if thorough:

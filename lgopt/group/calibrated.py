@@ -20,7 +20,8 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   transfers)`` with ``s_t`` fitted per type (``global_local``; TPU-MLIR's global kernels tile and overlap their
   own way), never below streaming its bytes (the lower bound takes ``min(1, s_t)`` of the compute); other
   types ``a_t + b_t * X`` fitted on the timeline of TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul,
-  elements read and written otherwise).
+  elements read and written otherwise); a view of GMEM (a reshape, a run of channels of one batch:
+  :func:`lgopt.group.cost.gmem_view`) nothing at all, as the timeline shows (``free_views``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lgopt.errors import LgoptError
-from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, _analytic_tiu, register_cost_model
+from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, _analytic_tiu, gmem_view, register_cost_model
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
@@ -150,6 +151,7 @@ class CalibratedModel:
 
     name: str = MODEL_NAME
     directory: str | None = None  # where the per-chip JSON files are (None: lgopt/group/calibration)
+    free_views: bool = True  # reshapes and one-batch channel slices run globally cost 0 on the timeline
 
     def constants(self, chip: Chip) -> ChipConstants:
         return load_constants(chip.name, Path(self.directory) if self.directory else None)
@@ -168,6 +170,8 @@ class CalibratedModel:
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
         outs = [net.tensor(t) for t in op.outputs]
+        if gmem_view(net, op):
+            return 0
         if op.local:
             o = outs[0]
             i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h

@@ -45,11 +45,14 @@ DmaKind = Literal["load", "store", "weight"]  # activation load, activation stor
 
 @dataclass(frozen=True)
 class SliceShape:
-    """The part of an op one slice computes: batches and rows of its output and of input 0."""
+    """The part of an op one slice computes: batches and rows of its output and of input 0, and their columns
+    when W is sliced (``None``: the whole width)."""
 
     n: int
     out_h: int
     in_h: int
+    out_w: int | None = None
+    in_w: int | None = None
 
 
 class CostModel(Protocol):
@@ -63,7 +66,10 @@ class CostModel(Protocol):
     * ``gdma_cycles`` is non-decreasing in bytes and in segments (for one kind and run class), at least
       ``chip.gdma_latency_cycles`` for any transfer, and subadditive (one transfer never costs more than two
       that move the same bytes in the same segments);
-    * ``global_compute`` is the compute of an op run as a global layer (its transfers are added outside).
+    * ``global_compute`` is the compute of an op run as a global layer (its transfers are added outside);
+    * ``free_views``: whether a global layer that is a view of GMEM (:func:`gmem_view`) costs nothing (no
+      compute, no transfer), as on TPU-MLIR's timeline; its ``global_compute`` is then 0 too, so the lower
+      bound stays below every plan.
 
     :class:`AnalyticModel` is lgopt's documented analytic model (``docs/cost-model.md``).
     """
@@ -73,6 +79,9 @@ class CostModel(Protocol):
 
     @property
     def issue_cycles(self) -> int: ...
+
+    @property
+    def free_views(self) -> bool: ...
 
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int: ...
 
@@ -93,6 +102,7 @@ class AnalyticModel:
 
     name: str = "analytic"
     issue_cycles: int = 30  # assumption: fixed cost to issue one TIU instruction (docs/cost-model.md)
+    free_views: bool = False  # every global layer moves its operands (docs/cost-model.md)
 
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
         return _analytic_tiu(chip, net, op, sl, self.issue_cycles)
@@ -170,17 +180,32 @@ def _weight_dma(chip: Chip, op: Op) -> int:
 
 
 def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_len: int,
-                          kind: DmaKind = "load") -> int:
-    """Cycles of moving batches ``n_len`` x rows ``h_len`` of an activation between GMEM and LMEM."""
-    nbytes, segments, point = activation_transfer(net, tensor, n_len, h_len)
+                          kind: DmaKind = "load", w_len: int | None = None) -> int:
+    """Cycles of moving batches ``n_len`` x rows ``h_len`` (x columns ``w_len``, all when not given) of an
+    activation between GMEM and LMEM."""
+    nbytes, segments, point = activation_transfer(net, tensor, n_len, h_len, w_len)
     return gdma_cycles(chip, nbytes, segments, kind, point)
 
 
-def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int) -> tuple[int, int, bool]:
-    """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` of an activation: one run per
-    batch and channel (a channel's rows are contiguous in GMEM), a single element when it is 1 x 1."""
+def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len: int | None = None
+                        ) -> tuple[int, int, bool]:
+    """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` x columns ``w_len`` of an activation.
+
+    With every column, a channel's rows are contiguous in GMEM: one run per batch and channel, a single
+    element when the slice is 1 x 1.  A W slice cuts every row: one run of ``w_len`` elements per batch,
+    channel and row, single elements when ``w_len`` is 1 (what a W-sliced DMA costs TPU-MLIR's engine).
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> net = Network("n", {"x": Tensor("x", (1, 4, 8, 10), "f16")}, (), ("x",), ("x",))
+    >>> activation_transfer(net, "x", 1, 8), activation_transfer(net, "x", 1, 8, 5)
+    ((640, 4, False), (320, 32, False))
+    """
     t = net.tensor(tensor)
-    return gmem_bytes(net, tensor, n_len, h_len), n_len * t.c, h_len * t.w == 1
+    w = t.w if w_len is None else w_len
+    nbytes = n_len * t.c * h_len * w * dtype_bytes(t.dtype)
+    if w == t.w:
+        return nbytes, n_len * t.c, h_len * w == 1
+    return nbytes, n_len * t.c * h_len, w == 1
 
 
 @lru_cache(maxsize=1 << 16)
@@ -189,7 +214,7 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
     dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
     eu = chip.eu_elems(dt)
     cpl_out = channels_per_lane(out.c, chip.npu_num)
-    ohw = align_up(sl.out_h * out.w, eu)
+    ohw = align_up(sl.out_h * (out.w if sl.out_w is None else sl.out_w), eu)
     spec = opsem.OP_SPECS[op.type]
     family = spec.family
     if family in (opsem.Family.CONV, opsem.Family.DECONV):
@@ -203,7 +228,7 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
         ic_par = max(1, chip.ic_parallel // dtype_bytes(dt))
         if family is opsem.Family.DECONV:  # work scales with input pixels x full kernel
             inp = net.tensor(op.inputs[0])
-            ohw = align_up(sl.in_h * inp.w, eu)
+            ohw = align_up(sl.in_h * (inp.w if sl.in_w is None else sl.in_w), eu)
         work = sl.n * cpl_out * ohw * align_up(icg, ic_par) * kh * kw
         return issue + cdiv(work, chip.macs_per_lane[dt])
     if family is opsem.Family.POOL:
@@ -211,7 +236,7 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
         return issue + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
     if family is opsem.Family.GLOBAL_POOL:
         inp = net.tensor(op.inputs[0])
-        return issue + cdiv(sl.n * cpl_out * align_up(sl.in_h * inp.w, eu), eu)
+        return issue + cdiv(sl.n * cpl_out * align_up(sl.in_h * (inp.w if sl.in_w is None else sl.in_w), eu), eu)
     if family is opsem.Family.RESIZE:
         per = 4 if op.attrs.get("mode") == "linear" else 1
         return issue + cdiv(sl.n * cpl_out * ohw * per, eu)
@@ -222,8 +247,8 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
 
 
 def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int) -> int:
-    t = net.tensor(tensor)
-    return n_len * t.c * h_len * t.w * dtype_bytes(t.dtype)
+    """Bytes of batches ``n_len`` x rows ``h_len`` (every column) of an activation in GMEM."""
+    return activation_transfer(net, tensor, n_len, h_len)[0]
 
 
 def weight_gmem_bytes(op: Op) -> int:
@@ -255,7 +280,27 @@ def weight_transfers(op: Op) -> list[tuple[int, int, bool]]:
 
 # --- global layers --------------------------------------------------------------------------------
 
+def gmem_view(net: Network, op: Op) -> bool:
+    """Whether ``op`` run as a global layer only re-reads GMEM bytes in place: a reshape (NCHW is contiguous,
+    whatever the shape), or a run of channels of a one-batch tensor (a contiguous range).  TPU-MLIR's
+    timeline shows such ops (ShuffleNet's 32 Reshapes and 20 channel Slices) at 0 cycles.
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> x, y = Tensor("x", (1, 8, 4, 4), "f16"), Tensor("y", (1, 4, 4, 4), "f16")
+    >>> net = Network("n", {"x": x, "y": y}, (), ("x",), ("y",))
+    >>> gmem_view(net, Op("s", "Slice", ("x",), ("y",), attrs={"axis": 1, "start": 0, "end": 4}))
+    True
+    """
+    if op.type in opsem.RESHAPE_TYPES:
+        return True
+    a = op.attrs
+    return (op.type == "Slice" and a.get("axis") == 1 and a.get("step", 1) == 1 and len(op.inputs) == 1
+            and net.tensor(op.inputs[0]).n == 1)
+
+
 def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
+    if cost_model(chip).free_views and gmem_view(net, op):
+        return {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
     moved.append(weight_gmem_bytes(op))
     traffic = sum(moved)
@@ -304,10 +349,15 @@ STAGE_SERVES = {int(s): s.serves for s in Stage}  # a stage-k transfer in iterat
 def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     S = g.num_slices
     windows = g.windows
+    wsl = g.w_slices > 1
 
-    def win(t: str, s: int) -> tuple[int, int]:
+    def win(t: str, s: int) -> tuple[int, int, int | None]:
+        """(batches, rows, columns) of slice ``s`` of ``t``; columns None when W is not sliced (all of them)."""
         n0, n1, h0, h1 = windows[t][s]
-        return n1 - n0, h1 - h0
+        if not wsl:
+            return n1 - n0, h1 - h0, None
+        w0, w1 = g.cols(t, s, net.tensor(t).w)
+        return n1 - n0, h1 - h0, w1 - w0
 
     def transfer(name: str, kind: str, store: bool, s: int) -> tuple[int, int]:
         """(bytes, cycles) of one transfer."""
@@ -316,13 +366,14 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
             return weight_gmem_bytes(op), weight_dma_cycles(chip, op)
         if store and name in g.stores:
             n0, n1, h0, h1 = g.stores[name][s]
-            n, h = n1 - n0, h1 - h0
+            w0, w1 = g.stored_cols(name, s, net.tensor(name).w)
+            n, h, w = n1 - n0, h1 - h0, (w1 - w0 if wsl else None)
         else:
-            n, h = win(name, s)
-        key = (name, n, h, store)
+            n, h, w = win(name, s)
+        key = (name, n, h, w, store)
         hit = dma.get(key)
         if hit is None:
-            b, segs, point = activation_transfer(net, name, n, h)
+            b, segs, point = activation_transfer(net, name, n, h, w)
             hit = dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
         return hit
 
@@ -332,19 +383,19 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         for r, row in enumerate(g.rows):
             for name in row.ops:
                 op = net.op(name)
-                n, oh = win(op.outputs[0], s)
-                ih = win(op.inputs[0], s)[1] if op.inputs else oh
-                key = (name, n, oh, ih)
+                n, oh, ow = win(op.outputs[0], s)
+                _, ih, iw = win(op.inputs[0], s) if op.inputs else (n, oh, ow)
+                key = (name, n, oh, ih, ow, iw)
                 c = seen.get(key)
                 if c is None:
-                    c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih))
+                    c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih, ow, iw))
                 tiu[s][r] += c
     traffic = pre = 0
     for name in g.preloads:
         traffic += weight_gmem_bytes(net.op(name))
         pre += weight_dma_cycles(chip, net.op(name))
     cells: dict[tuple[int, int], tuple[int, int]] = {}
-    dma: dict[tuple[str, int, int, bool], tuple[int, int]] = {}  # (tensor, batches, rows, store) -> (bytes, cycles)
+    dma: dict[tuple[str, int, int, int | None, bool], tuple[int, int]] = {}  # (tensor, n, h, w, store) -> (bytes, cyc)
     for i in range(-1, S + 1):
         for r, row in enumerate(g.rows):
             t_cyc = tiu[i][r] if 0 <= i < S else 0
@@ -376,9 +427,10 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
                                                                      if op.local else 1.0)) for op in net.ops)
     must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
     must += sum(weight_gmem_bytes(op) for op in net.ops)
-    # global layers move all their operands no matter what
+    # global layers move all their operands no matter what (views of GMEM nothing, where the model says so)
+    free = cost_model(chip).free_views
     for op in net.ops:
-        if not op.local:
+        if not op.local and not (free and gmem_view(net, op)):
             must += sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs
                         if t not in net.inputs and t not in net.outputs)
     dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))

@@ -1,10 +1,17 @@
-"""Slicing a candidate group along N and H, and the h/2 rule.
+"""Slicing a candidate group along N, H and W, and the h/2 rule.
 
 The group outputs are split as evenly as possible (slice sizes differ by at
 most one unit); every other tensor's per-slice window is inferred backwards
-through the ops (:func:`lgopt.model.ops.backward_h`), a tensor with several in-group
-consumers taking the union of what they need.  Slices run N-major: slice
-``s = ni * h_slices + hi``.
+through the ops (:func:`lgopt.model.ops.backward_h`, ``backward_w``), a tensor with several in-group
+consumers taking the union of what they need.  Slices run N-major, W innermost: slice
+``s = (ni * h_slices + hi) * w_slices + wi`` (TPU-MLIR's loop nest, W last).
+
+**W slices** are what TPU-MLIR uses once N and H are exhausted (its ``shape_secs`` ``[n, c, d, h, w]``, e.g.
+``[1, 1, 1, 16, 2]`` on yolov5s_like / BM1688): columns get windows with halos exactly as rows do, and an op
+allows W slicing exactly where it allows H slicing (sliding windows, elementwise, resize, concat, views that
+keep H and therefore W; not global pooling).  With ``w_slices == 1`` every window holds all columns
+(``SliceWindow.w`` is the whole width), so nothing changes for plans that do not slice W.  lgopt's own
+searches do not choose W slices yet; the reader of TPU-MLIR's caches builds them.
 
 The **h/2 rule** (seed "LayerGroup"): a group fails when, for some tensor, the
 rows loaded or computed more than once, ``sum(slice heights) - H``, exceed
@@ -39,10 +46,11 @@ class SliceError(LgoptError):
 
 @dataclass(frozen=True)
 class SliceWindow:
-    """What one slice of one tensor covers: batches ``n`` and rows ``h`` (half-open)."""
+    """What one slice of one tensor covers: batches ``n``, rows ``h`` and columns ``w`` (half-open)."""
 
     n: Window
     h: Window
+    w: Window
 
     @property
     def n_len(self) -> int:
@@ -51,6 +59,15 @@ class SliceWindow:
     @property
     def h_len(self) -> int:
         return self.h[1] - self.h[0]
+
+    @property
+    def w_len(self) -> int:
+        return self.w[1] - self.w[0]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(batches, rows, columns): what buffer sizes and costs depend on."""
+        return self.n_len, self.h_len, self.w_len
 
 
 @dataclass(frozen=True)
@@ -68,15 +85,11 @@ class GroupSlicing:
     io: GroupIO
     windows: Mapping[str, tuple[SliceWindow, ...]]  # every group tensor, one window per slice
     stores: Mapping[str, tuple[SliceWindow, ...]]  # group outputs: the part each slice writes back
+    w_slices: int = 1
 
     @property
     def num_slices(self) -> int:
-        return self.n_slices * self.h_slices
-
-    def max_window(self, tensor: str) -> tuple[int, int]:
-        """(batches, rows) of the largest slice: LMEM buffers are sized for it."""
-        ws = self.windows[tensor]
-        return max(w.n_len for w in ws), max(w.h_len for w in ws)
+        return self.n_slices * self.h_slices * self.w_slices
 
 
 def even_split(length: int, parts: int, unit: int = 1) -> list[Window]:
@@ -116,11 +129,11 @@ def group_io(net: Network, ops: Iterable[str]) -> GroupIO:
     return GroupIO(inputs, outputs, internal)
 
 
-def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: int) -> list[Op]:
+def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: int, w_slices: int) -> list[Op]:
     if not names:
         raise SliceError("empty group")
-    if n_slices < 1 or h_slices < 1:
-        raise SliceError(f"slice counts must be positive (n={n_slices}, h={h_slices})")
+    if n_slices < 1 or h_slices < 1 or w_slices < 1:
+        raise SliceError(f"slice counts must be positive (n={n_slices}, h={h_slices}, w={w_slices})")
     ops = [net.op(n) for n in names]
     order = net.op_index
     if [order[o.name] for o in ops] != sorted(order[o.name] for o in ops):
@@ -130,15 +143,17 @@ def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: 
             raise SliceError(f"op {op.name} ({op.type}) is a global layer: {op.reason}")
         if h_slices > 1 and not op.h_split:
             raise SliceError(f"op {op.name} ({op.type}) does not allow slicing H")
+        if w_slices > 1 and not op.h_split:  # W is sliceable exactly where H is (module docstring)
+            raise SliceError(f"op {op.name} ({op.type}) does not allow slicing W")
         if n_slices > 1 and not op.n_split:
             raise SliceError(f"op {op.name} ({op.type}) does not allow slicing N")
     return ops
 
 
-def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int, *, n_unit: int = 1,
-                h_ratio: float | None = DEFAULT_H_RATIO) -> GroupSlicing:
+def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int, *, w_slices: int = 1,
+                n_unit: int = 1, h_ratio: float | None = DEFAULT_H_RATIO) -> GroupSlicing:
     """Per-slice windows of every tensor in the group, or :class:`SliceError` naming the rule broken."""
-    ops = _check_members(net, names, n_slices, h_slices)
+    ops = _check_members(net, names, n_slices, h_slices, w_slices)
     io = group_io(net, names)
     batch = max(net.tensor(t).n for t in io.outputs)
     n_parts = even_split(batch, n_slices, n_unit)
@@ -147,10 +162,13 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
         ten = net.tensor(t)
         if ten.h < h_slices:
             raise SliceError(f"h_slices={h_slices} exceeds the height {ten.h} of group output {t}")
+        if ten.w < w_slices:
+            raise SliceError(f"w_slices={w_slices} exceeds the width {ten.w} of group output {t}")
         hs = even_split(ten.h, h_slices)
+        cs = even_split(ten.w, w_slices)
         ns = n_parts if ten.n == batch else [(0, ten.n)] * n_slices
-        stores[t] = tuple(SliceWindow(n, h) for n in ns for h in hs)
-    num = n_slices * h_slices
+        stores[t] = tuple(SliceWindow(n, h, c) for n in ns for h in hs for c in cs)
+    num = n_slices * h_slices * w_slices
     need: dict[str, list[SliceWindow | None]] = {t: list(w) for t, w in stores.items()}
     for op in reversed(ops):
         out = op.outputs[0]
@@ -159,7 +177,11 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
         if wins is None:
             raise SliceError(f"op {op.name} has an output nobody in or after the group uses")
         if h_ratio is None and h_slices > 1:
-            _check_upsample(op, wins, net.tensor(op.inputs[0]).h if op.inputs else 0, out_t.h)
+            _check_upsample(op, [w.h if w else None for w in wins], net.tensor(op.inputs[0]).h if op.inputs else 0,
+                            out_t.h, "rows")
+        if h_ratio is None and w_slices > 1:
+            _check_upsample(op, [w.w if w else None for w in wins], net.tensor(op.inputs[0]).w if op.inputs else 0,
+                            out_t.w, "columns")
         for k, t in enumerate(op.inputs):
             ten = net.tensor(t)
             cur = need.setdefault(t, [None] * num)
@@ -167,38 +189,43 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
                 assert w is not None
                 hw = opsem.backward_h(op, k, w.h, ten.h, out_t.h)
                 nw = opsem.backward_n(op, k, w.n, ten.n)
+                cw = opsem.backward_w(op, k, w.w, ten.w, out_t.w) if w_slices > 1 else (0, ten.w)
                 prev = cur[s]
-                cur[s] = SliceWindow(nw, hw) if prev is None else SliceWindow(
-                    opsem.window_union(prev.n, nw), opsem.window_union(prev.h, hw))
+                cur[s] = SliceWindow(nw, hw, cw) if prev is None else SliceWindow(
+                    opsem.window_union(prev.n, nw), opsem.window_union(prev.h, hw), opsem.window_union(prev.w, cw))
     windows = {t: tuple(w for w in ws if w is not None) for t, ws in need.items()}
     for t, ws in windows.items():
-        check_windows(t, net.tensor(t).h, ws, h_slices, h_ratio)
-    return GroupSlicing(tuple(names), n_slices, h_slices, io, windows, stores)
+        check_windows(t, net.tensor(t).h, ws, h_slices, h_ratio, w_slices)
+    return GroupSlicing(tuple(names), n_slices, h_slices, io, windows, stores, w_slices)
 
 
-def _check_upsample(op: Op, wins: Sequence[SliceWindow | None], in_h: int, out_h: int) -> None:
+def _check_upsample(op: Op, wins: Sequence[Window | None], in_size: int, out_size: int, what: str) -> None:
     """TPU-MLIR's rule for a nearest Resize by a whole factor (its Upsample): every output slice starts and
-    ends on a multiple of the factor (reference s3.5), so each reads whole input rows."""
-    if op.type != "Resize" or op.attrs.get("mode") != "nearest" or not in_h or out_h % in_h or out_h == in_h:
+    ends on a multiple of the factor (reference s3.5), so each reads whole input rows (columns, when W is
+    sliced)."""
+    if op.type != "Resize" or op.attrs.get("mode") != "nearest" or not in_size or out_size % in_size \
+            or out_size == in_size:
         return
-    f = out_h // in_h
+    f = out_size // in_size
     for w in wins:
-        if w is not None and (w.h[0] % f or (w.h[1] % f and w.h[1] != out_h)):
+        if w is not None and (w[0] % f or (w[1] % f and w[1] != out_size)):
             raise SliceError(f"TPU-MLIR's Upsample {op.name} needs output slices on multiples of its factor {f}; "
-                             f"a slice covers rows {w.h[0]}:{w.h[1]}")
+                             f"a slice covers {what} {w[0]}:{w[1]}")
 
 
 def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices: int,
-                  h_ratio: float | None = DEFAULT_H_RATIO) -> None:
-    """Empty, non-advancing and h/2 checks for one tensor's windows (N-major slice order); with
+                  h_ratio: float | None = DEFAULT_H_RATIO, w_slices: int = 1) -> None:
+    """Empty, non-advancing and h/2 checks for one tensor's windows (N-major slice order, W innermost: the H
+    rule looks at each H slice's first W slice, the rows do not depend on the columns); with
     ``h_ratio=None`` (TPU-MLIR's rule) only the empty check."""
     for s, w in enumerate(ws):
-        if w.n_len <= 0 or w.h_len <= 0:
-            raise SliceError(f"slice {s} of tensor {tensor} is empty (n={w.n}, h={w.h})")
+        if w.n_len <= 0 or w.h_len <= 0 or w.w_len <= 0:
+            raise SliceError(f"slice {s} of tensor {tensor} is empty (n={w.n}, h={w.h}, w={w.w})")
     if h_slices <= 1 or height <= 1 or h_ratio is None:
         return
-    for start in range(0, len(ws), h_slices):
-        run = ws[start:start + h_slices]
+    by_h = ws[::w_slices]
+    for start in range(0, len(by_h), h_slices):
+        run = by_h[start:start + h_slices]
         for i in range(1, len(run)):
             if run[i].h[0] < run[i - 1].h[0] or run[i].h[1] <= run[i - 1].h[1]:
                 raise SliceError(f"tensor {tensor}: H slice {i} ({run[i].h}) does not advance past slice {i - 1} "

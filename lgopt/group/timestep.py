@@ -23,7 +23,7 @@ Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, in :func:`schedule_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lgopt.group.handover import store_skipped
 from lgopt.group.slicing import GroupSlicing, SliceError
@@ -88,7 +88,8 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
 
 
 def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1,
-                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = ()) -> GroupPlan:
+                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = (), f32_copies: tuple[str, ...] = ()
+                   ) -> GroupPlan:
     """Timestep table and sized, unplaced buffers for one sliced group.
 
     ``prefetch`` (unsliced groups): a weight is loaded in the row of the
@@ -97,6 +98,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     ``kept_in`` / ``kept_out``: tensors the previous group hands over in LMEM
     (not loaded) and that this group hands to the next (stored only if someone
     else reads them); both held whole and resident (:mod:`lgopt.group.handover`).
+    ``f32_copies``: tensors the compiler also holds as f32 in the group (the casts TPU-MLIR's F16 lowering
+    inserts: the f32 network input it loads and converts, ops it computes in f32); their buffers are widened
+    by the f32 copy of the slice, the LMEM the compiler needs for them (costs are not changed).
     """
     ops = sl.ops
     k = len(ops)
@@ -120,14 +124,18 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     events = _activation_events(net, ops, num_rows, kept_in, loaded, stores, uses, loads, st)
     preloads = _weight_loads(ops, weighted, hold, prefetch, num_rows, loads, events)
-    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold)
+    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold, frozenset(f32_copies))
 
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
+    wsl = sl.w_slices > 1  # columns are recorded only when W is sliced (GroupPlan)
     return GroupPlan(ops, sl.n_slices, sl.h_slices, rows, tuple(preloads), buffers,
                      {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.windows.items()},
                      {t: tuple((w.n[0], w.n[1], w.h[0], w.h[1]) for w in ws) for t, ws in sl.stores.items()
                       if t not in skipped},
-                     kept_in=tuple(kept_in), kept_out=tuple(kept_out))
+                     kept_in=tuple(kept_in), kept_out=tuple(kept_out), w_slices=sl.w_slices,
+                     w_windows={t: tuple(w.w for w in ws) for t, ws in sl.windows.items()} if wsl else {},
+                     w_stores={t: tuple(w.w for w in ws) for t, ws in sl.stores.items() if t not in skipped}
+                     if wsl else {})
 
 
 def holds_weights(net: Network, chip: Chip, sl: GroupSlicing) -> bool:
@@ -199,7 +207,8 @@ def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetc
 
 
 def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_rows: int,
-             events: dict[tuple[str, str], list[Event]], hold: bool) -> tuple[Buffer, ...]:
+             events: dict[tuple[str, str], list[Event]], hold: bool, f32_copies: frozenset[str] = frozenset()
+             ) -> tuple[Buffer, ...]:
     """Every buffer sized for the largest slice it holds, with its lifetime; ids breadth-first over the DAG."""
     ops = sl.ops
 
@@ -207,7 +216,9 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
         ten = net.tensor(t)
         if t in kept:
             return activation_bytes(chip, ten, ten.n, ten.h)
-        return max(activation_bytes(chip, ten, n, h) for n, h in {(w.n_len, w.h_len) for w in sl.windows[t]})
+        wide = replace(ten, dtype="f32") if t in f32_copies else None
+        return max(activation_bytes(chip, ten, *shape) + (activation_bytes(chip, wide, *shape) if wide else 0)
+                   for shape in {w.shape for w in sl.windows[t]})
 
     buffers: list[Buffer] = []
     seen: set[tuple[str, str]] = set()
@@ -237,7 +248,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
             add("activation", t, act_size(t))
         i_win = sl.windows[op.inputs[0]] if op.inputs else ()
         o_win = sl.windows[op.outputs[0]]
-        shapes = {((a.n_len, a.h_len), (b.n_len, b.h_len)) for a, b in zip(i_win, o_win)}  # slices repeat
+        shapes = {(a.shape, b.shape) for a, b in zip(i_win, o_win)}  # slices repeat
         scratch = max((scratch_bytes(chip, net, op, a, b) for a, b in shapes), default=0)
         add("scratch", name, scratch)
     return tuple(buffers)

@@ -27,9 +27,11 @@ from lgopt.model.dtype import dtype_bytes, is_integer
 from lgopt.model.network import Network, Op, Tensor, to_nchw
 
 
-def activation_bytes(chip: Chip, t: Tensor, n_len: int, h_len: int) -> int:
-    """One slice of ``t`` with ``n_len`` batches and ``h_len`` rows, aligned layout."""
-    return activation_lane_bytes((n_len, t.c, h_len, t.w), t.dtype, chip.npu_num, chip.eu_bytes, chip.align_4n)
+def activation_bytes(chip: Chip, t: Tensor, n_len: int, h_len: int, w_len: int | None = None) -> int:
+    """One slice of ``t`` with ``n_len`` batches, ``h_len`` rows and ``w_len`` columns (all of them when not
+    given), aligned layout."""
+    return activation_lane_bytes((n_len, t.c, h_len, t.w if w_len is None else w_len), t.dtype, chip.npu_num,
+                                 chip.eu_bytes, chip.align_4n)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -70,8 +72,9 @@ def weight_bytes(chip: Chip, op: Op) -> int:
     return align_up(total, chip.eu_bytes) if total else 0
 
 
-def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int], out_slice: tuple[int, int]) -> int:
-    """Op scratch for one slice (``(n_len, h_len)`` of input 0 and output), reference s6.
+def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, int],
+                  out_slice: tuple[int, int, int]) -> int:
+    """Op scratch for one slice (``(n_len, h_len, w_len)`` of input 0 and output), reference s6.
 
     * grouped (non-depthwise) conv: a re-laid-out input plus ``2 * ic_per_lane * bytes``;
     * depthwise conv on narrow types: an int32 copy of the output;
@@ -86,7 +89,7 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int], o
     if op.type == "Conv" and op.attrs.get("group", 1) > 1:
         if is_depthwise(op):
             if dtype_bytes(tout.dtype) < 4:
-                return activation_lane_bytes((out_slice[0], tout.c, out_slice[1], tout.w), "int32", chip.npu_num,
+                return activation_lane_bytes((out_slice[0], tout.c, out_slice[1], out_slice[2]), "int32", chip.npu_num,
                                              chip.eu_bytes)
             return 0
         relaid = activation_bytes(chip, tin, *in_slice)
@@ -95,7 +98,7 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int], o
         per_slice = activation_bytes(chip, tin, *in_slice) // max(1, in_slice[0])
         return 2 * align_up(per_slice, chip.eu_bytes) + align_up(32 * dtype_bytes(tin.dtype), chip.eu_bytes)
     if op.type == "Add" and is_integer(tout.dtype) and dtype_bytes(tout.dtype) == 1:
-        return 2 * activation_lane_bytes((out_slice[0], tout.c, out_slice[1], tout.w), "int16", chip.npu_num,
+        return 2 * activation_lane_bytes((out_slice[0], tout.c, out_slice[1], out_slice[2]), "int16", chip.npu_num,
                                          chip.eu_bytes)
     return 0
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping, cast, get_args
 
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json, write_json
-from lgopt.model.plan import BankRule, Buffer, GroupPlan, Plan, PlanStatus, Row, Transfer, Window4
+from lgopt.model.plan import BankRule, Buffer, Cols, GroupPlan, Plan, PlanStatus, Row, Transfer, Window4
 
 FORMAT = "lgopt-plan"
 VERSION = 1
@@ -46,6 +46,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "cost": dict(g.cost),
                 **({"kept_in": list(g.kept_in)} if g.kept_in else {}),
                 **({"kept_out": list(g.kept_out)} if g.kept_out else {}),
+                **({"w_slices": g.w_slices,
+                    "w_windows": {t: [list(w) for w in ws] for t, ws in g.w_windows.items()},
+                    "w_stores": {t: [list(w) for w in ws] for t, ws in g.w_stores.items()}}
+                   if g.w_slices > 1 or g.w_windows or g.w_stores else {}),
             }
             for g in plan.groups
         ],
@@ -77,13 +81,23 @@ def _names(v: Any, what: str, where: str) -> tuple[str, ...]:
 
 
 def _windows(d: Any, where: str) -> dict[str, tuple[Window4, ...]]:
+    return _bounds(d, where, "windows", "[n0, n1, h0, h1]")  # type: ignore[return-value]
+
+
+def _cols(d: Any, where: str, what: str) -> dict[str, tuple[Cols, ...]]:
+    return _bounds(d, where, what, "[w0, w1]")  # type: ignore[return-value]
+
+
+def _bounds(d: Any, where: str, what: str, form: str) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Per-tensor lists of integer bounds of the length ``form`` names."""
+    size = form.count(",") + 1
     if not isinstance(d, Mapping):
-        raise LgoptError(f"{where}: windows must be an object")
-    out: dict[str, tuple[Window4, ...]] = {}
+        raise LgoptError(f"{where}: {what} must be an object")
+    out: dict[str, tuple[tuple[int, ...], ...]] = {}
     for t, ws in d.items():
-        if not isinstance(ws, list) or not all(isinstance(w, list) and len(w) == 4 for w in ws):
-            raise LgoptError(f"{where}: windows of {t} must be lists of [n0, n1, h0, h1]")
-        out[t] = tuple(tuple(_int(x, f"a window bound of {t}", where) for x in w) for w in ws)  # type: ignore[misc]
+        if not isinstance(ws, list) or not all(isinstance(w, list) and len(w) == size for w in ws):
+            raise LgoptError(f"{where}: {what} of {t} must be lists of {form}")
+        out[t] = tuple(tuple(_int(x, f"a window bound of {t}", where) for x in w) for w in ws)
     return out
 
 
@@ -125,7 +139,10 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
                                 int(_get(g, "h_slices", w, int)), rows, _names(g.get("preloads", []), "preloads", w),
                                 bufs, _windows(_get(g, "windows", w), w), _windows(_get(g, "stores", w), w),
                                 cast(Any, _costs(g.get("cost", {}), w)), _names(g.get("kept_in", []), "kept_in", w),
-                                _names(g.get("kept_out", []), "kept_out", w)))
+                                _names(g.get("kept_out", []), "kept_out", w),
+                                _int(g.get("w_slices", 1), "w_slices", w),
+                                _cols(g.get("w_windows", {}), w, "w_windows"),
+                                _cols(g.get("w_stores", {}), w, "w_stores")))
     steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):

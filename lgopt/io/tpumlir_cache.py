@@ -151,6 +151,31 @@ def is_cast(loc: str) -> bool:
     return bool(CAST.search(loc))
 
 
+def cast_operands(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
+    """The lgopt tensors the casts among ``locs`` convert (``<operand><consumer>_f16|_f32``), network inputs first.
+
+    The operand is the shortest ``_``-cut prefix of the cast's name that names a tensor (the longest would be
+    the consumer's), or a network input the name starts with (TPU-MLIR's graph input is f32 and the group loads
+    it so, then casts it)."""
+    aliases = _aliases(net)
+    out: list[str] = []
+    for loc in locs:
+        if not is_cast(loc):
+            continue
+        t = next((x for x in net.inputs if loc.startswith(x) and not loc[len(x):len(x) + 1].isalnum()), None)
+        i = 0
+        while t is None:
+            i = loc.find("_", i + 1)
+            if i < 0:
+                break
+            op = aliases.get(loc[:i])
+            if op is not None:
+                t = net.op(op).outputs[0]
+        if t is not None and t not in out:
+            out.append(t)
+    return tuple(sorted(out, key=lambda x: x not in net.inputs))
+
+
 # --- the mapping -----------------------------------------------------------------------------------
 
 def _positions(cache: Cache) -> list[tuple[tuple[int, int], str, int]]:

@@ -20,7 +20,7 @@ becomes the interval of TPU-MLIR's order from its first to its last op, with
   such casts in its own groups too (resnet18 ``[30-33]``).  Casts at the edges of the interval
   (before the group's first op or after its last) stay global layers, as TPU-MLIR's input cast does:
   they convert a tensor that crosses GMEM anyway, and it is always legal;
-* ``shape_secs`` = ``[n_slices, 1, 1, h_slices, 1]``;
+* ``shape_secs`` = ``[n_slices, 1, 1, h_slices, w_slices]`` (lgopt slices N, H and W, never C or D);
 * ``index`` in load order over groups and global layers, ``func_start_idx``/``func_end_idx``,
   ``base_group_idx`` from the reference, ``group_cost`` 0 (the loader copies it and never uses it).
 
@@ -352,7 +352,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
         base = span[0].base
         if base_groups is not None:
             base = next(i for i, (a, b) in enumerate(base_groups[subs[si]]) if a <= lo and hi <= b)
-        e = _entry(lo, [r.loc for r in span], [g.n_slices, 1, 1, g.h_slices, 1], base)
+        e = _entry(lo, [r.loc for r in span], [g.n_slices, 1, 1, g.h_slices, g.w_slices], base)
         groups.setdefault(si, []).append((lo, e))
     globs = {si: [(r.idx, r.loc) for r in ops if (si, r.idx) not in taken] for si, ops in ref_ops.items()}
     if any(g.kept_in or g.kept_out for g in plan.groups):
@@ -411,8 +411,8 @@ def _without_reference(plan: Plan, net: Network, onnx_model: str | Path | None
         if glob:
             raise LgoptError(f"cannot export plan group {k}: {glob[0]} ({net.op(glob[0]).type}) runs only as a "
                              "global layer")
-        groups.append((idx[ops[0]], _entry(idx[ops[0]], [names[o] for o in ops], [g.n_slices, 1, 1, g.h_slices, 1],
-                                           -1)))
+        secs = [g.n_slices, 1, 1, g.h_slices, g.w_slices]
+        groups.append((idx[ops[0]], _entry(idx[ops[0]], [names[o] for o in ops], secs, -1)))
         taken.update(ops)
     globs = [(idx[o], names[o]) for o in order if o not in taken]
     warnings = [

@@ -273,25 +273,42 @@ def resize_source(o: int, in_size: int, out_size: int, attrs: Mapping[str, Any])
 
 def backward_h(op: Op, k: int, out: Window, in_h: int, out_h: int) -> Window:
     """Rows of input ``k`` that output rows ``out`` need."""
+    return _backward_axis(op, out, in_h, out_h, 0)
+
+
+def backward_w(op: Op, k: int, out: Window, in_w: int, out_w: int) -> Window:
+    """Columns of input ``k`` that output columns ``out`` need (W slices, as TPU-MLIR cuts them once N and H
+    are exhausted): the same rules as :func:`backward_h` on the second spatial axis."""
+    return _backward_axis(op, out, in_w, out_w, 1)
+
+
+def _backward_axis(op: Op, out: Window, in_size: int, out_size: int, axis: int) -> Window:
+    """Range of an input along spatial ``axis`` (0 = H, 1 = W) that output range ``out`` reads.
+
+    One rule for both axes, so H and W windows cannot drift apart: kernel, stride, dilation and the
+    leading pad of that axis (pads are (top, left, bottom, right)); a Resize's coordinate mode of that axis
+    (``coord_h`` for H, falling back to ``coord``, which is W's)."""
     family = _FAMILY.get(op.type)  # a plain dict: this runs for every op of every slice tried
     a = op.attrs
     if out[0] >= out[1]:
         return (0, 0)
     if family is Family.CONV or family is Family.POOL:
-        return _sliding_window_rows(out, a["kernel"][0], a["strides"][0], a.get("dilations", (1, 1))[0],
-                                    a["pads"][0], in_h)
+        return _sliding_window_rows(out, a["kernel"][axis], a["strides"][axis], a.get("dilations", (1, 1))[axis],
+                                    a["pads"][axis], in_size)
     if family is Family.DECONV:
-        return _deconv_rows(out, a["kernel"][0], a["strides"][0], a.get("dilations", (1, 1))[0], a["pads"][0], in_h)
+        return _deconv_rows(out, a["kernel"][axis], a["strides"][axis], a.get("dilations", (1, 1))[axis],
+                            a["pads"][axis], in_size)
     if family is Family.GLOBAL_POOL:
-        return (0, in_h)
-    if family is Family.RESHAPE and in_h != out_h:  # a view that re-splits H x W: only whole (never sliced)
-        return (0, in_h)
+        return (0, in_size)
+    if family is Family.RESHAPE and in_size != out_size:  # a view that re-splits H x W: only whole (never sliced)
+        return (0, in_size)
     if family is Family.RESIZE:
-        lo, _ = resize_source(out[0], in_h, out_h, {**a, "coord": a.get("coord_h", a.get("coord"))})
-        _, hi = resize_source(out[1] - 1, in_h, out_h, {**a, "coord": a.get("coord_h", a.get("coord"))})
+        coord = a.get("coord_h", a.get("coord")) if axis == 0 else a.get("coord")
+        lo, _ = resize_source(out[0], in_size, out_size, {**a, "coord": coord})
+        _, hi = resize_source(out[1] - 1, in_size, out_size, {**a, "coord": coord})
         return (lo, hi + 1)
     # elementwise, activations, concat: identity, or the single row of a broadcast operand
-    if in_h == 1 and out_h != 1:
+    if in_size == 1 and out_size != 1:
         return (0, 1)
     return out
 

@@ -116,6 +116,7 @@ class Buffer:
 
 
 Window4 = tuple[int, int, int, int]  # n0, n1, h0, h1
+Cols = tuple[int, int]  # w0, w1: the columns a W-sliced window holds
 
 
 @dataclass(frozen=True)
@@ -133,10 +134,26 @@ class GroupPlan:
     # whole-tensor resident buffers at the same offset in both, no store-and-reload through GMEM
     kept_in: tuple[str, ...] = ()
     kept_out: tuple[str, ...] = ()
+    # W slices (TPU-MLIR's, after N and H): slice s = (ni * h_slices + hi) * w_slices + wi.  The columns of each
+    # window and stored part are given only when W is sliced; with w_slices == 1 every window holds every
+    # column, so plans that do not slice W (every plan before W slices existed) read and write as before
+    w_slices: int = 1
+    w_windows: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
+    w_stores: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
 
     @property
     def num_slices(self) -> int:
-        return self.n_slices * self.h_slices
+        return self.n_slices * self.h_slices * self.w_slices
+
+    def cols(self, tensor: str, s: int, width: int) -> Cols:
+        """Columns of ``tensor`` (of width ``width``) that slice ``s`` holds in LMEM."""
+        ws = self.w_windows.get(tensor)
+        return ws[s] if ws is not None else (0, width)
+
+    def stored_cols(self, tensor: str, s: int, width: int) -> Cols:
+        """Columns of group output ``tensor`` that slice ``s`` writes back."""
+        ws = self.w_stores.get(tensor)
+        return ws[s] if ws is not None else (0, width)
 
     def with_offsets(self, offsets: Mapping[int, int]) -> GroupPlan:
         return replace(self, buffers=tuple(replace(b, offset=offsets.get(b.id, b.offset)) for b in self.buffers))

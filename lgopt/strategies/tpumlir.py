@@ -4,11 +4,14 @@ built exactly (same groups, same slice counts) with lgopt's slicing, timesteps, 
 Nothing is adjusted to make it fit.  The slicing rule is the compiler's (``h_ratio=None``: no h/2
 limit, slices need not advance, :mod:`lgopt.group.slicing`), whatever ``--h-ratio`` says, since it is
 the compiler's grouping being rebuilt; LMEM allocation is judged thoroughly (greedy orders, then the exact
-packer).  A group lgopt cannot build (an op it only runs as a global layer, C/D/W slices, LMEM
+packer).  A group lgopt cannot build (an op it only runs as a global layer, C or D slices, LMEM
 allocation) makes the whole grouping infeasible: :class:`GroupingInfeasible` names the group and the
 reason.  A group whose cache says ``[0, 0, 0, 0, 0]`` ("compiler picks") gets its slice counts the way
 TPU-MLIR's quick search picks them: N up to its maximum first, then H, the first that fits
-(``info["searched"]`` says so).
+(``info["searched"]`` says so).  The compiler's own reading of a cache is followed where lgopt's differs:
+W slices are built like H slices (:mod:`lgopt.group.slicing`); ``hsecs``/``wsecs`` beyond a group output's
+rows or columns run only the non-empty sections (:func:`compiled_sections`, ``info["sections"]``); a group
+holding the network input's cast budgets the f32 input slice it loads (:func:`_f32_copies`).
 
 ``exact=False`` is a documented relaxation for reports: ops lgopt can only run as global layers, at
 the start or end of a TPU-MLIR group, are run as global layers next to it, and an op TPU-MLIR splits
@@ -24,9 +27,10 @@ from typing import Any
 
 from lgopt.errors import LgoptError
 from lgopt.group.build import assemble, n_unit, try_group
+from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
-from lgopt.io.tpumlir_cache import CacheMap, check_secs, load_cache, map_cache
+from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
@@ -51,6 +55,7 @@ class GroupResult:
     secs: tuple[int, ...]  # as the cache gives them
     n_slices: int = 0
     h_slices: int = 0
+    w_slices: int = 1
     searched: bool = False
     plan: GroupPlan | None = None  # placed and costed
     reason: str = ""  # why not, when plan is None and ops is not empty
@@ -88,7 +93,7 @@ def _peel(net: Network, ops: list[str]) -> tuple[list[str], list[str]]:
     return ops, peeled
 
 
-def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings
+def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings, f32: tuple[str, ...] = ()
             ) -> tuple[GroupPlan | None, int, int, str]:
     """TPU-MLIR's quick search in lgopt's terms: N first to its maximum, then H; the first that fits."""
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
@@ -97,14 +102,47 @@ def _search(net: Network, chip: Chip, ops: tuple[str, ...], st: SearchSettings
     why = ""
     n = 1
     for n in range(1, n_max + 1):
-        gp, why = try_group(net, chip, ops, n, 1, COMPILER_H_RATIO, st.bank_rule, thorough=True)
+        gp, why = try_group(net, chip, ops, n, 1, COMPILER_H_RATIO, st.bank_rule, thorough=True, f32_copies=f32)
         if gp is not None:
             return gp, n, 1, ""
     for h in range(2, h_max + 1):
-        gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True)
+        gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, f32_copies=f32)
         if gp is not None:
             return gp, n, h, ""
     return None, n, h_max, f"no slice counts fit (searched N 1..{n_max}, then H 2..{h_max}; last: {why})"
+
+
+def _f32_copies(net: Network, ops: tuple[str, ...], locs: tuple[str, ...]) -> tuple[str, ...]:
+    """Network inputs a cache group loads as f32 and casts to f16 itself (``input<consumer>_f16`` among its
+    ops): TPU-MLIR's graph input is f32, so such a group holds the f32 slice beside the f16 one, and the
+    extra bytes decide whether it fits (pulling the input cast into resnet18's, resnet50's, mobilenet_v2's
+    and mnasnet's first group fails to allocate in TPU-MLIR).  Interior casts (ops it computes in f32:
+    yolov5s's SiLU, mnasnet's mean) are left out: each is a row of its own in TPU-MLIR's table, which lgopt's
+    table has no place for; budgeting their f32 copies over the tensors' lifetimes refuses 43 groupings the
+    compiler allocated, and as scratch of the f32 op 15, while catching none it refused
+    (``benchmarks/calibration/README.md``)."""
+    touched = {t for o in ops for t in net.op(o).inputs}
+    return tuple(t for t in cast_operands(net, locs) if t in net.inputs and t in touched
+                 and net.tensor(t).dtype != "f32")
+
+
+def compiled_sections(net: Network, ops: tuple[str, ...], h: int, w: int) -> tuple[tuple[int, int], str]:
+    """The H and W slice counts TPU-MLIR really runs for ``hsecs``/``wsecs`` (and why none, when it cannot).
+
+    It splits every group output into that many sections differing by at most one row (column) and drops the
+    empty ones (reference s3.4), so an output of fewer rows than ``hsecs`` runs fewer slices: mnasnet's
+    tail group ends in a mean over H and W, whose one-row output makes ``hsecs=2`` one slice (the timeline
+    shows every op once, at full height).  Outputs that would run different numbers of slices are refused.
+    N is not clamped: where lgopt's batch is smaller than ``nsecs``, TPU-MLIR's N is another dimension."""
+    outs = [net.tensor(t) for t in group_io(net, ops).outputs]
+    got = []
+    for secs, dim in ((h, "H"), (w, "W")):
+        sizes = {min(secs, t.h if dim == "H" else t.w) for t in outs}
+        if len(sizes) > 1:
+            return (h, w), (f"{dim.lower()}secs={secs} splits the group's outputs into different numbers of "
+                            f"non-empty sections ({', '.join(map(str, sorted(sizes)))})")
+        got.append(sizes.pop())
+    return (got[0], got[1]), ""
 
 
 def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings = SearchSettings(),
@@ -157,24 +195,29 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             out.append(GroupResult(gi, tops, g.secs, reason=reason, adjusted=tuple(adjusted), peeled=tuple(peeled)))
             continue
         n, c, d, h, w = g.secs
+        f32 = _f32_copies(net, tops, g.locs)
         if not any(g.secs):
-            gp, n, h, why = _search(net, chip, tops, st)
+            gp, n, h, why = _search(net, chip, tops, st, f32)
             searched = True
-        elif c > 1 or d > 1 or w > 1:
+        elif c > 1 or d > 1:
             gp, searched = None, False
-            why = f"shape_secs {list(g.secs)}: lgopt slices only N and H, not C, D or W"
+            why = f"shape_secs {list(g.secs)}: lgopt slices N, H and W, not C or D"
         elif n > (batch := min(net.tensor(t).n for o in tops for t in net.op(o).outputs)):
             gp, searched = None, False
             why = (f"shape_secs {list(g.secs)}: nsecs={n} but lgopt's N of this group is {batch} (TPU-MLIR slices "
                    "a dimension lgopt folds elsewhere)")
         else:
-            gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True)
-            searched = False
+            (h, w), why = compiled_sections(net, tops, h, w)
+            gp, searched = None, False
+            if not why:
+                gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
+                                    f32_copies=f32)
             if gp is None:
-                why = f"secs n={n} h={h}: {why}"
+                why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
         if gp is not None:
             gp = with_cost(chip, net, gp)
-        out.append(GroupResult(gi, tops, g.secs, n, h, searched, gp, why, tuple(adjusted), tuple(peeled)))
+        out.append(GroupResult(gi, tops, g.secs, n, h, max(1, w), searched, gp,
+                               why, tuple(adjusted), tuple(peeled)))
     return Reading(cm, tuple(out))
 
 
@@ -245,6 +288,9 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
         "searched": [f"group {g.index}: cache says [0,0,0,0,0]; picked n={g.n_slices} h={g.h_slices} the way "
                      "TPU-MLIR's quick search does (N first, then H; first that fits)" for g in r.groups if g.searched],
         "adjusted": [a for g in r.groups for a in g.adjusted],
+        "sections": [f"group {g.index}: shape_secs {list(g.secs)} run as h={g.h_slices} w={g.w_slices}: TPU-MLIR drops "
+                     "the empty sections of outputs with fewer rows or columns" for g in r.groups
+                     if g.plan is not None and not g.searched and (g.h_slices, g.w_slices) != (g.secs[3], g.secs[4])],
         "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason],
         "fused": list(cm.fused), "split": {k: list(v) for k, v in cm.split.items()},
         "notes": list(cm.notes),
