@@ -124,9 +124,9 @@ class _Builder:
 
 
 def grouping_of(plan: Plan, index: Mapping[str, int]) -> Grouping:
-    """``plan``'s groups of two ops or more, each with its ops in ``index``'s order (the compiler's)."""
-    cuts = [Cut(tuple(sorted(g.ops, key=index.__getitem__)), g.n_slices, g.h_slices)
-            for g in plan.groups if len(g.ops) > 1]
+    """``plan``'s groups, each with its ops in ``index``'s order (the compiler's).  A one-op group stays: with
+    the cast TPU-MLIR grouped it with it is a group there (mobilenet_v3_small's stem)."""
+    cuts = [Cut(tuple(sorted(g.ops, key=index.__getitem__)), g.n_slices, g.h_slices) for g in plan.groups]
     return tuple(sorted(cuts, key=lambda c: index[c.ops[0]]))
 
 
