@@ -170,8 +170,8 @@ def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_l
 def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int) -> tuple[int, int, bool]:
     """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` of an activation: one run per
     batch and channel (a channel's rows are contiguous in GMEM), a single element when it is 1 x 1."""
-    t = net.tensor(tensor)
-    return gmem_bytes(net, tensor, n_len, h_len), n_len * t.c, h_len * t.w == 1
+    ln, lc, lh, lw = net.tensor(tensor).lane_shape(n_len, h_len)  # a run per batch and lane-axis entry
+    return gmem_bytes(net, tensor, n_len, h_len), ln * lc, lh * lw == 1
 
 
 @lru_cache(maxsize=1 << 16)
@@ -179,10 +179,14 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
     out = net.tensor(op.outputs[0])
     dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
     eu = chip.eu_elems(dt)
-    cpl_out = channels_per_lane(out.c, chip.npu_num)
-    ohw = align_up(sl.out_h * out.w, eu)
+    _, lc, lh, lw = out.lane_shape(sl.n, sl.out_h)  # a rank-3 tensor's rows are over the lanes
+    cpl_out = channels_per_lane(lc, chip.npu_num)
+    ohw = align_up(lh * lw, eu)
     spec = opsem.OP_SPECS[op.type]
     family = spec.family
+    if family is opsem.Family.MATMUL:  # each lane: its rows' outputs, K MACs each, on the MAC array
+        k = net.tensor(op.inputs[0]).w
+        return issue + cdiv(sl.n * cpl_out * ohw * k, chip.macs_per_lane[dt])
     if family in (opsem.Family.CONV, opsem.Family.DECONV):
         f = next(w for w in op.weights if w.role == "filter")
         kh, kw = f.shape[2], f.shape[3]
@@ -201,8 +205,8 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
         kh, kw = op.attrs["kernel"]
         return issue + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
     if family is opsem.Family.GLOBAL_POOL:
-        inp = net.tensor(op.inputs[0])
-        return issue + cdiv(sl.n * cpl_out * align_up(sl.in_h * inp.w, eu), eu)
+        _, ic, ih, iw = net.tensor(op.inputs[0]).lane_shape(sl.n, sl.in_h)
+        return issue + cdiv(sl.n * channels_per_lane(ic, chip.npu_num) * align_up(ih * iw, eu), eu)
     if family is opsem.Family.RESIZE:
         per = 4 if op.attrs.get("mode") == "linear" else 1
         return issue + cdiv(sl.n * cpl_out * ohw * per, eu)

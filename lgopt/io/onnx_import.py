@@ -282,10 +282,13 @@ class _Builder:
                              "(give static input shapes with --input-shape NAME=N,C,H,W)")
         return dims
 
-    def weight(self, name: str, role: str) -> Weight:
+    def weight(self, name: str, role: str, rank: int = 0) -> Weight:
+        """A constant operand; ``rank``: its shape right-aligned to that rank (ONNX broadcasting), so that it
+        folds like the activation it is combined with."""
         init = self.inits[name]
         dt = ONNX_DTYPES.get(init.data_type, "f32")
-        return Weight(name, tuple(int(d) for d in init.dims), self._dt(dt), role)
+        dims = tuple(int(d) for d in init.dims)
+        return Weight(name, (1,) * max(0, rank - len(dims)) + dims, self._dt(dt), role)
 
     def add(self, op: Op) -> None:
         self.ops.append(op)
@@ -317,7 +320,8 @@ class _Builder:
         if t not in opsem.LOCAL_TYPES and t not in ("Upsample",):
             return self._global(node, name, form.acts, form.consts, form.outs, f"{t} is not a layer-group op")
         local, h_split, n_split, reason = opsem.classify(form.op_type, form.attrs, [self.shape(a) for a in form.acts],
-                                                         [self.shape(o) for o in form.outs])
+                                                         [self.shape(o) for o in form.outs],
+                                                         any(w.role == "filter" for w in form.weights))
         dts = {self._dt(self.info.get(a, (None, "f32"))[1]) for a in form.acts + form.outs}
         if local and not dts <= set(COMPUTE_DTYPES):
             local, h_split, n_split, reason = False, False, False, f"dtype {sorted(dts)}"
@@ -393,8 +397,30 @@ class _Builder:
             weights = [self.weight(c, r) for c, r in zip(ins[1:5], ("scale", "bias", "mean", "var")) if c in self.inits]
             consts = []
             outs = outs[:1]
+        elif t == "MatMul":
+            if consts and (len(acts) != 1 or ins[0] != acts[0] or len(self.shape(consts[0])) != 2):
+                return _Global(acts, consts, outs, "MatMul with a constant operand other than a [K, N] weight")
+            weights = [self.weight(c, "filter") for c in consts]
+            consts = []
+        elif t in ("Softmax", "LayerNormalization"):
+            rank = len(self.shape(outs[0]))
+            axis = int(_attr(node, "axis", -1))
+            attrs = {"axis": -1 if axis % rank == rank - 1 else axis % rank}
+            if t == "LayerNormalization":
+                attrs["epsilon"] = float(_attr(node, "epsilon", 1e-5))
+                weights = [self.weight(c, r, rank) for c, r in zip(ins[1:3], ("scale", "bias")) if c in self.inits]
+                if len(weights) != len([c for c in ins[1:3] if c]):
+                    return _Global(acts, consts, outs, "LayerNormalization with a computed scale or bias")
+                consts = []
+            outs = outs[:1]
+        elif t == "Transpose":
+            dims = self.shape(acts[0]) if acts else ()
+            attrs = {"perm": tuple(int(p) for p in _attr(node, "perm", range(len(dims))[::-1])), "in_dims": dims}
+        elif t == "Gelu":
+            attrs = {"approximate": str(_attr(node, "approximate", "none"))}
         elif t in opsem.BINARY_TYPES or t == "PRelu":
-            weights = [self.weight(c, "const") for c in consts]
+            rank = len(self.shape(outs[0])) if t != "PRelu" else 0
+            weights = [self.weight(c, "const", rank) for c in consts]
             consts = []
             if not acts:
                 return _Global(acts, [c for c in ins if c], outs, "constant-only op")

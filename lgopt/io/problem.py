@@ -71,7 +71,8 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
         if op_type in opsem.OP_SPECS and not o.get("global_reason"):  # a layer-group type: its attributes, first
             _check_attrs(op_type, attrs, weights, w)
         local, h_split, n_split, reason = opsem.classify(
-            op_type, attrs, [tensors[t].orig_shape for t in ins], [tensors[t].orig_shape for t in outs])
+            op_type, attrs, [tensors[t].orig_shape for t in ins], [tensors[t].orig_shape for t in outs],
+            any(x.role == "filter" for x in weights))
         if o.get("global_reason"):  # the file may force a global layer; its reason wins
             local, h_split, n_split, reason = False, False, False, str(o["global_reason"])
         ops.append(Op(_req(o, "name", w), op_type, ins, outs, weights, attrs, tuple(o.get("fused", ())), local,
