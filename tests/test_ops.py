@@ -118,7 +118,8 @@ def test_rules_and_ranks_make_an_op_global_with_a_reason():
     assert classify("MaxPool", {"strides": (16, 16)}, [s4], [s4])[3] == "MaxPool stride above 15"
     assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis"
     assert classify("Conv", {}, [(1, 8, 36)], [(1, 8, 36)])[3] == "Conv on non-4-D tensors"
-    assert classify("Relu", {}, [(1, 2, 8, 6, 6)], [(1, 2, 8, 6, 6)])[3] == "Relu on rank-5 tensors (rank 2, 3, 4 only)"
+    assert classify("Relu", {}, [(1, 2, 8, 6, 6)], [(1, 2, 8, 6, 6)])[3] == "Relu on rank-5 tensors (rank 3, 4 only)"
+    assert classify("Relu", {}, [(1, 4096)], [(1, 4096)])[3] == "Relu on rank-2 tensors (rank 3, 4 only)"
     assert classify("Gemm", {}, [s4], [s4])[3] == "Gemm is not a layer-group op"
     assert classify("ReduceMean", {"axes": (1,)}, [s4], [s4])[3] == \
         "ReduceMean not over H and W, nor over the last axis with keepdims"

@@ -56,6 +56,10 @@ def tiu_category(op: Op) -> tuple[str, str]:
         return "conv", "conv"
     if fam in (opsem.Family.BINARY, opsem.Family.UNARY, opsem.Family.POOL):
         return op.type, fam.value
+    if fam is opsem.Family.MATMUL:  # no matmul group was fitted: the MAC array's constants, the conv's
+        return "matmul", "conv"
+    if fam is opsem.Family.ROWWISE:  # vector work per element, as an activation's
+        return op.type, "unary"
     return fam.value, fam.value
 
 

@@ -64,10 +64,9 @@ class OpSpec:
     @property
     def ranks(self) -> tuple[int, ...]:
         """Ranks its activation operands may have.  Rank 3 ``[B, M, K]`` folds to ``(B, 1, M, K)`` (rows M
-        sliced as H, held across the lanes); rank 2 ``[N, C]`` to ``(N, C, 1, 1)`` (no rows to slice)."""
-        if self.family in (Family.BINARY, Family.UNARY):
-            return (2, 3, 4)
-        if self.family in (Family.MATMUL, Family.ROWWISE) or self.type == "ReduceMean":
+        sliced as H, held across the lanes).  Rank 2 ``[N, C]`` (a classifier's vectors) stays global: TPU-MLIR
+        runs it so, and as ``(N, C, 1, 1)`` each channel would be a one-element transfer."""
+        if self.family in (Family.BINARY, Family.UNARY, Family.MATMUL, Family.ROWWISE) or self.type == "ReduceMean":
             return (3, 4)
         return (4,)
 
@@ -246,7 +245,7 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
     >>> classify("Flatten", {}, [(1, 512, 1, 1)], [(1, 512)])
     (True, True, True, '')
     >>> classify("Relu", {}, [(1, 8, 4, 4, 4)], [(1, 8, 4, 4, 4)])[3]
-    'Relu on rank-5 tensors (rank 2, 3, 4 only)'
+    'Relu on rank-5 tensors (rank 3, 4 only)'
     """
     spec = OP_SPECS.get(op_type)
     if spec is None:
