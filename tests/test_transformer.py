@@ -119,3 +119,69 @@ def test_every_cause_of_a_global_layer_is_one_line(tmp_path):
     causes = {op.reason.partition(": ")[0] for op in net.ops if not op.local}
     assert len(lines) == 1 + len(causes)
     assert sum(int(line.split()[0]) for line in lines[1:]) == len(plan.global_layers)
+
+
+def test_the_transformer_kernels_compute_what_onnxruntime_computes(tmp_path):
+    """LayerNormalization, Gelu (both forms), Softmax, ReduceMean over the last axis, Sqrt, Pow, Neg, a MatMul
+    with a weight and one of two activations through a head-split view: the simulator's numpy kernels agree
+    with onnxruntime on every tensor (ONNX semantics, written independently of the planner)."""
+    import numpy as np
+    from onnx_graphs import G
+
+    g = G((1, 12, 24), opset=20)
+    h = g.n("LayerNormalization", ["x", g.w([24]), g.w([24])], axis=-1, epsilon=1e-5)
+    a = g.n("Gelu", [g.n("MatMul", [h, g.w([24, 32])])], approximate="tanh")
+    b = g.n("Gelu", [g.n("MatMul", [h, g.w([24, 32])])])
+    q = g.n("Reshape", [a, g.w(None, np.array([1, 12, 4, 8], dtype=np.int64))])
+    k = g.n("Reshape", [b, g.w(None, np.array([1, 12, 8, 4], dtype=np.int64))])
+    s = g.n("Softmax", [g.n("MatMul", [q, k])], axis=-1)
+    r = g.n("ReduceMean", [g.n("Pow", [h, g.w([1])]), g.w(None, np.array([-1], dtype=np.int64))], keepdims=1)
+    g.out(s)
+    g.out(g.n("Neg", [g.n("Div", [h, g.n("Sqrt", [g.n("Add", [r, g.w([1])])])])]))
+    path, net = _import(tmp_path, "kernels", g.model())
+    assert all(op.local for op in net.ops), [op.reason for op in net.ops if not op.local]
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+
+
+def test_a_convnext_block_holds_its_channels_last_tensors_rows_on_lanes(tmp_path):
+    """Between the two Transposes of a ConvNeXt block every op works on the last axis: those [N, H, W, C]
+    tensors are held as [N, H*W, C] (rows across the lanes, as TPU-MLIR's GROUP_SMALL_C remaps them), the
+    NCHW ones around them are not; the plan verifies and simulates, and onnxruntime agrees."""
+    import numpy as np
+    from onnx_graphs import G
+
+    g = G((1, 8, 6, 6), opset=17)
+    x = g.conv("x", 8, 8, k=7, g=8)  # depthwise
+    t = g.n("Transpose", [x], perm=[0, 2, 3, 1])
+    h = g.n("LayerNormalization", [t, g.w([8]), g.w([8])], axis=-1)
+    h = g.n("MatMul", [g.n("Erf", [g.n("MatMul", [h, g.w([8, 32])])]), g.w([32, 8])])
+    y = g.n("Transpose", [g.n("Mul", [h, g.w([8])])], perm=[0, 3, 1, 2])
+    g.out(g.n("Add", [y, "x"]))
+    path, net = _import(tmp_path, "cnblock", g.model())
+    last = {n for n, ten in net.tensors.items() if ten.channels_last}
+    assert last and all(net.tensor(n).orig_shape[1:3] == (6, 6) for n in last)
+    assert all(net.tensor(n).shape == (1, 1, 36, net.tensor(n).w) for n in last)
+    assert not net.tensor("x").channels_last and not net.tensor(net.outputs[0]).channels_last
+    from lgopt.io.problem import network_from_dict
+    from lgopt.model.network import network_to_dict
+
+    assert network_from_dict(network_to_dict(net)).tensors == net.tensors  # the loader folds the same way
+    assert np.all([op.local for op in net.ops if op.type != "Transpose"])
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+    # the block without its Transposes (a channels-last input): onnxruntime checks every tensor of it
+    g = G((1, 6, 6, 8), opset=17)
+    h = g.n("LayerNormalization", ["x", g.w([8]), g.w([8])], axis=-1)
+    h = g.n("MatMul", [g.n("Erf", [g.n("MatMul", [h, g.w([8, 32])])]), g.w([32, 8])])
+    g.out(g.n("Add", [g.n("Mul", [h, g.w([8])]), "x"]))
+    path, net = _import(tmp_path, "cnrows", g.model())
+    assert all(ten.channels_last for ten in net.tensors.values())
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"

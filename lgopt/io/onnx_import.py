@@ -515,10 +515,11 @@ class _Builder:
         outputs = tuple(dict.fromkeys(self.res(o.name) for o in self.g.output))
         tensors: dict[str, Tensor] = {}
         needed = dict.fromkeys(list(inputs) + [t for op in ops for t in op.inputs + op.outputs] + list(outputs))
+        last = opsem.channels_last(ops, {t: self.shape(t) for t in needed})
         for t in needed:  # ordered: problem files must not depend on the hash seed
             shp = self.shape(t)
             dt = self._dt(self.info.get(t, (None, "f32"))[1])
-            tensors[t] = Tensor(t, to_nchw(shp), dt, tuple(shp))
+            tensors[t] = Tensor(t, to_nchw(shp, t in last), dt, tuple(shp), t in last)
         used_inputs = tuple(i for i in inputs if i in tensors)
         return check_network(Network(name, tensors, tuple(ops), used_inputs, outputs))
 

@@ -32,6 +32,7 @@ class Tensor:
     shape: Shape4
     dtype: str
     orig_shape: tuple[int, ...] = ()
+    channels_last: bool = False  # a rank-4 [N, H, W, C] only row ops touch: folded as the rank-3 [N, H*W, C]
 
     @property
     def n(self) -> int:
@@ -58,8 +59,9 @@ class Tensor:
     def rows_on_lanes(self) -> bool:
         """Whether the folded H axis lies across the lanes: a rank-3 ``[B, M, K]`` tensor is folded to
         ``(B, 1, M, K)`` so that its rows M are what a group slices as H, but LMEM holds it as TPU-MLIR's
-        matmul groups do, ``(B, M, 1, K)`` (row m on lane m mod X, its K elements contiguous)."""
-        return len(self.orig_shape) == 3
+        matmul groups do, ``(B, M, 1, K)`` (row m on lane m mod X, its K elements contiguous); so is a
+        channels-last rank-4 one (:func:`lgopt.model.ops.channels_last`)."""
+        return len(self.orig_shape) == 3 or self.channels_last
 
     def lane_shape(self, n_len: int, h_len: int) -> Shape4:
         """The 4-D shape whose aligned layout a window of ``n_len`` batches and ``h_len`` rows has in LMEM
@@ -172,14 +174,16 @@ class Network:
         return [op for op in self.ops if not op.local]
 
 
-def to_nchw(shape: Iterable[int]) -> Shape4:
+def to_nchw(shape: Iterable[int], channels_last: bool = False) -> Shape4:
     """Fold any rank into NCHW: () -> 1111, (C) -> 1C11, (N,C) -> NC11, (B,M,K) -> B1MK (but (S,1,K) -> 11SK),
     (N,C,D...,W) -> (N, C, prod(D...), W).
 
     A rank-3 tensor is a batch of matrices (a transformer's ``[batch, tokens, features]``): its rows M are
     the axis a group slices, so they fold onto H; LMEM still holds them across the lanes
-    (:meth:`Tensor.lane_shape`)."""
+    (:meth:`Tensor.lane_shape`).  ``channels_last``: a rank-4 ``[N, H, W, C]`` folds as ``[N, H*W, C]`` would."""
     s = tuple(int(d) for d in shape)
+    if channels_last and len(s) == 4:
+        return (s[0], 1, s[1] * s[2], s[3])
     if len(s) == 0:
         return (1, 1, 1, 1)
     if len(s) == 1:

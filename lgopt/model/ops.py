@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
 from math import ceil, floor
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from lgopt.model.network import Op, lane_shape_of, to_nchw
 
@@ -42,7 +42,7 @@ class OpSpec:
     """Everything lgopt's planner knows about one local op type, in one entry.
 
     Adding an op type of an existing family is one entry in :data:`OP_SPECS` (plus, for new math, a
-    kernel in :mod:`lgopt.check.kernels`; ``docs/adding-an-op.md`` has the checklist).  The verifier keeps
+    kernel in :mod:`lgopt.check.kernels`; ``docs/extending.md`` has the checklist).  The verifier keeps
     its own receptive-field rule per family on purpose (:mod:`lgopt.check.verify`).
     """
 
@@ -267,6 +267,41 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
     if op_type == "ReduceMean":  # keeps the rows (may be H-sliced) when it reduces the last axis alone
         return True, tuple(sorted(attrs.get("axes", ()))) == (len(in_shapes[0]) - 1,), True, ""
     return True, spec.h_split, True, ""
+
+
+def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> frozenset[str]:
+    """The rank-4 tensors to hold as ``[N, H*W, C]`` rows across the lanes, not NCHW-style.
+
+    A ConvNeXt block permutes ``[N, C, H, W]`` to ``[N, H, W, C]``, runs LayerNorm, two MatMuls and GELU on
+    the last axis, and permutes back.  Folded NCHW-style its H would sit on the lanes (7 of 64 in the last
+    stage); TPU-MLIR remaps such chains (``GROUP_SMALL_C``).  A rank-4 tensor is held rows-on-lanes when every
+    op that touches it, and every rank-4 tensor those ops touch, is a local row op (elementwise, row-wise,
+    a last-axis ReduceMean, a MatMul with a weight) or a global Transpose (a permute: what it reads and
+    writes lives in GMEM).  Deterministic in the ops and shapes, so the importer and the problem loader
+    agree.
+    """
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while parent.setdefault(t, t) != t:
+            t = parent[t]
+        return t
+
+    bad: set[str] = set()
+    for op in ops:
+        t4 = [t for t in dict.fromkeys(op.inputs + op.outputs) if len(shapes[t]) == 4]
+        if not t4 or (op.type == "Transpose" and not op.local):
+            continue
+        family = _FAMILY.get(op.type)
+        row = op.local and (family in (Family.BINARY, Family.UNARY, Family.ROWWISE)
+                            or (family is Family.MATMUL and any(w.role == "filter" for w in op.weights))
+                            or (op.type == "ReduceMean" and op.h_split))
+        if not row or any(len(w.shape) == 4 and max(w.shape[1:3]) > 1 for w in op.weights):
+            bad.update(t4)
+        for t in t4[1:]:
+            parent[find(t)] = find(t4[0])
+    bad_roots = {find(t) for t in bad}
+    return frozenset(t for t in parent if find(t) not in bad_roots)
 
 
 # --- backward windows ---------------------------------------------------------------------------
