@@ -89,7 +89,7 @@ def test_cpsat_groups_a_vit_block_no_worse_than_greedy(tmp_path):
     greedy_plan, _ = parse_strategy("greedy").run(net, BM1684X, opts)
     from lgopt.strategies.cpsat.common import CpsatSettings
 
-    plan, _ = parse_strategy("cpsat").run(net, BM1684X, replace(opts, cpsat=CpsatSettings(time_limit=20, workers=2)))
+    plan, _ = parse_strategy("cpsat").run(net, BM1684X, replace(opts, cpsat=CpsatSettings(time_limit=8, workers=2)))
     assert verify_plan(net, plan) == []
     assert plan.cost["cycles"] <= greedy_plan.cost["cycles"]
     assert simulate(net, plan).ok
