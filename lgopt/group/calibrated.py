@@ -166,7 +166,7 @@ class CalibratedModel:
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
         outs = [net.tensor(t) for t in op.outputs]
-        if op.local:
+        if chip.local(op):
             o = outs[0]
             i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
             return self.tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))

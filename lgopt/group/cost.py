@@ -100,7 +100,7 @@ class AnalyticModel:
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
         outs = [net.tensor(t) for t in op.outputs]
         dt = outs[0].dtype if outs and outs[0].dtype in chip.macs_per_lane else "f32"
-        if op.local:
+        if chip.local(op):  # on a chip that keeps it out of groups, a local type is costed as any global op
             o = outs[0]
             i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
             return self.tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
@@ -254,7 +254,7 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
     moved.append(weight_gmem_bytes(op))
     traffic = sum(moved)
-    if op.local:  # a layer-group op type run alone: its operands move in the layout a group would use
+    if chip.local(op):  # a layer-group op type run alone: its operands move in the layout a group would use
         dma = sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs)
         dma += sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h, "store")
                    for t in op.outputs)
@@ -364,7 +364,7 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     must += sum(weight_gmem_bytes(op) for op in net.ops)
     # global layers move all their operands no matter what
     for op in net.ops:
-        if not op.local:
+        if not chip.local(op):
             must += sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs
                         if t not in net.inputs and t not in net.outputs)
     dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))

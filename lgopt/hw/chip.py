@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from lgopt.errors import LgoptError
 from lgopt.model.dtype import DTYPE_BYTES
-from lgopt.model.network import Network
+from lgopt.model.network import Network, Op
 
 REF = "shared/reference/tpu-mlir-layergroup.md s8 (TPU-MLIR backend headers)"
 
@@ -84,6 +84,10 @@ class Chip:
         if self.matmul_in_groups == getattr(PRESETS.get(self.name.lower()), "matmul_in_groups", True):  # likewise
             del d["matmul_in_groups"]
         return d
+
+    def local(self, op: Op) -> bool:
+        """Whether ``op`` may run in a layer group on this chip (a local op its compiler does not keep out)."""
+        return op.local and not self.group_rule(op.type)
 
     def group_rule(self, op_type: str) -> str:
         """Why this chip's compiler keeps ops of ``op_type`` out of layer groups ("" when it does not)."""

@@ -77,7 +77,7 @@ def global_reasons(net: Network, plan: Plan) -> list[str]:
     for v in layers:
         op = net.op(v)
         reason = (op.reason or f"{op.type} is not a layer-group op") if not op.local else \
-            chip.group_rule(op.type) or f"{op.type}: a local op that fits in no group on this chip"
+            chip.group_rule(op.type) or f"{op.type}, a local op, fits in no group on this chip"
         cause, _, detail = reason.partition(": ")
         causes[cause] += 1
         example.setdefault(cause, f"{detail}, {v}" if detail else v)
