@@ -116,7 +116,8 @@ def test_a_problem_file_must_give_the_required_attributes(op_type):
 def test_rules_and_ranks_make_an_op_global_with_a_reason():
     s4 = (1, 8, 6, 6)
     assert classify("MaxPool", {"strides": (16, 16)}, [s4], [s4])[3] == "MaxPool stride above 15"
-    assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis"
+    assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis nor on the last"
+    assert classify("Concat", {"axis": -1}, [(1, 8, 6), (1, 8, 6)], [(1, 8, 12)])[0]  # within each row
     assert classify("Conv", {}, [(1, 8, 36)], [(1, 8, 36)])[3] == "Conv on non-4-D tensors"
     assert classify("Relu", {}, [(1, 2, 8, 6, 6)], [(1, 2, 8, 6, 6)])[3] == "Relu on rank-5 tensors (rank 3, 4 only)"
     assert classify("Relu", {}, [(1, 4096)], [(1, 4096)])[3] == "Relu on rank-2 tensors (rank 3, 4 only)"
@@ -135,11 +136,12 @@ def test_a_reshape_is_local_only_as_a_view_and_h_sliced_only_when_it_keeps_h():
     assert not classify("Flatten", {}, [(1, 8, 6, 6)], [(1, 288)])[0]  # channels x pixels -> channels
 
 
-def test_a_slice_is_local_on_the_channel_axis_only():
+def test_a_slice_is_local_on_the_channel_axis_or_within_each_row():
     s4 = (1, 8, 6, 6)
     assert classify("Slice", {"axis": 1, "start": 4, "end": 8, "step": 1}, [s4], [(1, 4, 6, 6)])[0]
     assert classify("Slice", {"axis": 2, "start": 0, "end": 3, "step": 1}, [s4], [(1, 8, 3, 6)])[3] == \
-        "Slice not on the channel axis alone"
+        "Slice not on the channel axis alone nor on the last"
+    assert classify("Slice", {"axis": -1, "start": 0, "end": 3, "step": 1}, [s4], [(1, 8, 6, 3)])[:2] == (True, True)
     assert "step" in classify("Slice", {"axis": 1, "start": 0, "end": 8, "step": 2}, [s4], [(1, 4, 6, 6)])[3]
 
 

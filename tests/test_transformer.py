@@ -123,8 +123,9 @@ def test_every_cause_of_a_global_layer_is_one_line(tmp_path):
 
 
 def test_the_transformer_kernels_compute_what_onnxruntime_computes(tmp_path):
-    """LayerNormalization, Gelu (both forms), Softmax, ReduceMean over the last axis, Sqrt, Pow, Neg, a MatMul
-    with a weight and one of two activations through a head-split view: the simulator's numpy kernels agree
+    """LayerNormalization, Gelu (both forms), Softmax, ReduceMean over the last axis, Sqrt, Pow, Neg, Slice and
+    Concat within each row, a MatMul with a weight and one of two activations through a head-split view: the
+    simulator's numpy kernels agree
     with onnxruntime on every tensor (ONNX semantics, written independently of the planner)."""
     import numpy as np
     from onnx_graphs import G
@@ -139,6 +140,11 @@ def test_the_transformer_kernels_compute_what_onnxruntime_computes(tmp_path):
     r = g.n("ReduceMean", [g.n("Pow", [h, g.w([1])]), g.w(None, np.array([-1], dtype=np.int64))], keepdims=1)
     g.out(s)
     g.out(g.n("Neg", [g.n("Div", [h, g.n("Sqrt", [g.n("Add", [r, g.w([1])])])])]))
+
+    def cut(x, a, b):  # a run of the last axis
+        return g.n("Slice", [x] + [g.w(None, np.array([v], dtype=np.int64)) for v in (a, b, -1)])
+
+    g.out(g.n("Concat", [g.n("Neg", [cut(h, 12, 24)]), cut(h, 0, 12)], axis=-1))  # RoPE's rotate_half
     path, net = _import(tmp_path, "kernels", g.model())
     assert all(op.local for op in net.ops), [op.reason for op in net.ops if not op.local]
     verdict = check_with_onnxruntime(net, str(path))

@@ -244,6 +244,8 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
     elif family is Family.RESIZE:
         y = resize(op, xs[0], a, b, out.h, out.w)
+    elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -1:  # a run of each row's last axis
+        y = rows(xs[0], a, b, np.nan)[..., op.attrs["start"]:op.attrs["end"]]
     elif family is Family.CHANNEL_SLICE:
         y = rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
     elif family is Family.RESHAPE:  # a view: the rows re-split when the shape changes (then never H-sliced)
@@ -255,7 +257,7 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     elif family is Family.ROWWISE:
         y = rowwise(op, rows(xs[0], a, b, np.nan), weights)
     elif family is Family.CONCAT:
-        y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=1)
+        y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=3 if op.attrs["axis"] == -1 else 1)
     elif family is Family.BINARY:
         operands = [rows(x, a, b, np.nan) if x.H == out.h else rows(x, 0, 1, np.nan) for x in xs]
         consts = [_const(weights[w.name], out.c) for w in op.weights]

@@ -373,7 +373,8 @@ class _Builder:
             acts = acts[:1]
         elif t == "Concat":
             rank = len(self.shape(outs[0]))
-            attrs = {"axis": int(_attr(node, "axis", 1)) % rank}
+            axis = int(_attr(node, "axis", 1)) % rank
+            attrs = {"axis": -1 if axis == rank - 1 and rank >= 3 else axis}  # -1: within each row
             if consts:
                 return _Global(acts, consts, outs, "Concat with a constant operand")
         elif t in ("Resize", "Upsample"):
@@ -427,8 +428,9 @@ class _Builder:
         return _Form(op_type, attrs, weights, acts, consts, outs)
 
     def _slice_attrs(self, node: onnx.NodeProto, ins: list[str], rank: int) -> dict[str, Any]:
-        """A Slice as ``axis, start, end, step`` when it cuts one axis with constant bounds (else ``axis`` -1,
-        which no local rule accepts); ends past the axis are clamped as ONNX does."""
+        """A Slice as ``axis, start, end, step`` when it cuts one axis with constant bounds (``axis`` -1: the
+        last axis of a rank-3/4 tensor; ``None`` when not understood, which no local rule accepts); ends past
+        the axis are clamped as ONNX does."""
         def const(k: int, attr: str) -> list[int] | None:
             if len(ins) > k and ins[k]:
                 if ins[k] not in self.inits or not _has_data(self.inits[ins[k]]):
@@ -440,11 +442,12 @@ class _Builder:
         starts, ends = const(1, "starts"), const(2, "ends")
         axes, steps = const(3, "axes"), const(4, "steps")
         if starts is None or ends is None or len(starts) != 1 or not rank:
-            return {"axis": -1}
+            return {"axis": None}
         axis = (axes or [0])[0] % rank
         dim = self.shape(ins[0])[axis]
         start, end = (min(max(v + dim if v < 0 else v, 0), dim) for v in (starts[0], ends[0]))
-        return {"axis": axis, "start": start, "end": end, "step": (steps or [1])[0]}
+        last = axis == rank - 1 and rank >= 3  # a run of each row's last axis: -1
+        return {"axis": -1 if last else axis, "start": start, "end": end, "step": (steps or [1])[0]}
 
     def _global(self, node: onnx.NodeProto, name: str, acts: list[str], consts: list[str], outs: list[str],
                 reason: str) -> None:

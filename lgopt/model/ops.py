@@ -28,11 +28,11 @@ class Family(Enum):
     POOL = "pool"  # sliding window, vector unit
     GLOBAL_POOL = "global_pool"  # reads every row of its input: not H-sliceable
     RESIZE = "resize"  # sampled rows (ONNX Resize coordinates)
-    CONCAT = "concat"  # channel concatenation
+    CONCAT = "concat"  # channel concatenation, or within each row (the last axis of a rank-3/4 tensor)
     BINARY = "binary"  # elementwise, two operands (one may broadcast)
     UNARY = "unary"  # elementwise activation
     RESHAPE = "reshape"  # a view: the same bytes in every lane, only the 4-D shape's H x W split changes
-    CHANNEL_SLICE = "channel_slice"  # a run of channels (ShuffleNet's split): rows as they are, lanes move
+    CHANNEL_SLICE = "channel_slice"  # a run of channels (ShuffleNet's split), or of each row's last axis (RoPE)
     MATMUL = "matmul"  # rows x [K, N] (a weight) or x a batch of [K, N] matrices: row m reads its own row of A
     ROWWISE = "rowwise"  # normalises each row over its last axis (Softmax, LayerNormalization): rows independent
 
@@ -79,7 +79,7 @@ def _pool_rule(attrs: Mapping[str, Any]) -> str:
 
 
 def _concat_rule(attrs: Mapping[str, Any]) -> str:
-    return "not on the channel axis" if attrs.get("axis") != 1 else ""
+    return "not on the channel axis nor on the last" if attrs.get("axis") not in (1, -1) else ""
 
 
 def _resize_rule(attrs: Mapping[str, Any]) -> str:
@@ -104,8 +104,8 @@ RESHAPE_TYPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 def _slice_rule(attrs: Mapping[str, Any]) -> str:
-    if attrs.get("axis") != 1:
-        return "not on the channel axis alone"
+    if attrs.get("axis") not in (1, -1):
+        return "not on the channel axis alone nor on the last"
     if attrs.get("step", 1) != 1 or not 0 <= attrs.get("start", -1) < attrs.get("end", -1):
         return "with a step or an empty or reversed range"
     return ""
@@ -205,6 +205,8 @@ def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[i
                  out_shapes: list[tuple[int, ...]]) -> str:
     """Why the operands' ranks keep the op global ("" when they do not)."""
     ranks = {len(s) for s in in_shapes + out_shapes}
+    if spec.family in (Family.CONCAT, Family.CHANNEL_SLICE) and attrs.get("axis") == -1:  # within each row
+        return "" if len(ranks) == 1 and ranks <= {3, 4} else "on the last axis of other than one rank 3 or 4"
     if spec.type == "ReduceMean":  # over H and W of a 4-D tensor (any rank out), or each row's last axis
         axes, r = tuple(sorted(attrs.get("axes", ()))), len(in_shapes[0]) if in_shapes else 0
         if r == 4 and axes == (2, 3):
@@ -294,6 +296,7 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
             continue
         family = _FAMILY.get(op.type)
         row = op.local and (family in (Family.BINARY, Family.UNARY, Family.ROWWISE)
+                            or (family in (Family.CONCAT, Family.CHANNEL_SLICE) and op.attrs.get("axis") == -1)
                             or (family is Family.MATMUL and any(w.role == "filter" for w in op.weights))
                             or (op.type == "ReduceMean" and op.h_split))
         if not row or any(len(w.shape) == 4 and max(w.shape[1:3]) > 1 for w in op.weights):
