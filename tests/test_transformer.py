@@ -124,7 +124,8 @@ def test_every_cause_of_a_global_layer_is_one_line(tmp_path):
 
 def test_the_transformer_kernels_compute_what_onnxruntime_computes(tmp_path):
     """LayerNormalization, Gelu (both forms), Softmax, ReduceMean over the last axis, Sqrt, Pow, Neg, Slice and
-    Concat within each row, a MatMul with a weight and one of two activations through a head-split view: the
+    Concat within each row, a size-1 Transpose to sequence-first, a MatMul with a weight and one of two
+    activations through a head-split view: the
     simulator's numpy kernels agree
     with onnxruntime on every tensor (ONNX semantics, written independently of the planner)."""
     import numpy as np
@@ -145,6 +146,8 @@ def test_the_transformer_kernels_compute_what_onnxruntime_computes(tmp_path):
         return g.n("Slice", [x] + [g.w(None, np.array([v], dtype=np.int64)) for v in (a, b, -1)])
 
     g.out(g.n("Concat", [g.n("Neg", [cut(h, 12, 24)]), cut(h, 0, 12)], axis=-1))  # RoPE's rotate_half
+    seq_first = g.n("Transpose", [h], perm=[1, 0, 2])  # [12, 1, 24]: moves only the batch of 1, a view
+    g.out(g.n("MatMul", [seq_first, g.w([24, 8])]))
     path, net = _import(tmp_path, "kernels", g.model())
     assert all(op.local for op in net.ops), [op.reason for op in net.ops if not op.local]
     verdict = check_with_onnxruntime(net, str(path))
