@@ -195,3 +195,11 @@ def test_a_convnext_block_holds_its_channels_last_tensors_rows_on_lanes(tmp_path
     if "not installed" in verdict:
         pytest.skip(verdict)
     assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+
+
+def test_the_erf_gelu_chain_is_one_gelu_op_as_tpu_mlir_lowers_it(tmp_path):
+    path, net = _import(tmp_path, "vit", vit_block(tokens=20, dim=64, heads=4, mlp=128))
+    gelu = [op for op in net.ops if op.type == "Gelu"]
+    assert len(gelu) == 1 and gelu[0].local and not any(op.type == "Erf" for op in net.ops)
+    assert len(gelu[0].sources) == 5  # Div, Erf, Add, Mul, Mul
+    assert len(import_onnx(path, dtype="f16", fuse=False).ops) == len(net.ops) + 4  # --no-fuse keeps the five

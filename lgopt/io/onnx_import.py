@@ -6,7 +6,8 @@ The importer does what a TPU compiler's front end does before layer grouping:
 * folds constant shape arithmetic (``Shape -> Gather -> Concat -> Reshape`` ...)
   with ONNX's own reference evaluator, re-inferring until nothing changes,
 * folds BatchNormalization into a preceding Conv, fuses Relu / Clip / LeakyRelu
-  into their producer and Sigmoid*x into SiLU (``fuse=False`` keeps them apart),
+  into their producer, Sigmoid*x into SiLU and torch's erf GELU chain into one Gelu
+  (``fuse=False`` keeps them apart),
 * drops Identity/Dropout, and turns every op lgopt cannot group into a global
   layer instead of failing.
 
@@ -487,6 +488,16 @@ class _Builder:
             self._replace(pi, replace(prod, outputs=(outs[0],), fused=prod.fused + (t,), attrs=attrs,
                                       sources=prod.sources + ((node.name or outs[0]),)))
             return True
+        chain = self._gelu_chain(ins) if t == "Mul" else None
+        if chain is not None:  # one Gelu op, as TPU-MLIR's lowering makes it (its GELU Active op)
+            x, parts = chain
+            attrs = {"approximate": "none"}
+            local, h, n, why = opsem.classify("Gelu", attrs, [self.shape(x)], [self.shape(outs[0])])
+            sources = tuple(src for i in parts for src in self.ops[i].sources) + ((node.name or outs[0]),)
+            for i in parts:
+                self.ops[i] = replace(self.ops[i], name="", outputs=())  # tombstones, removed at the end
+            self.add(Op(node.name or outs[0], "Gelu", (x,), (outs[0],), (), attrs, (), local, h, n, sources, why))
+            return True
         if t == "Mul" and len(ins) == 2 and all(i and i not in self.inits for i in ins):
             for x, s in ((ins[0], ins[1]), (ins[1], ins[0])):
                 si = self.producer.get(s)
@@ -498,6 +509,43 @@ class _Builder:
                                      sources=sig.sources + ((node.name or outs[0]),)))
                     return True
         return False
+
+    def _const_is(self, name: str, value: float) -> bool:
+        init = self.inits.get(name)
+        if init is None or not _has_data(init):
+            return False
+        v = numpy_helper.to_array(init)
+        return v.size == 1 and abs(float(v.reshape(-1)[0]) - value) < 1e-4 * max(1.0, abs(value))
+
+    def _gelu_chain(self, ins: list[str]) -> tuple[str, list[int]] | None:
+        """``x * (1 + erf(x / sqrt 2)) * 0.5`` as torch exports GELU (Div, Erf, Add, Mul, then this Mul by
+        0.5): its input ``x`` and the four ops before this one, when every link is used once."""
+        acts = [i for i in ins if i and i not in self.inits]
+        consts = [i for i in ins if i and i in self.inits]
+        if len(acts) != 1 or len(consts) != 1 or not self._const_is(consts[0], 0.5):
+            return None
+
+        def made_by(t: str, typ: str, const: float | None = None) -> int | None:
+            i = self.producer.get(t)
+            if i is None or not self.single_use(t):
+                return None
+            op = self.ops[i]
+            ok = op.type == typ and op.local and not op.fused and (
+                const is None or (len(op.inputs) == 1 and len(op.weights) == 1
+                                  and self._const_is(op.weights[0].name, const)))
+            return i if ok else None
+
+        mi = made_by(acts[0], "Mul")
+        if mi is None or len(self.ops[mi].inputs) != 2:
+            return None
+        for x, a in (self.ops[mi].inputs, self.ops[mi].inputs[::-1]):
+            ai = made_by(a, "Add", 1.0)
+            ei = made_by(self.ops[ai].inputs[0], "Erf") if ai is not None else None
+            di = made_by(self.ops[ei].inputs[0], "Div", 2 ** 0.5) if ei is not None else None
+            if di is not None and self.ops[di].inputs == (x,):
+                assert ai is not None and ei is not None
+                return x, [di, ei, ai, mi]
+        return None
 
     def _replace(self, i: int, op: Op) -> None:
         self.ops[i] = op
