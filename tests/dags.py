@@ -13,7 +13,7 @@ from lgopt.model.ops import classify
 def _op(name, typ, ins, outs, attrs, weights=(), in_shapes=None, out_shapes=None):
     """An op classified as the importers do; operands are 4-D of one shape unless given."""
     local, h, n, why = classify(typ, attrs, in_shapes or [(1, 8, 8, 8)] * len(ins),
-                                out_shapes or [(1, 8, 8, 8)] * len(outs))
+                                out_shapes or [(1, 8, 8, 8)] * len(outs), any(w.role == "filter" for w in weights))
     return Op(name, typ, tuple(ins), tuple(outs), tuple(weights), attrs, (), local, h, n, (name,), why)
 
 

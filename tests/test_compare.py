@@ -63,6 +63,8 @@ def test_compare_writes_report(tmp_path, capsys, fixtures_dir):
     df = pd.read_csv(out / "results.csv")
     assert len(df) == 6 and set(df["strategy"]) == {"greedy", "cpsat", "tpu-mlir"}
     assert (df[df["strategy"] == "cpsat"]["x greedy"] <= 1).all()
+    n_ops = {m: len(load_problem(PROBLEMS / f"{m}.json").ops) for m in set(df["model"])}
+    assert (df["grouped %"] == [round(100 * g / n_ops[m], 1) for g, m in zip(df["ops in groups"], df["model"])]).all()
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4 and "<table" in html
     assert "TPU-MLIR cache" in (out / "report.md").read_text()

@@ -130,10 +130,15 @@ def test_shufflenet_channel_split_is_a_local_slice(tmp_path):
 
 
 def test_unsupported_ops_become_global(tmp_path):
+    """A ViT-like graph: its MatMuls, LayerNormalization and Softmax are local (issue 16); the row Concat of
+    the class token, the Gather and the rank-2 Gemm stay global, each with its reason."""
     net = import_onnx(_save(STYLES["vit"](), tmp_path))
     kinds = {op.type: op.local for op in net.ops}
-    assert kinds["Softmax"] is False and kinds["MatMul"] is False and kinds["Conv"] is True
+    assert kinds["Softmax"] and kinds["MatMul"] and kinds["LayerNormalization"] and kinds["Conv"]
+    assert not kinds["Gather"] and not kinds["Gemm"] and not kinds["Concat"]
     assert all(op.reason for op in net.global_ops)
+    ln = next(op for op in net.ops if op.type == "LayerNormalization")
+    assert [w.shape for w in ln.weights] == [(1, 1, 32), (1, 1, 32)]  # right-aligned to the activation's rank
 
 
 def test_dynamic_batch_is_a_clear_error_and_can_be_fixed(tmp_path):

@@ -17,7 +17,8 @@ from lgopt.strategies.greedy import greedy
 from lgopt.strategies.settings import SearchSettings
 
 C, H, W = 8, 12, 6
-CHIP = get_chip("cv181x", {"lmem_bytes": "4K"})  # small enough that the greedy plan slices H
+# small enough that the greedy plan slices H; with matmul groups, which TPU-MLIR's cv18xx backend lacks
+CHIP = get_chip("cv181x", {"lmem_bytes": "4K", "matmul_in_groups": "true"})
 
 
 def _one_op(op_type: str) -> Network:
@@ -59,9 +60,22 @@ def _one_op(op_type: str) -> Network:
     elif spec.family is Family.BINARY:
         ops.append(conv("side", "x", ten("s")))
         ops.append(_op("sig", "Sigmoid", ["s"], [ten("b")], {}))  # in (0, 1): Div stays finite
-        ins = ["a", "b"]
+        ins = ["a", "b"] if op_type != "Pow" else ["b", "a"]  # a positive base: a real power
     elif spec.family is Family.CHANNEL_SLICE:
         attrs, out_c = {"axis": 1, "start": 2, "end": 6}, 4
+    elif spec.family is Family.MATMUL:  # rows of (1, C, H, W) times a [W, W] weight
+        weights = [Weight("op.w", (W, W), "f16", "filter")]
+    elif spec.family is Family.ROWWISE:
+        attrs = {"axis": -1, "epsilon": 1e-5}
+        if op_type == "LayerNormalization":
+            weights = [Weight(f"op.{r}", (1, 1, 1, W), "f16", r) for r in ("scale", "bias")]
+    elif op_type == "Transpose":  # layout-only: moves no axis longer than 1
+        attrs = {"perm": (0, 1, 2, 3), "in_dims": (1, C, H, W)}
+    elif op_type == "Gelu":
+        attrs = {"approximate": "tanh"}
+    elif op_type == "Sqrt":
+        ops.append(_op("sig", "Sigmoid", ["a"], [ten("b")], {}))  # in (0, 1): a real root
+        ins = ["b"]
     elif op_type == "PRelu":
         weights = [Weight("op.slope", (C,), "f16", "const")]
     elif op_type == "BatchNormalization":
@@ -102,10 +116,14 @@ def test_a_problem_file_must_give_the_required_attributes(op_type):
 def test_rules_and_ranks_make_an_op_global_with_a_reason():
     s4 = (1, 8, 6, 6)
     assert classify("MaxPool", {"strides": (16, 16)}, [s4], [s4])[3] == "MaxPool stride above 15"
-    assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis"
-    assert classify("Relu", {}, [(1, 8, 36)], [(1, 8, 36)])[3] == "Relu on non-4-D tensors"
+    assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis nor on the last"
+    assert classify("Concat", {"axis": -1}, [(1, 8, 6), (1, 8, 6)], [(1, 8, 12)])[0]  # within each row
+    assert classify("Conv", {}, [(1, 8, 36)], [(1, 8, 36)])[3] == "Conv on non-4-D tensors"
+    assert classify("Relu", {}, [(1, 2, 8, 6, 6)], [(1, 2, 8, 6, 6)])[3] == "Relu on rank-5 tensors (rank 3, 4 only)"
+    assert classify("Relu", {}, [(1, 4096)], [(1, 4096)])[3] == "Relu on rank-2 tensors (rank 3, 4 only)"
     assert classify("Gemm", {}, [s4], [s4])[3] == "Gemm is not a layer-group op"
-    assert classify("ReduceMean", {"axes": (1,)}, [s4], [s4])[3] == "ReduceMean not over H and W"
+    assert classify("ReduceMean", {"axes": (1,)}, [s4], [s4])[3] == \
+        "ReduceMean not over H and W, nor over the last axis with keepdims"
     assert classify("ReduceMean", {"axes": (2, 3)}, [s4], [(1, 8)])[:3] == (True, False, True)  # keepdims=0
 
 
@@ -118,11 +136,12 @@ def test_a_reshape_is_local_only_as_a_view_and_h_sliced_only_when_it_keeps_h():
     assert not classify("Flatten", {}, [(1, 8, 6, 6)], [(1, 288)])[0]  # channels x pixels -> channels
 
 
-def test_a_slice_is_local_on_the_channel_axis_only():
+def test_a_slice_is_local_on_the_channel_axis_or_within_each_row():
     s4 = (1, 8, 6, 6)
     assert classify("Slice", {"axis": 1, "start": 4, "end": 8, "step": 1}, [s4], [(1, 4, 6, 6)])[0]
     assert classify("Slice", {"axis": 2, "start": 0, "end": 3, "step": 1}, [s4], [(1, 8, 3, 6)])[3] == \
-        "Slice not on the channel axis alone"
+        "Slice not on the channel axis alone nor on the last"
+    assert classify("Slice", {"axis": -1, "start": 0, "end": 3, "step": 1}, [s4], [(1, 8, 6, 3)])[:2] == (True, True)
     assert "step" in classify("Slice", {"axis": 1, "start": 0, "end": 8, "step": 2}, [s4], [(1, 4, 6, 6)])[3]
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from lgopt.model.network import Network, Op
+from lgopt.model.network import Network, Op, to_nchw
 from lgopt.model.ops import OP_SPECS, Family, resize_coord, resize_source
 
 
@@ -198,7 +198,36 @@ def activation(name: str, y: np.ndarray, attrs: dict, prefix: str = "") -> np.nd
         return np.tanh(y)
     if name == "Erf":
         return _ERF(y)
+    if name == "Neg":
+        return -y
+    if name == "Sqrt":
+        return np.sqrt(y)
+    if name == "Gelu":  # ONNX Gelu: x * Phi(x), or its tanh approximation
+        if attrs.get("approximate", "none") == "tanh":
+            return 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3)))
+        return 0.5 * y * (1 + _ERF(y / math.sqrt(2)))
     raise NotImplementedError(name)
+
+
+def matmul(x: Win, b: Win | np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Rows [lo, hi) of A @ B over the last axis: B a [K, N] weight, or a batch of matrices whose rows are
+    the contracted axis (all of them needed: a missing one is NaN and spreads to every output)."""
+    a = rows(x, lo, hi, np.nan)
+    if isinstance(b, np.ndarray):
+        return np.einsum("nchk,kj->nchj", a, b)
+    return np.matmul(a, rows(b, 0, b.H, np.nan))
+
+
+def rowwise(op: Op, x: np.ndarray, weights: dict[str, np.ndarray]) -> np.ndarray:
+    """Softmax or LayerNormalization of every row over the last axis (W), ONNX semantics."""
+    if op.type == "Softmax":
+        e = np.exp(x - x.max(axis=3, keepdims=True))
+        return e / e.sum(axis=3, keepdims=True)
+    mean = x.mean(axis=3, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=3, keepdims=True)
+    y = (x - mean) / np.sqrt(var + op.attrs.get("epsilon", 1e-5))
+    p = {w.role: _const(weights[w.name], x.shape[1]) for w in op.weights}
+    return y * p.get("scale", 1.0) + p.get("bias", 0.0)
 
 
 def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarray], n: tuple[int, int],
@@ -219,24 +248,33 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = deconv(op, xs[0], filt, bias, a, b, out.w)
     elif family is Family.POOL:
         y = pool(op, xs[0], a, b, out.w)
+    elif family is Family.GLOBAL_POOL and out.h == xs[0].H:  # ReduceMean over each row's last axis
+        y = rows(xs[0], a, b, np.nan).mean(axis=3, keepdims=True)
     elif family is Family.GLOBAL_POOL:
         full = rows(xs[0], 0, xs[0].H, np.nan)
         y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
     elif family is Family.RESIZE:
         y = resize(op, xs[0], a, b, out.h, out.w)
+    elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -1:  # a run of each row's last axis
+        y = rows(xs[0], a, b, np.nan)[..., op.attrs["start"]:op.attrs["end"]]
     elif family is Family.CHANNEL_SLICE:
         y = rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
-    elif family is Family.RESHAPE:  # a view: rows re-split when H changes (then the op is never H-sliced)
+    elif family is Family.RESHAPE:  # a view: the rows re-split when the shape changes (then never H-sliced)
         src = xs[0]
-        y = rows(src, a, b, np.nan) if src.H == out.h else \
-            rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], out.c, out.h, out.w)[:, :, a:b]
+        y = rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, out.c, out.w) \
+            else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], out.c, out.h, out.w)[:, :, a:b]
+    elif family is Family.MATMUL:
+        y = matmul(xs[0], filt if filt is not None else xs[1], a, b)
+    elif family is Family.ROWWISE:
+        y = rowwise(op, rows(xs[0], a, b, np.nan), weights)
     elif family is Family.CONCAT:
-        y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=1)
+        y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=3 if op.attrs["axis"] == -1 else 1)
     elif family is Family.BINARY:
         operands = [rows(x, a, b, np.nan) if x.H == out.h else rows(x, 0, 1, np.nan) for x in xs]
-        operands += [_const(weights[w.name], out.c) for w in op.weights]
+        consts = [_const(weights[w.name], out.c) for w in op.weights]
+        operands += [v[:, :, a:b] if v.shape[2] == out.h else v for v in consts]  # a constant with rows: this slice's
         f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
-             "Min": np.minimum}[t]
+             "Min": np.minimum, "Pow": np.power}[t]
         y = operands[0]
         for z in operands[1:]:
             y = f(y, z)
@@ -258,9 +296,10 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
 
 
 def _const(v: np.ndarray, channels: int) -> np.ndarray:
-    """A constant operand broadcast NCHW-style: per-channel vectors become (1, C, 1, 1)."""
+    """A constant operand folded like the activations: per-channel vectors become (1, C, 1, 1), others (which
+    the importer right-aligns to their activation's rank) fold as that activation does."""
     if v.ndim == 1 and v.size == channels:
         return v.reshape(1, -1, 1, 1)
-    if v.ndim <= 4:
-        return v.reshape((1,) * (4 - v.ndim) + v.shape)
-    return v
+    if v.ndim == 1:
+        return v.reshape(1, 1, 1, -1)
+    return v.reshape(to_nchw(v.shape))

@@ -28,7 +28,7 @@ from lgopt.hw.chip import Chip, chip_from_dict
 from lgopt.hw.layout import align_up, cdiv
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model.dtype import dtype_bytes
-from lgopt.model.network import Network, Op, to_nchw
+from lgopt.model.network import Network, Op, lane_shape_of
 from lgopt.model.plan import Buffer, GroupPlan, Plan
 
 RTOL = 1e-6
@@ -89,6 +89,10 @@ def make_weights(net: Network, seed: int) -> dict[str, np.ndarray]:
             elif w.role == "mean":
                 out[w.name] = np.zeros(shape)
             elif w.role == "scale":
+                out[w.name] = r.integers(1, 5, size=shape) / 4.0
+            elif op.type == "Pow":  # an exponent that keeps x**y real for negative x (LayerNorm's square)
+                out[w.name] = np.full(shape, 2.0)
+            elif w.role == "const":  # positive: a divisor, or the epsilon under a decomposed LayerNorm's Sqrt
                 out[w.name] = r.integers(1, 5, size=shape) / 4.0
             else:
                 out[w.name] = r.integers(-4, 5, size=shape) / 4.0
@@ -196,12 +200,14 @@ def weight_layout(chip: Chip, op: Op, weights: dict[str, np.ndarray]
     for w in op.weights:
         if w.role in ("mean", "var"):
             continue
-        n, c, h, ww = to_nchw(w.shape if len(w.shape) != 1 else (1, w.shape[0]))
+        n, c, h, ww = lane_shape_of(w.shape if len(w.shape) != 1 else (1, w.shape[0]))
         db = dtype_bytes(w.dtype)
         nn, cc, hh, xx = np.meshgrid(np.arange(n), np.arange(c), np.arange(h), np.arange(ww), indexing="ij")
         elem = (nn * cdiv(c, X) + cc // X) * h * ww + hh * ww + xx
         flat = np.ravel_multi_index((nn, cc, hh, xx), (n, c, h, ww))
-        out.append((cc % X, pos + elem * db, w.name, np.unravel_index(flat, tuple(w.shape) or (1,))))
+        # unravel the flat indices as a 1-D array: numpy 2.4 unravels some arrays with trailing unit axes wrongly
+        at = tuple(i.reshape(flat.shape) for i in np.unravel_index(flat.ravel(), tuple(w.shape) or (1,)))
+        out.append((cc % X, pos + elem * db, w.name, at))
         pos += align_up(n * cdiv(c, X) * h * ww * db, 4)
     return out
 
@@ -247,10 +253,15 @@ class _GroupRun:
         n0, n1, h0, h1, w0, w1 = self.window(t, s)
         ten = self.net.tensor(t)
         b = self.buf[("activation", t)]
+
+        def folded(la: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            """Back from the LMEM shape to the folded one: a rank-3 tensor's rows lie over the lanes."""
+            return (la[0].swapaxes(1, 2), la[1].swapaxes(1, 2)) if ten.rows_on_lanes else la
+
         if t in self.whole:
-            lanes, addr = activation_addresses(self.chip, b.offset, (ten.n, ten.c, ten.h, ten.w), ten.dtype)
+            lanes, addr = folded(activation_addresses(self.chip, b.offset, ten.lane_shape(ten.n, ten.h), ten.dtype))
             return lanes[n0:n1, :, h0:h1, w0:w1], addr[n0:n1, :, h0:h1, w0:w1]
-        return activation_addresses(self.chip, b.offset, (n1 - n0, ten.c, h1 - h0, w1 - w0), ten.dtype)
+        return folded(activation_addresses(self.chip, b.offset, ten.lane_shape(n1 - n0, h1 - h0, w1 - w0), ten.dtype))
 
     def load_activation(self, t: str, s: int) -> None:
         n0, n1, h0, h1, w0, w1 = self.window(t, s)

@@ -62,6 +62,9 @@ class CostFunctions:
 GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
 
 
+VIEW_TYPES = RESHAPE_TYPES + ("Transpose",)  # a Transpose is local only when it moves no axis longer than 1
+
+
 def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: int = 0) -> set[int]:
     """Input rows of operand ``k`` that output ``rows`` read, by enumeration; with ``axis=1`` the same for
     columns (kernel, stride, dilation and leading pad of W: pads are (top, left, bottom, right); a Resize's
@@ -79,7 +82,10 @@ def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: in
         d = a.get("dilations", (1, 1))[axis]
         outs = set(rows)
         need.update(i for i in range(in_h) if any(i * s - p + j * d in outs for j in range(kh)))
-    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") or (t in RESHAPE_TYPES and in_h != out_h):
+    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") and in_h == out_h:  # reduces each row's W
+        need.update(rows)
+    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") or (t in VIEW_TYPES and in_h != out_h) \
+            or (t == "MatMul" and (k == 1 or axis == 1)):  # B's rows and A's columns are the contracted K
         need.update(range(in_h)) if len(rows) else None
     elif t == "Resize":
         attrs = {**a, "coord": a.get("coord_h", a.get("coord")) if axis == 0 else a.get("coord")}
@@ -305,6 +311,8 @@ class Verifier:
         for op in ops:
             if not op.local:
                 self.fail(where, f"op {op.name} ({op.type}) cannot run in a group: {op.reason}")
+            elif self.chip.group_rule(op.type):
+                self.fail(where, f"op {op.name} ({op.type}) cannot run in a group: {self.chip.group_rule(op.type)}")
             if g.h_slices > 1 and not op.h_split:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing H, but h_slices={g.h_slices}")
             if g.w_slices > 1 and not op.h_split:  # columns are sliceable exactly where rows are
@@ -607,11 +615,11 @@ class Verifier:
             if ab is None:
                 self.fail(where, f"no buffer holds {t}")
                 raise _Fail
-            need = max(activation_lane_bytes((w[1] - w[0], ten.c, w[3] - w[2], c1 - c0), ten.dtype, chip.npu_num,
-                                             chip.eu_bytes, chip.align_4n)
+            need = max(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0), ten.dtype,
+                                             chip.npu_num, chip.eu_bytes, chip.align_4n)
                        for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)])
             if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
-                need = activation_lane_bytes((ten.n, ten.c, ten.h, ten.w), ten.dtype, chip.npu_num, chip.eu_bytes,
+                need = activation_lane_bytes(ten.lane_shape(ten.n, ten.h), ten.dtype, chip.npu_num, chip.eu_bytes,
                                              chip.align_4n)
                 if not ab.resident:
                     self.fail(where, f"buffer {ab.id} holds {t}, handed over in LMEM, but is not resident")

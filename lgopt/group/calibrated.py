@@ -59,6 +59,10 @@ def tiu_category(op: Op) -> tuple[str, str]:
         return "conv", "conv"
     if fam in (opsem.Family.BINARY, opsem.Family.UNARY, opsem.Family.POOL):
         return op.type, fam.value
+    if fam is opsem.Family.MATMUL:  # no matmul group was fitted: the MAC array's constants, the conv's
+        return "matmul", "conv"
+    if fam is opsem.Family.ROWWISE:  # vector work per element, as an activation's
+        return op.type, "unary"
     return fam.value, fam.value
 
 
@@ -172,7 +176,7 @@ class CalibratedModel:
         outs = [net.tensor(t) for t in op.outputs]
         if gmem_view(net, op):
             return 0
-        if op.local:
+        if chip.local(op):
             o = outs[0]
             i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
             return self.tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))

@@ -116,7 +116,7 @@ class AnalyticModel:
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
         outs = [net.tensor(t) for t in op.outputs]
         dt = outs[0].dtype if outs and outs[0].dtype in chip.macs_per_lane else "f32"
-        if op.local:
+        if chip.local(op):  # on a chip that keeps it out of groups, a local type is costed as any global op
             o = outs[0]
             i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
             return self.tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
@@ -191,9 +191,10 @@ def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len
                         ) -> tuple[int, int, bool]:
     """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` x columns ``w_len`` of an activation.
 
-    With every column, a channel's rows are contiguous in GMEM: one run per batch and channel, a single
-    element when the slice is 1 x 1.  A W slice cuts every row: one run of ``w_len`` elements per batch,
-    channel and row, single elements when ``w_len`` is 1 (what a W-sliced DMA costs TPU-MLIR's engine).
+    With every column, a channel's rows are contiguous in GMEM: one run per batch and lane-axis entry (a
+    channel, or a row of a rank-3 tensor whose rows lie over the lanes), a single element when the slice is
+    1 x 1.  A W slice cuts every row: one run of ``w_len`` elements per batch, channel and row, single
+    elements when ``w_len`` is 1 (what a W-sliced DMA costs TPU-MLIR's engine).
 
     >>> from lgopt.model.network import Network, Tensor
     >>> net = Network("n", {"x": Tensor("x", (1, 4, 8, 10), "f16")}, (), ("x",), ("x",))
@@ -204,7 +205,8 @@ def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len
     w = t.w if w_len is None else w_len
     nbytes = n_len * t.c * h_len * w * dtype_bytes(t.dtype)
     if w == t.w:
-        return nbytes, n_len * t.c, h_len * w == 1
+        ln, lc, lh, lw = t.lane_shape(n_len, h_len)  # a run per batch and lane-axis entry
+        return nbytes, ln * lc, lh * lw == 1
     return nbytes, n_len * t.c * h_len, w == 1
 
 
@@ -213,10 +215,14 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
     out = net.tensor(op.outputs[0])
     dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
     eu = chip.eu_elems(dt)
-    cpl_out = channels_per_lane(out.c, chip.npu_num)
-    ohw = align_up(sl.out_h * (out.w if sl.out_w is None else sl.out_w), eu)
+    _, lc, lh, lw = out.lane_shape(sl.n, sl.out_h, sl.out_w)  # a rank-3 tensor's rows are over the lanes
+    cpl_out = channels_per_lane(lc, chip.npu_num)
+    ohw = align_up(lh * lw, eu)
     spec = opsem.OP_SPECS[op.type]
     family = spec.family
+    if family is opsem.Family.MATMUL:  # each lane: its rows' outputs, K MACs each, on the MAC array
+        k = net.tensor(op.inputs[0]).w
+        return issue + cdiv(sl.n * cpl_out * ohw * k, chip.macs_per_lane[dt])
     if family in (opsem.Family.CONV, opsem.Family.DECONV):
         f = next(w for w in op.weights if w.role == "filter")
         kh, kw = f.shape[2], f.shape[3]
@@ -235,8 +241,8 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
         kh, kw = op.attrs["kernel"]
         return issue + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
     if family is opsem.Family.GLOBAL_POOL:
-        inp = net.tensor(op.inputs[0])
-        return issue + cdiv(sl.n * cpl_out * align_up(sl.in_h * (inp.w if sl.in_w is None else sl.in_w), eu), eu)
+        _, ic, ih, iw = net.tensor(op.inputs[0]).lane_shape(sl.n, sl.in_h, sl.in_w)
+        return issue + cdiv(sl.n * channels_per_lane(ic, chip.npu_num) * align_up(ih * iw, eu), eu)
     if family is opsem.Family.RESIZE:
         per = 4 if op.attrs.get("mode") == "linear" else 1
         return issue + cdiv(sl.n * cpl_out * ohw * per, eu)
@@ -304,7 +310,7 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
     moved.append(weight_gmem_bytes(op))
     traffic = sum(moved)
-    if op.local:  # a layer-group op type run alone: its operands move in the layout a group would use
+    if chip.local(op):  # a layer-group op type run alone: its operands move in the layout a group would use
         dma = sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs)
         dma += sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h, "store")
                    for t in op.outputs)
@@ -430,7 +436,7 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     # global layers move all their operands no matter what (views of GMEM nothing, where the model says so)
     free = cost_model(chip).free_views
     for op in net.ops:
-        if not op.local and not (free and gmem_view(net, op)):
+        if not chip.local(op) and not (free and gmem_view(net, op)):
             must += sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs
                         if t not in net.inputs and t not in net.outputs)
     dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from lgopt.errors import LgoptError
 from lgopt.model.dtype import DTYPE_BYTES
+from lgopt.model.network import Network, Op
 
 REF = "shared/reference/tpu-mlir-layergroup.md s8 (TPU-MLIR backend headers)"
 
@@ -51,6 +52,7 @@ class Chip:
     gdma_latency_cycles: int  # fixed cost of one DMA transfer, in TIU cycles
     macs_per_lane: Mapping[str, int]  # conv/matmul MACs per lane per TIU cycle, by dtype
     cost_model: str = "analytic"  # the registered cost model that turns work and bytes into cycles
+    matmul_in_groups: bool = True  # whether the chip's compiler puts MatMul in layer groups (not on cv18xx)
 
     def __hash__(self) -> int:  # chips key the cost caches: hashed once
         return self._hash
@@ -59,7 +61,7 @@ class Chip:
     def _hash(self) -> int:  # the MAC table is a mapping; hash its items
         return hash((self.name, self.npu_num, self.eu_bytes, self.lmem_bytes, self.lmem_banks, self.ic_parallel,
                      self.align_4n, self.tiu_mhz, self.gdma_gbps, self.gdma_latency_cycles,
-                     tuple(sorted(self.macs_per_lane.items())), self.cost_model))
+                     tuple(sorted(self.macs_per_lane.items())), self.cost_model, self.matmul_in_groups))
 
     @property
     def bank_bytes(self) -> int:
@@ -79,7 +81,29 @@ class Chip:
         d["macs_per_lane"] = dict(self.macs_per_lane)
         if self.cost_model == "analytic":  # the default is left out: plans written before it existed read the same
             del d["cost_model"]
+        if self.matmul_in_groups == getattr(PRESETS.get(self.name.lower()), "matmul_in_groups", True):  # likewise
+            del d["matmul_in_groups"]
         return d
+
+    def local(self, op: Op) -> bool:
+        """Whether ``op`` may run in a layer group on this chip (a local op its compiler does not keep out)."""
+        return op.local and not self.group_rule(op.type)
+
+    def group_rule(self, op_type: str) -> str:
+        """Why this chip's compiler keeps ops of ``op_type`` out of layer groups ("" when it does not)."""
+        if op_type == "MatMul" and not self.matmul_in_groups:
+            return f"MatMul runs as a global layer on {self.name} (TPU-MLIR's CV18xx backend has no matmul groups)"
+        return ""
+
+
+def for_chip(net: Network, chip: Chip) -> Network:
+    """``net`` with the ops ``chip``'s compiler keeps out of groups made global layers, each with the reason
+    (the same network when there are none: a plan's digest is always of the network as the user gave it)."""
+    from dataclasses import replace
+
+    ops = tuple(replace(op, local=False, h_split=False, n_split=False, reason=chip.group_rule(op.type))
+                if op.local and chip.group_rule(op.type) else op for op in net.ops)
+    return net if all(a is b for a, b in zip(ops, net.ops)) else replace(net, ops=ops)
 
 
 def _macs(int8: int, f16: int, f32: int) -> dict[str, int]:
@@ -92,8 +116,10 @@ PRESETS: dict[str, Chip] = {
     "bm1684": Chip("bm1684", 64, 128, 512 * 1024, 8, 1, 512, 1, True, 550.0, 32.0, 300, _macs(256, 32, 32)),
     "bm1690": Chip("bm1690", 64, 64, 256 * 1024, 16, 64, 256, 8, False, 1000.0, 68.0, 300, _macs(256, 128, 16)),
     "sg2380": Chip("sg2380", 32, 16, 128 * 1024, 16, 32, 256, 4, False, 1000.0, 32.0, 300, _macs(64, 16, 4)),
-    "cv184x": Chip("cv184x", 8, 16, 64 * 1024, 16, 16, 256, 1, False, 900.0, 8.0, 300, _macs(64, 16, 4)),
-    "cv181x": Chip("cv181x", 8, 16, 32 * 1024, 8, 1, 16, 1, False, 500.0, 4.0, 300, _macs(64, 16, 4)),
+    "cv184x": Chip("cv184x", 8, 16, 64 * 1024, 16, 16, 256, 1, False, 900.0, 8.0, 300, _macs(64, 16, 4),
+                   matmul_in_groups=False),
+    "cv181x": Chip("cv181x", 8, 16, 32 * 1024, 8, 1, 16, 1, False, 500.0, 4.0, 300, _macs(64, 16, 4),
+                   matmul_in_groups=False),
 }
 
 # Where each preset number comes from.  Keys are "<chip>.<field>" or "*.<field>".
@@ -107,6 +133,9 @@ SOURCES: dict[str, str] = {
     "*.cores": REF,
     "*.gdma_latency_cycles": "assumption: a few hundred cycles of descriptor and DDR latency per GDMA transfer",
     "*.cost_model": "lgopt's analytic model (docs/cost-model.md); its constants are assumptions",
+    "*.matmul_in_groups": "shared/reference s1: BM1684X-family chips have matmul groups (GROUP_MM)",
+    "cv184x.matmul_in_groups": "shared/reference s1: cv18xx uses GROUP_NORMAL only: no matmul groups",
+    "cv181x.matmul_in_groups": "shared/reference s1: cv18xx uses GROUP_NORMAL only: no matmul groups",
     "bm1684.align_4n": REF + " (ALIGN_4N)",
     "*.align_4n": REF,
     "bm1684.ic_parallel": "assumption: no IC interleave on BM1684 (reference gives none)",
@@ -230,14 +259,14 @@ def _coerce(field: str, value: Any) -> Any:
         if not math.isfinite(out):
             raise LgoptError(f"chip parameter {field} must be a finite number, got {value!r}")
         return out
-    if field == "align_4n":
+    if field in ("align_4n", "matmul_in_groups"):
         if isinstance(value, bool):
             return value
         if str(value).lower() in ("1", "true", "yes", "on"):
             return True
         if str(value).lower() in ("0", "false", "no", "off"):
             return False
-        raise LgoptError(f"chip parameter align_4n must be true or false, got {value!r}")
+        raise LgoptError(f"chip parameter {field} must be true or false, got {value!r}")
     if field in ("name", "cost_model"):
         return str(value)
     raise LgoptError(f"unknown chip parameter {field!r}")

@@ -24,14 +24,14 @@ from lgopt.hw.layout import (
 )
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes, is_integer
-from lgopt.model.network import Network, Op, Tensor, to_nchw
+from lgopt.model.network import Network, Op, Tensor, lane_shape_of
 
 
 def activation_bytes(chip: Chip, t: Tensor, n_len: int, h_len: int, w_len: int | None = None) -> int:
     """One slice of ``t`` with ``n_len`` batches, ``h_len`` rows and ``w_len`` columns (all of them when not
     given), aligned layout."""
-    return activation_lane_bytes((n_len, t.c, h_len, t.w if w_len is None else w_len), t.dtype, chip.npu_num,
-                                 chip.eu_bytes, chip.align_4n)
+    return activation_lane_bytes(t.lane_shape(n_len, h_len, w_len), t.dtype, chip.npu_num, chip.eu_bytes,
+                                 chip.align_4n)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -62,12 +62,14 @@ def weight_bytes(chip: Chip, op: Op) -> int:
             filt = conv_filter_lane_bytes(oc, icg, kh, kw, f.dtype, chip.npu_num, chip.ic_parallel)
         bias = bias_lane_bytes(oc, chip.npu_num, 4) if has_bias else 0
         return merged_coeff_lane_bytes(filt, bias, chip.eu_bytes)
-    # per-channel parameters (BN scale/bias, PRelu slope, broadcast constants): compact, one after another
+    # per-channel parameters (BN scale/bias, PRelu slope), broadcast constants (shaped like the activation
+    # they meet, rows of a rank-3 one over the lanes) and MatMul's [K, N] (N over lanes, like a filter's output
+    # channels): compact, one after another
     total = 0
     for w in op.weights:
         if w.role in ("mean", "var"):
             continue  # folded into scale/bias offline
-        n, c, h, ww = to_nchw(w.shape if len(w.shape) != 1 else (1, w.shape[0]))
+        n, c, h, ww = lane_shape_of(w.shape if len(w.shape) != 1 else (1, w.shape[0]))
         total += align_up(n * channels_per_lane(c, chip.npu_num) * h * ww * dtype_bytes(w.dtype), 4)
     return align_up(total, chip.eu_bytes) if total else 0
 

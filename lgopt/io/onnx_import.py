@@ -6,7 +6,8 @@ The importer does what a TPU compiler's front end does before layer grouping:
 * folds constant shape arithmetic (``Shape -> Gather -> Concat -> Reshape`` ...)
   with ONNX's own reference evaluator, re-inferring until nothing changes,
 * folds BatchNormalization into a preceding Conv, fuses Relu / Clip / LeakyRelu
-  into their producer and Sigmoid*x into SiLU (``fuse=False`` keeps them apart),
+  into their producer, Sigmoid*x into SiLU and torch's erf GELU chain into one Gelu
+  (``fuse=False`` keeps them apart),
 * drops Identity/Dropout, and turns every op lgopt cannot group into a global
   layer instead of failing.
 
@@ -282,10 +283,13 @@ class _Builder:
                              "(give static input shapes with --input-shape NAME=N,C,H,W)")
         return dims
 
-    def weight(self, name: str, role: str) -> Weight:
+    def weight(self, name: str, role: str, rank: int = 0) -> Weight:
+        """A constant operand; ``rank``: its shape right-aligned to that rank (ONNX broadcasting), so that it
+        folds like the activation it is combined with."""
         init = self.inits[name]
         dt = ONNX_DTYPES.get(init.data_type, "f32")
-        return Weight(name, tuple(int(d) for d in init.dims), self._dt(dt), role)
+        dims = tuple(int(d) for d in init.dims)
+        return Weight(name, (1,) * max(0, rank - len(dims)) + dims, self._dt(dt), role)
 
     def add(self, op: Op) -> None:
         self.ops.append(op)
@@ -317,7 +321,8 @@ class _Builder:
         if t not in opsem.LOCAL_TYPES and t not in ("Upsample",):
             return self._global(node, name, form.acts, form.consts, form.outs, f"{t} is not a layer-group op")
         local, h_split, n_split, reason = opsem.classify(form.op_type, form.attrs, [self.shape(a) for a in form.acts],
-                                                         [self.shape(o) for o in form.outs])
+                                                         [self.shape(o) for o in form.outs],
+                                                         any(w.role == "filter" for w in form.weights))
         dts = {self._dt(self.info.get(a, (None, "f32"))[1]) for a in form.acts + form.outs}
         if local and not dts <= set(COMPUTE_DTYPES):
             local, h_split, n_split, reason = False, False, False, f"dtype {sorted(dts)}"
@@ -369,7 +374,8 @@ class _Builder:
             acts = acts[:1]
         elif t == "Concat":
             rank = len(self.shape(outs[0]))
-            attrs = {"axis": int(_attr(node, "axis", 1)) % rank}
+            axis = int(_attr(node, "axis", 1)) % rank
+            attrs = {"axis": -1 if axis == rank - 1 and rank >= 3 else axis}  # -1: within each row
             if consts:
                 return _Global(acts, consts, outs, "Concat with a constant operand")
         elif t in ("Resize", "Upsample"):
@@ -393,16 +399,39 @@ class _Builder:
             weights = [self.weight(c, r) for c, r in zip(ins[1:5], ("scale", "bias", "mean", "var")) if c in self.inits]
             consts = []
             outs = outs[:1]
+        elif t == "MatMul":
+            if consts and (len(acts) != 1 or ins[0] != acts[0] or len(self.shape(consts[0])) != 2):
+                return _Global(acts, consts, outs, "MatMul with a constant operand other than a [K, N] weight")
+            weights = [self.weight(c, "filter") for c in consts]
+            consts = []
+        elif t in ("Softmax", "LayerNormalization"):
+            rank = len(self.shape(outs[0]))
+            axis = int(_attr(node, "axis", -1))
+            attrs = {"axis": -1 if axis % rank == rank - 1 else axis % rank}
+            if t == "LayerNormalization":
+                attrs["epsilon"] = float(_attr(node, "epsilon", 1e-5))
+                weights = [self.weight(c, r, rank) for c, r in zip(ins[1:3], ("scale", "bias")) if c in self.inits]
+                if len(weights) != len([c for c in ins[1:3] if c]):
+                    return _Global(acts, consts, outs, "LayerNormalization with a computed scale or bias")
+                consts = []
+            outs = outs[:1]
+        elif t == "Transpose":
+            dims = self.shape(acts[0]) if acts else ()
+            attrs = {"perm": tuple(int(p) for p in _attr(node, "perm", range(len(dims))[::-1])), "in_dims": dims}
+        elif t == "Gelu":
+            attrs = {"approximate": str(_attr(node, "approximate", "none"))}
         elif t in opsem.BINARY_TYPES or t == "PRelu":
-            weights = [self.weight(c, "const") for c in consts]
+            rank = len(self.shape(outs[0])) if t != "PRelu" else 0
+            weights = [self.weight(c, "const", rank) for c in consts]
             consts = []
             if not acts:
                 return _Global(acts, [c for c in ins if c], outs, "constant-only op")
         return _Form(op_type, attrs, weights, acts, consts, outs)
 
     def _slice_attrs(self, node: onnx.NodeProto, ins: list[str], rank: int) -> dict[str, Any]:
-        """A Slice as ``axis, start, end, step`` when it cuts one axis with constant bounds (else ``axis`` -1,
-        which no local rule accepts); ends past the axis are clamped as ONNX does."""
+        """A Slice as ``axis, start, end, step`` when it cuts one axis with constant bounds (``axis`` -1: the
+        last axis of a rank-3/4 tensor; ``None`` when not understood, which no local rule accepts); ends past
+        the axis are clamped as ONNX does."""
         def const(k: int, attr: str) -> list[int] | None:
             if len(ins) > k and ins[k]:
                 if ins[k] not in self.inits or not _has_data(self.inits[ins[k]]):
@@ -414,11 +443,12 @@ class _Builder:
         starts, ends = const(1, "starts"), const(2, "ends")
         axes, steps = const(3, "axes"), const(4, "steps")
         if starts is None or ends is None or len(starts) != 1 or not rank:
-            return {"axis": -1}
+            return {"axis": None}
         axis = (axes or [0])[0] % rank
         dim = self.shape(ins[0])[axis]
         start, end = (min(max(v + dim if v < 0 else v, 0), dim) for v in (starts[0], ends[0]))
-        return {"axis": axis, "start": start, "end": end, "step": (steps or [1])[0]}
+        last = axis == rank - 1 and rank >= 3  # a run of each row's last axis: -1
+        return {"axis": -1 if last else axis, "start": start, "end": end, "step": (steps or [1])[0]}
 
     def _global(self, node: onnx.NodeProto, name: str, acts: list[str], consts: list[str], outs: list[str],
                 reason: str) -> None:
@@ -458,6 +488,16 @@ class _Builder:
             self._replace(pi, replace(prod, outputs=(outs[0],), fused=prod.fused + (t,), attrs=attrs,
                                       sources=prod.sources + ((node.name or outs[0]),)))
             return True
+        chain = self._gelu_chain(ins) if t == "Mul" else None
+        if chain is not None:  # one Gelu op, as TPU-MLIR's lowering makes it (its GELU Active op)
+            x, parts = chain
+            attrs = {"approximate": "none"}
+            local, h, n, why = opsem.classify("Gelu", attrs, [self.shape(x)], [self.shape(outs[0])])
+            sources = tuple(src for i in parts for src in self.ops[i].sources) + ((node.name or outs[0]),)
+            for i in parts:
+                self.ops[i] = replace(self.ops[i], name="", outputs=())  # tombstones, removed at the end
+            self.add(Op(node.name or outs[0], "Gelu", (x,), (outs[0],), (), attrs, (), local, h, n, sources, why))
+            return True
         if t == "Mul" and len(ins) == 2 and all(i and i not in self.inits for i in ins):
             for x, s in ((ins[0], ins[1]), (ins[1], ins[0])):
                 si = self.producer.get(s)
@@ -469,6 +509,43 @@ class _Builder:
                                      sources=sig.sources + ((node.name or outs[0]),)))
                     return True
         return False
+
+    def _const_is(self, name: str, value: float) -> bool:
+        init = self.inits.get(name)
+        if init is None or not _has_data(init):
+            return False
+        v = numpy_helper.to_array(init)
+        return v.size == 1 and abs(float(v.reshape(-1)[0]) - value) < 1e-4 * max(1.0, abs(value))
+
+    def _gelu_chain(self, ins: list[str]) -> tuple[str, list[int]] | None:
+        """``x * (1 + erf(x / sqrt 2)) * 0.5`` as torch exports GELU (Div, Erf, Add, Mul, then this Mul by
+        0.5): its input ``x`` and the four ops before this one, when every link is used once."""
+        acts = [i for i in ins if i and i not in self.inits]
+        consts = [i for i in ins if i and i in self.inits]
+        if len(acts) != 1 or len(consts) != 1 or not self._const_is(consts[0], 0.5):
+            return None
+
+        def made_by(t: str, typ: str, const: float | None = None) -> int | None:
+            i = self.producer.get(t)
+            if i is None or not self.single_use(t):
+                return None
+            op = self.ops[i]
+            ok = op.type == typ and op.local and not op.fused and (
+                const is None or (len(op.inputs) == 1 and len(op.weights) == 1
+                                  and self._const_is(op.weights[0].name, const)))
+            return i if ok else None
+
+        mi = made_by(acts[0], "Mul")
+        if mi is None or len(self.ops[mi].inputs) != 2:
+            return None
+        for x, a in (self.ops[mi].inputs, self.ops[mi].inputs[::-1]):
+            ai = made_by(a, "Add", 1.0)
+            ei = made_by(self.ops[ai].inputs[0], "Erf") if ai is not None else None
+            di = made_by(self.ops[ei].inputs[0], "Div", 2 ** 0.5) if ei is not None else None
+            if di is not None and self.ops[di].inputs == (x,):
+                assert ai is not None and ei is not None
+                return x, [di, ei, ai, mi]
+        return None
 
     def _replace(self, i: int, op: Op) -> None:
         self.ops[i] = op
@@ -489,10 +566,11 @@ class _Builder:
         outputs = tuple(dict.fromkeys(self.res(o.name) for o in self.g.output))
         tensors: dict[str, Tensor] = {}
         needed = dict.fromkeys(list(inputs) + [t for op in ops for t in op.inputs + op.outputs] + list(outputs))
+        last = opsem.channels_last(ops, {t: self.shape(t) for t in needed})
         for t in needed:  # ordered: problem files must not depend on the hash seed
             shp = self.shape(t)
             dt = self._dt(self.info.get(t, (None, "f32"))[1])
-            tensors[t] = Tensor(t, to_nchw(shp), dt, tuple(shp))
+            tensors[t] = Tensor(t, to_nchw(shp, t in last), dt, tuple(shp), t in last)
         used_inputs = tuple(i for i in inputs if i in tensors)
         return check_network(Network(name, tensors, tuple(ops), used_inputs, outputs))
 

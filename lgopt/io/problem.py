@@ -7,6 +7,7 @@ user can write one by hand for a network no ONNX exporter produces.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -71,11 +72,15 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
         if op_type in opsem.OP_SPECS and not o.get("global_reason"):  # a layer-group type: its attributes, first
             _check_attrs(op_type, attrs, weights, w)
         local, h_split, n_split, reason = opsem.classify(
-            op_type, attrs, [tensors[t].orig_shape for t in ins], [tensors[t].orig_shape for t in outs])
+            op_type, attrs, [tensors[t].orig_shape for t in ins], [tensors[t].orig_shape for t in outs],
+            any(x.role == "filter" for x in weights))
         if o.get("global_reason"):  # the file may force a global layer; its reason wins
             local, h_split, n_split, reason = False, False, False, str(o["global_reason"])
         ops.append(Op(_req(o, "name", w), op_type, ins, outs, weights, attrs, tuple(o.get("fused", ())), local,
                       h_split, n_split, tuple(o.get("sources", (o["name"],))), reason))
+    last = opsem.channels_last(ops, {t: v.orig_shape for t, v in tensors.items()})
+    tensors = {t: replace(v, shape=to_nchw(v.orig_shape, True), channels_last=True) if t in last else v
+               for t, v in tensors.items()}
     return check_network(Network(str(d.get("name", "network")), tensors, tuple(ops),
                                  tuple(_req(d, "inputs", where)), tuple(_req(d, "outputs", where))))
 

@@ -22,7 +22,7 @@ OPSET = 13
 class GraphBuilder:
     """A tiny layer-API over onnx.helper, in the spirit of torch.nn exports."""
 
-    def __init__(self, name: str, shape: tuple[int, int, int, int]) -> None:
+    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
         self.name = name
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[TensorProto] = []
@@ -259,6 +259,121 @@ def yolov5s(batch: int = 1, size: int = 640, width: float = 0.5, depth: float = 
     return b.model()
 
 
+# --- transformers (issue 16): [batch, tokens, features] activations, as torch.onnx exports them -------------
+
+class TransformerBuilder(GraphBuilder):
+    """Layers of transformer blocks on ``[batch, tokens, features]`` tensors (``channels`` holds features)."""
+
+    def linear(self, x: str, out: int, bias: bool = True) -> str:
+        """``x @ W + b`` with a ``[in, out]`` weight: torch's Linear on a 3-D input (MatMul, then Add)."""
+        n = self._name("linear")
+        y = self.node("MatMul", [x, self.weight(f"{n}.weight", [self.channels[x], out])], out)
+        return self.node("Add", [y, self.weight(f"{n}.bias", [out])], out) if bias else y
+
+    def scalar(self, op: str, x: str, v: float) -> str:
+        return self.node(op, [x, self._const(v)], self.channels[x])
+
+    def reduce_mean(self, x: str) -> str:
+        return self.node("ReduceMean", [x], 1, axes=[-1], keepdims=1)
+
+    def layer_norm(self, x: str, eps: float = 1e-6) -> str:
+        """The decomposed LayerNorm torch exports below opset 17: ReduceMean, Sub, Pow, ReduceMean, Add eps,
+        Sqrt, Div, then the affine Mul and Add."""
+        d = self.channels[x]
+        n = self._name("ln")
+        centred = self.node("Sub", [x, self.reduce_mean(x)], d)
+        var = self.reduce_mean(self.scalar("Pow", centred, 2.0))
+        y = self.node("Div", [centred, self.node("Sqrt", [self.scalar("Add", var, eps)], 1)], d)
+        y = self.node("Mul", [y, self.weight(f"{n}.weight", [d])], d)
+        return self.node("Add", [y, self.weight(f"{n}.bias", [d])], d)
+
+    def rms_norm(self, x: str, eps: float = 1e-6) -> str:
+        """LLaMA's RMSNorm: x / sqrt(mean(x^2) + eps) * weight."""
+        d = self.channels[x]
+        ms = self.reduce_mean(self.scalar("Pow", x, 2.0))
+        y = self.node("Div", [x, self.node("Sqrt", [self.scalar("Add", ms, eps)], 1)], d)
+        return self.node("Mul", [y, self.weight(f"{self._name('rms')}.weight", [d])], d)
+
+    def gelu(self, x: str) -> str:
+        """The erf GELU torch exports: x * 0.5 * (1 + erf(x / sqrt 2))."""
+        e = self.node("Erf", [self.scalar("Div", x, 2 ** 0.5)], self.channels[x])
+        return self.scalar("Mul", self.node("Mul", [x, self.scalar("Add", e, 1.0)], self.channels[x]), 0.5)
+
+    def shape_const(self, dims: list[int]) -> str:
+        name = self._name("shape")
+        self.inits.append(helper.make_tensor(name, TensorProto.INT64, [len(dims)], dims))
+        return name
+
+    def heads(self, x: str, batch: int, tokens: int, heads: int, perm: list[int]) -> str:
+        """[B, T, D] -> [B, T, heads, D/heads] (a view) -> permuted (a real transpose)."""
+        dh = self.channels[x] // heads
+        y = self.node("Reshape", [x, self.shape_const([batch, tokens, heads, dh])], dh)
+        return self.node("Transpose", [y], dh if perm[-1] == 3 else tokens, perm=perm)
+
+    def merge_heads(self, x: str, batch: int, tokens: int, dim: int) -> str:
+        y = self.node("Transpose", [x], self.channels[x], perm=[0, 2, 1, 3])
+        return self.node("Reshape", [y, self.shape_const([batch, tokens, dim])], dim)
+
+    def attention(self, x: str, batch: int, tokens: int, heads: int, rotary: bool = False,
+                  causal: bool = False) -> str:
+        """Multi-head self-attention: Q, K, V projections, scores, softmax, weighted sum, output projection;
+        ``rotary``: RoPE on Q and K (x * cos + rotate_half(x) * sin); ``causal``: an additive mask."""
+        d = self.channels[x]
+        dh = d // heads
+        bias = not rotary  # LLaMA's projections have no bias
+        q = self.heads(self.linear(x, d, bias), batch, tokens, heads, [0, 2, 1, 3])
+        k = self.heads(self.linear(x, d, bias), batch, tokens, heads, [0, 2, 1, 3])
+        v = self.heads(self.linear(x, d, bias), batch, tokens, heads, [0, 2, 1, 3])
+        if rotary:
+            n = self._name("rope")
+            cos, sin = self.weight(f"{n}.cos", [tokens, dh]), self.weight(f"{n}.sin", [tokens, dh])
+            q, k = (self.rope(t, cos, sin) for t in (q, k))
+        kt = self.node("Transpose", [k], tokens, perm=[0, 1, 3, 2])
+        s = self.scalar("Mul", self.node("MatMul", [q, kt], tokens), dh ** -0.5)
+        if causal:
+            s = self.node("Add", [s, self.weight(f"{self._name('mask')}.causal", [1, 1, tokens, tokens])], tokens)
+        p = self.node("Softmax", [s], tokens, axis=-1)
+        y = self.merge_heads(self.node("MatMul", [p, v], dh), batch, tokens, d)
+        return self.linear(y, d, bias)
+
+    def rope(self, x: str, cos: str, sin: str) -> str:
+        """x * cos + rotate_half(x) * sin, rotate_half = concat(-x2, x1) over the last axis halves."""
+        dh = self.channels[x]
+        half = self.shape_const([dh // 2])
+        x1 = self.node("Slice", [x, self.shape_const([0]), half, self.shape_const([3])], dh // 2)
+        x2 = self.node("Slice", [x, half, self.shape_const([dh]), self.shape_const([3])], dh // 2)
+        rot = self.node("Concat", [self.node("Neg", [x2], dh // 2), x1], dh, axis=-1)
+        return self.node("Add", [self.node("Mul", [x, cos], dh), self.node("Mul", [rot, sin], dh)], dh)
+
+    def swiglu(self, x: str, hidden: int) -> str:
+        """LLaMA's MLP: down(silu(gate(x)) * up(x))."""
+        g = self.linear(x, hidden, bias=False)
+        g = self.node("Mul", [g, self.node("Sigmoid", [g], hidden)], hidden)
+        return self.linear(self.node("Mul", [g, self.linear(x, hidden, bias=False)], hidden), self.channels[x], False)
+
+
+def vit_block(batch: int = 1, tokens: int = 197, dim: int = 768, heads: int = 12, mlp: int = 3072) -> onnx.ModelProto:
+    """One ViT-B/16 encoder block (pre-norm): x + attn(LN(x)), then y + MLP(LN(y)) with an erf GELU."""
+    b = TransformerBuilder("vit_block", (batch, tokens, dim))
+    b.channels["input"] = dim
+    y = b.add("input", b.attention(b.layer_norm("input"), batch, tokens, heads))
+    y = b.add(y, b.linear(b.gelu(b.linear(b.layer_norm(y), mlp)), dim))
+    b.output(y)
+    return b.model()
+
+
+def llm_block(batch: int = 1, tokens: int = 128, dim: int = 512, heads: int = 8, hidden: int = 1408
+              ) -> onnx.ModelProto:
+    """One decoder-only LLM block (LLaMA-style): RMSNorm, causal attention with rotary embeddings, RMSNorm,
+    SwiGLU MLP, both residual."""
+    b = TransformerBuilder("llm_block", (batch, tokens, dim))
+    b.channels["input"] = dim
+    y = b.add("input", b.attention(b.rms_norm("input"), batch, tokens, heads, rotary=True, causal=True))
+    y = b.add(y, b.swiglu(b.rms_norm(y), hidden))
+    b.output(y)
+    return b.model()
+
+
 BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnet18": lambda: resnet(18),
     "resnet50": lambda: resnet(50),
@@ -266,6 +381,8 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "vgg16": vgg16,
     "unet": unet,
     "yolov5s": yolov5s,
+    "vit_block": vit_block,
+    "llm_block": llm_block,
 }
 FIXTURES = {"fixture_resnet18": "resnet18.weightless.onnx", "fixture_yolov5s_like": "yolov5s_like.weightless.onnx"}
 

@@ -32,6 +32,7 @@ class Tensor:
     shape: Shape4
     dtype: str
     orig_shape: tuple[int, ...] = ()
+    channels_last: bool = False  # a rank-4 [N, H, W, C] only row ops touch: folded as the rank-3 [N, H*W, C]
 
     @property
     def n(self) -> int:
@@ -53,6 +54,20 @@ class Tensor:
     def elems(self) -> int:
         n, c, h, w = self.shape
         return n * c * h * w
+
+    @property
+    def rows_on_lanes(self) -> bool:
+        """Whether the folded H axis lies across the lanes: a rank-3 ``[B, M, K]`` tensor is folded to
+        ``(B, 1, M, K)`` so that its rows M are what a group slices as H, but LMEM holds it as TPU-MLIR's
+        matmul groups do, ``(B, M, 1, K)`` (row m on lane m mod X, its K elements contiguous); so is a
+        channels-last rank-4 one (:func:`lgopt.model.ops.channels_last`)."""
+        return len(self.orig_shape) == 3 or self.channels_last
+
+    def lane_shape(self, n_len: int, h_len: int, w_len: int | None = None) -> Shape4:
+        """The 4-D shape whose aligned layout a window of ``n_len`` batches, ``h_len`` rows and ``w_len``
+        columns (all of them when not given) has in LMEM (channels over lanes): the folded shape, with the rows
+        moved onto the lanes when they lie there."""
+        return lane_fold((n_len, self.c, h_len, self.w if w_len is None else w_len), self.rows_on_lanes)
 
 
 @dataclass(frozen=True)
@@ -160,22 +175,40 @@ class Network:
         return [op for op in self.ops if not op.local]
 
 
-def to_nchw(shape: Iterable[int]) -> Shape4:
-    """Fold any rank into NCHW: () -> 1111, (C) -> 1C11, (N,C) -> NC11, (N,C,L) -> NC1L,
-    (N,C,D...,W) -> (N, C, prod(D...), W).  Only global layers see non-4-D tensors."""
+def to_nchw(shape: Iterable[int], channels_last: bool = False) -> Shape4:
+    """Fold any rank into NCHW: () -> 1111, (C) -> 1C11, (N,C) -> NC11, (B,M,K) -> B1MK (but (S,1,K) -> 11SK),
+    (N,C,D...,W) -> (N, C, prod(D...), W).
+
+    A rank-3 tensor is a batch of matrices (a transformer's ``[batch, tokens, features]``): its rows M are
+    the axis a group slices, so they fold onto H; LMEM still holds them across the lanes
+    (:meth:`Tensor.lane_shape`).  ``channels_last``: a rank-4 ``[N, H, W, C]`` folds as ``[N, H*W, C]`` would."""
     s = tuple(int(d) for d in shape)
+    if channels_last and len(s) == 4:
+        return (s[0], 1, s[1] * s[2], s[3])
     if len(s) == 0:
         return (1, 1, 1, 1)
     if len(s) == 1:
         return (1, s[0], 1, 1)
     if len(s) == 2:
         return (s[0], s[1], 1, 1)
-    if len(s) == 3:
-        return (s[0], s[1], 1, s[2])
+    if len(s) == 3:  # [S, 1, K] (sequence-first, one batch): its S tokens are the rows
+        return (1, 1, s[0], s[2]) if s[1] == 1 else (s[0], 1, s[1], s[2])
     mid = 1
     for d in s[2:-1]:
         mid *= d
     return (s[0], s[1], mid, s[-1])
+
+
+def lane_fold(folded: Shape4, rows_on_lanes: bool) -> Shape4:
+    """A folded shape as LMEM holds it, channels over lanes: a rank-3 tensor's ``(B, 1, M, K)`` is ``(B, M, 1, K)``."""
+    n, c, h, w = folded
+    return (n, h, c, w) if rows_on_lanes else folded
+
+
+def lane_shape_of(shape: Iterable[int]) -> Shape4:
+    """The LMEM shape (channels over lanes) of a whole tensor or constant of this true shape."""
+    s = tuple(shape)
+    return lane_fold(to_nchw(s), len(s) == 3)
 
 
 def with_batch(net: Network, batch: int) -> Network:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
 from math import ceil, floor
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from lgopt.model.network import Op, to_nchw
+from lgopt.model.network import Op, lane_shape_of, to_nchw
 
 Window = tuple[int, int]
 
@@ -28,11 +28,13 @@ class Family(Enum):
     POOL = "pool"  # sliding window, vector unit
     GLOBAL_POOL = "global_pool"  # reads every row of its input: not H-sliceable
     RESIZE = "resize"  # sampled rows (ONNX Resize coordinates)
-    CONCAT = "concat"  # channel concatenation
+    CONCAT = "concat"  # channel concatenation, or within each row (the last axis of a rank-3/4 tensor)
     BINARY = "binary"  # elementwise, two operands (one may broadcast)
     UNARY = "unary"  # elementwise activation
     RESHAPE = "reshape"  # a view: the same bytes in every lane, only the 4-D shape's H x W split changes
-    CHANNEL_SLICE = "channel_slice"  # a run of channels (ShuffleNet's split): rows as they are, lanes move
+    CHANNEL_SLICE = "channel_slice"  # a run of channels (ShuffleNet's split), or of each row's last axis (RoPE)
+    MATMUL = "matmul"  # rows x [K, N] (a weight) or x a batch of [K, N] matrices: row m reads its own row of A
+    ROWWISE = "rowwise"  # normalises each row over its last axis (Softmax, LayerNormalization): rows independent
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class OpSpec:
     """Everything lgopt's planner knows about one local op type, in one entry.
 
     Adding an op type of an existing family is one entry in :data:`OP_SPECS` (plus, for new math, a
-    kernel in :mod:`lgopt.check.kernels`; ``docs/adding-an-op.md`` has the checklist).  The verifier keeps
+    kernel in :mod:`lgopt.check.kernels`; ``docs/extending.md`` has the checklist).  The verifier keeps
     its own receptive-field rule per family on purpose (:mod:`lgopt.check.verify`).
     """
 
@@ -55,13 +57,18 @@ class OpSpec:
 
     @property
     def h_split(self) -> bool:
-        """Whether the op may be sliced along H (a reshape only when it keeps H: :func:`classify`)."""
+        """Whether the op may be sliced along H (a reshape only when it keeps H, a reduction only when it
+        keeps the rows: :func:`classify`)."""
         return self.family is not Family.GLOBAL_POOL
 
     @property
-    def any_rank(self) -> bool:
-        """Whether tensors of another rank than 4 may be its operands (judged on their folded 4-D shapes)."""
-        return self.family is Family.RESHAPE or self.type == "ReduceMean"
+    def ranks(self) -> tuple[int, ...]:
+        """Ranks its activation operands may have.  Rank 3 ``[B, M, K]`` folds to ``(B, 1, M, K)`` (rows M
+        sliced as H, held across the lanes).  Rank 2 ``[N, C]`` (a classifier's vectors) stays global: TPU-MLIR
+        runs it so, and as ``(N, C, 1, 1)`` each channel would be a one-element transfer."""
+        if self.family in (Family.BINARY, Family.UNARY, Family.MATMUL, Family.ROWWISE) or self.type == "ReduceMean":
+            return (3, 4)
+        return (4,)
 
 
 MAX_POOL_STRIDE = 15  # TPU-MLIR makes pools with a larger stride global (reference s2.1)
@@ -72,23 +79,33 @@ def _pool_rule(attrs: Mapping[str, Any]) -> str:
 
 
 def _concat_rule(attrs: Mapping[str, Any]) -> str:
-    return "not on the channel axis" if attrs.get("axis") != 1 else ""
+    return "not on the channel axis nor on the last" if attrs.get("axis") not in (1, -1) else ""
 
 
 def _resize_rule(attrs: Mapping[str, Any]) -> str:
     return f"mode {attrs.get('mode')!r}" if attrs.get("mode") not in ("nearest", "linear") else ""
 
 
-def _reduce_rule(attrs: Mapping[str, Any]) -> str:
-    return "not over H and W" if tuple(sorted(attrs.get("axes", ()))) != (2, 3) else ""
+def _last_axis_rule(attrs: Mapping[str, Any]) -> str:
+    return "not over the last axis alone" if attrs.get("axis") != -1 else ""
+
+
+def _transpose_rule(attrs: Mapping[str, Any]) -> str:
+    """A permutation is layout-only when the axes it moves are all of size 1 (the others keep their order):
+    then it is a reshape, judged as one.  ``in_dims`` is the input's shape (the importer records it)."""
+    perm, dims = tuple(attrs.get("perm", ())), tuple(attrs.get("in_dims", ()))
+    if len(perm) != len(dims):
+        return "without its permutation"
+    kept = [p for p in perm if dims[p] != 1]
+    return "" if kept == sorted(kept) else "permutes axes (moves data between lanes)"
 
 
 RESHAPE_TYPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 def _slice_rule(attrs: Mapping[str, Any]) -> str:
-    if attrs.get("axis") != 1:
-        return "not on the channel axis alone"
+    if attrs.get("axis") not in (1, -1):
+        return "not on the channel axis alone nor on the last"
     if attrs.get("step", 1) != 1 or not 0 <= attrs.get("start", -1) < attrs.get("end", -1):
         return "with a step or an empty or reversed range"
     return ""
@@ -102,10 +119,11 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("AveragePool", Family.POOL, _WINDOW, rule=_pool_rule),
     OpSpec("GlobalAveragePool", Family.GLOBAL_POOL),
     OpSpec("GlobalMaxPool", Family.GLOBAL_POOL),
-    OpSpec("ReduceMean", Family.GLOBAL_POOL, rule=_reduce_rule),
+    OpSpec("ReduceMean", Family.GLOBAL_POOL),  # over H and W, or over the last axis: _rank_reason
     OpSpec("Resize", Family.RESIZE, ("mode",), rule=_resize_rule),
     OpSpec("Concat", Family.CONCAT, ("axis",), rule=_concat_rule),
     *(OpSpec(t, Family.BINARY) for t in ("Add", "Sub", "Mul", "Div", "Max", "Min")),
+    OpSpec("Pow", Family.BINARY, eu_ops=4, table=True),  # x**2 of a decomposed LayerNorm; exp(y*log x) in general
     # eu_ops: vector operations per element, an assumption of the cost model (docs/cost-model.md)
     OpSpec("Relu", Family.UNARY, eu_ops=1, fusable=True),
     OpSpec("Clip", Family.UNARY, eu_ops=1, fusable=True),
@@ -118,8 +136,16 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("Tanh", Family.UNARY, eu_ops=6, table=True),
     OpSpec("Erf", Family.UNARY, eu_ops=8, table=True),
     OpSpec("SiLU", Family.UNARY, eu_ops=7, table=True),
+    OpSpec("Neg", Family.UNARY, eu_ops=1),  # rotary embeddings' rotate_half
+    OpSpec("Sqrt", Family.UNARY, eu_ops=4, table=True),
+    OpSpec("Gelu", Family.UNARY, ("approximate",), eu_ops=10, table=True),  # ONNX Gelu: erf or tanh form
+    # transformers (issue 16): rows of [.., M, K] operands; K on W.  eu_ops per element of the row
+    OpSpec("MatMul", Family.MATMUL),
+    OpSpec("Softmax", Family.ROWWISE, ("axis",), eu_ops=8, table=True, rule=_last_axis_rule),
+    OpSpec("LayerNormalization", Family.ROWWISE, ("axis", "epsilon"), eu_ops=7, table=True, rule=_last_axis_rule),
     # a view in LMEM (each lane keeps its channels' bytes, in order), one copy on the vector unit in TPU-MLIR
     *(OpSpec(t, Family.RESHAPE) for t in RESHAPE_TYPES),
+    OpSpec("Transpose", Family.RESHAPE, ("perm", "in_dims"), rule=_transpose_rule),
     # channels [start, end): a copy that moves them to lane 0 on; TPU-MLIR groups it (ShuffleNet v2)
     OpSpec("Slice", Family.CHANNEL_SLICE, ("axis", "start", "end"), rule=_slice_rule),
 )}
@@ -147,52 +173,138 @@ def eu_ops(op_type: str) -> int:
     return spec.eu_ops if spec is not None else 1
 
 
+def lane_form(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(batches, lane-axis length, elements per lane-axis entry) of a tensor of this (true) shape in LMEM."""
+    n, c, h, w = lane_shape_of(shape)
+    return n, c, h * w
+
+
 def reshape_is_view(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
     """Why a reshape moves data between lanes or batches ("" when it is a view in LMEM).
 
-    In LMEM a tensor's channels are spread over the lanes and each channel's H x W rows are contiguous
-    in its lane, so a reshape that keeps N and C (of the folded 4-D shapes) and H x W is free of data
-    movement: ``(1, 512, 1, 1) -> (1, 512)`` (a Flatten after global pooling) is one, the channel
-    shuffle's ``(1, 116, 28, 28) -> (1, 2, 58, 28, 28)`` is not.
+    In LMEM a tensor's channels (a rank-3 tensor's rows) are spread over the lanes and each one's
+    elements are contiguous in its lane, so a reshape that keeps the batches, the lane axis and the
+    elements per lane is free of data movement: ``(1, 512, 1, 1) -> (1, 512)`` (a Flatten after global
+    pooling) is one, and so is a transformer's head split ``(1, 197, 768) -> (1, 197, 12, 64)``; the
+    channel shuffle's ``(1, 116, 28, 28) -> (1, 2, 58, 28, 28)`` is not.
 
     >>> reshape_is_view((1, 512, 1, 1), (1, 512))
     ''
+    >>> reshape_is_view((1, 197, 768), (1, 197, 12, 64))
+    ''
     >>> reshape_is_view((1, 116, 28, 28), (1, 2, 58, 28, 28))
-    'moves data between lanes or batches: (1, 116, 28, 28) -> (1, 2, 1624, 28) in NCHW'
+    'moves data between lanes or batches: (1, 116, 784) -> (1, 2, 45472) as (batches, lanes, per lane)'
     """
-    a, b = to_nchw(in_shape), to_nchw(out_shape)
-    if a[0] == b[0] and a[1] == b[1] and a[2] * a[3] == b[2] * b[3]:
+    a, b = lane_form(in_shape), lane_form(out_shape)
+    if a == b:
         return ""
-    return f"moves data between lanes or batches: {a} -> {b} in NCHW"
+    return f"moves data between lanes or batches: {a} -> {b} as (batches, lanes, per lane)"
+
+
+def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]],
+                 out_shapes: list[tuple[int, ...]]) -> str:
+    """Why the operands' ranks keep the op global ("" when they do not)."""
+    ranks = {len(s) for s in in_shapes + out_shapes}
+    if spec.family in (Family.CONCAT, Family.CHANNEL_SLICE) and attrs.get("axis") == -1:  # within each row
+        return "" if len(ranks) == 1 and ranks <= {3, 4} else "on the last axis of other than one rank 3 or 4"
+    if spec.type == "ReduceMean":  # over H and W of a 4-D tensor (any rank out), or each row's last axis
+        axes, r = tuple(sorted(attrs.get("axes", ()))), len(in_shapes[0]) if in_shapes else 0
+        if r == 4 and axes == (2, 3):
+            return ""
+        if r in spec.ranks and axes == (r - 1,) and ranks == {r}:
+            return ""
+        return "not over H and W, nor over the last axis with keepdims"
+    if not ranks <= set(spec.ranks):
+        if spec.ranks == (4,):
+            return "on non-4-D tensors"
+        return f"on rank-{max(ranks - set(spec.ranks))} tensors (rank {', '.join(map(str, spec.ranks))} only)"
+    if len(ranks) > 1:  # operands of different rank fold differently: broadcasts run only between equal ranks
+        return "with operands of different rank"
+    if ranks == {3} and len({s[1] == 1 for s in in_shapes + out_shapes}) > 1:  # [S, 1, K] folds its S as rows
+        return "broadcasting a sequence-first [S, 1, K] operand against [B, M, K]"
+    return ""
+
+
+def _matmul_reason(attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]], out_shapes: list[tuple[int, ...]],
+                   has_filter: bool) -> str:
+    """Why a MatMul's operands keep it global: B must be a [K, N] weight or a batch of matrices laid out
+    like A (same batches, or one broadcast; same lane axis when rank 4)."""
+    if has_filter:
+        return "" if len(in_shapes) == 1 else "with a weight and two activations"
+    if len(in_shapes) != 2:
+        return "with a constant operand of rank other than 2"
+    a, b = lane_shape_of(in_shapes[0]), lane_shape_of(in_shapes[1])
+    if b[0] not in (1, a[0]) or (len(in_shapes[0]) == 4 and b[1] != a[1]):
+        return "whose batch dimensions broadcast"
+    return ""
 
 
 def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]],
-             out_shapes: list[tuple[int, ...]]) -> tuple[bool, bool, bool, str]:
+             out_shapes: list[tuple[int, ...]], has_filter: bool = False) -> tuple[bool, bool, bool, str]:
     """(local, h_split, n_split, reason-if-global) for an op of this type and attributes on operands of
-    these (true, unfolded) shapes.
+    these (true, unfolded) shapes (``has_filter``: its second MatMul operand is a weight).
 
     >>> classify("Flatten", {}, [(1, 512, 1, 1)], [(1, 512)])
     (True, True, True, '')
-    >>> classify("Relu", {}, [(1, 8, 4)], [(1, 8, 4)])[3]
-    'Relu on non-4-D tensors'
+    >>> classify("Relu", {}, [(1, 8, 4, 4, 4)], [(1, 8, 4, 4, 4)])[3]
+    'Relu on rank-5 tensors (rank 3, 4 only)'
     """
     spec = OP_SPECS.get(op_type)
     if spec is None:
         return False, False, False, f"{op_type} is not a layer-group op"
-    if spec.family is not Family.RESHAPE:  # a reshape is judged on its folded shapes below
-        ranked = in_shapes if spec.any_rank else in_shapes + out_shapes  # ReduceMean: any rank out (keepdims=0)
-        if any(len(s) != 4 for s in ranked):
-            return False, False, False, f"{op_type} on non-4-D tensors"
     why = spec.rule(attrs) if spec.rule is not None else ""
-    if spec.family is Family.RESHAPE:
+    if spec.family is Family.RESHAPE:  # judged on its layout in LMEM
         if len(in_shapes) != 1 or len(out_shapes) != 1:
             return False, False, False, f"{op_type} with {len(in_shapes)} data inputs"
-        why = reshape_is_view(in_shapes[0], out_shapes[0])
-        if not why:  # H may be sliced when the view keeps it (then it keeps W too)
-            return True, to_nchw(in_shapes[0])[2] == to_nchw(out_shapes[0])[2], True, ""
+        why = why or reshape_is_view(in_shapes[0], out_shapes[0])
+        if not why:  # H may be sliced when the view keeps it, lying the same way (then it keeps W too)
+            a, b = in_shapes[0], out_shapes[0]
+            same_h = to_nchw(a)[2] == to_nchw(b)[2] and (len(a) == 3) == (len(b) == 3)
+            return True, same_h, True, ""
+    why = why or _rank_reason(spec, attrs, in_shapes, out_shapes)
+    if not why and spec.family is Family.MATMUL:
+        why = _matmul_reason(attrs, in_shapes, out_shapes, has_filter)
     if why:
         return False, False, False, f"{op_type} {why}"
+    if op_type == "ReduceMean":  # keeps the rows (may be H-sliced) when it reduces the last axis alone
+        return True, tuple(sorted(attrs.get("axes", ()))) == (len(in_shapes[0]) - 1,), True, ""
     return True, spec.h_split, True, ""
+
+
+def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> frozenset[str]:
+    """The rank-4 tensors to hold as ``[N, H*W, C]`` rows across the lanes, not NCHW-style.
+
+    A ConvNeXt block permutes ``[N, C, H, W]`` to ``[N, H, W, C]``, runs LayerNorm, two MatMuls and GELU on
+    the last axis, and permutes back.  Folded NCHW-style its H would sit on the lanes (7 of 64 in the last
+    stage); TPU-MLIR remaps such chains (``GROUP_SMALL_C``).  A rank-4 tensor is held rows-on-lanes when every
+    op that touches it, and every rank-4 tensor those ops touch, is a local row op (elementwise, row-wise,
+    a last-axis ReduceMean, a MatMul with a weight) or a global Transpose (a permute: what it reads and
+    writes lives in GMEM).  Deterministic in the ops and shapes, so the importer and the problem loader
+    agree.
+    """
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while parent.setdefault(t, t) != t:
+            t = parent[t]
+        return t
+
+    bad: set[str] = set()
+    for op in ops:
+        t4 = [t for t in dict.fromkeys(op.inputs + op.outputs) if len(shapes[t]) == 4]
+        if not t4 or (op.type == "Transpose" and not op.local):
+            continue
+        family = _FAMILY.get(op.type)
+        row = op.local and (family in (Family.BINARY, Family.UNARY, Family.ROWWISE)
+                            or (family in (Family.CONCAT, Family.CHANNEL_SLICE) and op.attrs.get("axis") == -1)
+                            or (family is Family.MATMUL and any(w.role == "filter" for w in op.weights))
+                            or (op.type == "ReduceMean" and op.h_split))
+        if not row or any(len(w.shape) == 4 and max(w.shape[1:3]) > 1 for w in op.weights):
+            bad.update(t4)
+        for t in t4[1:]:
+            parent[find(t)] = find(t4[0])
+    bad_roots = {find(t) for t in bad}
+    return frozenset(t for t in parent if find(t) not in bad_roots)
 
 
 # --- backward windows ---------------------------------------------------------------------------
@@ -273,16 +385,16 @@ def resize_source(o: int, in_size: int, out_size: int, attrs: Mapping[str, Any])
 
 def backward_h(op: Op, k: int, out: Window, in_h: int, out_h: int) -> Window:
     """Rows of input ``k`` that output rows ``out`` need."""
-    return _backward_axis(op, out, in_h, out_h, 0)
+    return _backward_axis(op, k, out, in_h, out_h, 0)
 
 
 def backward_w(op: Op, k: int, out: Window, in_w: int, out_w: int) -> Window:
     """Columns of input ``k`` that output columns ``out`` need (W slices, as TPU-MLIR cuts them once N and H
     are exhausted): the same rules as :func:`backward_h` on the second spatial axis."""
-    return _backward_axis(op, out, in_w, out_w, 1)
+    return _backward_axis(op, k, out, in_w, out_w, 1)
 
 
-def _backward_axis(op: Op, out: Window, in_size: int, out_size: int, axis: int) -> Window:
+def _backward_axis(op: Op, k: int, out: Window, in_size: int, out_size: int, axis: int) -> Window:
     """Range of an input along spatial ``axis`` (0 = H, 1 = W) that output range ``out`` reads.
 
     One rule for both axes, so H and W windows cannot drift apart: kernel, stride, dilation and the
@@ -298,7 +410,9 @@ def _backward_axis(op: Op, out: Window, in_size: int, out_size: int, axis: int) 
     if family is Family.DECONV:
         return _deconv_rows(out, a["kernel"][axis], a["strides"][axis], a.get("dilations", (1, 1))[axis],
                             a["pads"][axis], in_size)
-    if family is Family.GLOBAL_POOL:
+    if family is Family.GLOBAL_POOL and in_size != out_size:  # over H and W (a last-axis reduction keeps rows)
+        return (0, in_size)
+    if family is Family.MATMUL and (k == 1 or axis == 1):  # B's rows are the contracted K; A's columns are K
         return (0, in_size)
     if family is Family.RESHAPE and in_size != out_size:  # a view that re-splits H x W: only whole (never sliced)
         return (0, in_size)
@@ -307,7 +421,8 @@ def _backward_axis(op: Op, out: Window, in_size: int, out_size: int, axis: int) 
         lo, _ = resize_source(out[0], in_size, out_size, {**a, "coord": coord})
         _, hi = resize_source(out[1] - 1, in_size, out_size, {**a, "coord": coord})
         return (lo, hi + 1)
-    # elementwise, activations, concat: identity, or the single row of a broadcast operand
+    # elementwise, activations, concat, rows of a MatMul's A or of a row-wise op: identity, or the single
+    # row of a broadcast operand
     if in_size == 1 and out_size != 1:
         return (0, 1)
     return out

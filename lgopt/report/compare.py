@@ -16,6 +16,7 @@ from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 from lgopt.report.parallel import Backend, run_tasks
+from lgopt.report.tables import grouped_fraction
 from lgopt.report.verdict import verify
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyChoice, StrategyOptions
@@ -48,6 +49,7 @@ def plan_row(net: Network, chip: Chip, s: StrategyChoice, plan: Plan, seconds: f
     return {
         "model": net.name, "chip": chip.name, "strategy": s.label,
         "groups": len(plan.groups), "ops in groups": sum(len(g.ops) for g in plan.groups),
+        "grouped %": round(100 * grouped_fraction(net, plan), 1),
         "global layers": len(plan.global_layers), "slices": _slices(plan),
         "cycles": int(c["cycles"]), "cost model": chip.cost_model, "traffic MB": round(c["traffic_bytes"] / 1e6, 3),
         "peak LMEM %": round(100 * c.get("lmem_peak", 0) / chip.lmem_bytes, 1),

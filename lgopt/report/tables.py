@@ -57,28 +57,38 @@ def collapse_globals(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def global_reasons(net: Network, plan: Plan, top: int = 4) -> list[str]:
-    """Why ops run as global layers, most frequent first: a plan that groups little (or nothing, as for a
-    transformer whose every op is a MatMul, a Transpose or a 3-D elementwise op) says so, and why, instead
-    of reporting an optimum over a space with nothing in it."""
-    layers = plan.global_layers
-    if not layers:
-        return []
+def global_reasons(net: Network, plan: Plan) -> list[str]:
+    """How many ops the plan groups, then why the others run as global layers, one line per cause, most
+    frequent first: a plan that groups little (or nothing) says so and why, instead of reporting an optimum
+    over a space with nothing in it.  A cause is the reason up to its first ``": "`` (the shapes after it
+    differ from op to op; the first op's are shown as an example); an op the chip's compiler keeps out of
+    groups gives the chip's reason."""
     from collections import Counter
 
-    fixed = Counter((net.op(v).type, net.op(v).reason or "not a layer-group op") for v in layers
-                    if not net.op(v).local)
-    unfit = [v for v in layers if net.op(v).local]
-    head = (f"nothing grouped: all {len(layers)} ops run as global layers" if not plan.groups else
-            f"{len(layers)} of {len(net.ops)} ops run as global layers")
-    parts = [f"{n} {reason}" + ("" if reason.startswith(t) else f" ({t})") for (t, reason), n in
-             fixed.most_common(top)]
-    rest = sum(fixed.values()) - sum(n for _, n in fixed.most_common(top))
-    if rest:
-        parts.append(f"{rest} more of {len(fixed) - top} other kinds")
-    if unfit:
-        parts.append(f"{len(unfit)} local ops that fit in no group on this chip (e.g. {unfit[0]})")
-    return [f"{head}: " + "; ".join(parts)]
+    layers = plan.global_layers
+    grouped = sum(len(g.ops) for g in plan.groups)
+    head = f"grouped: {grouped} of {len(net.ops)} ops ({100 * grouped / max(1, len(net.ops)):.1f}%) " \
+           f"in {len(plan.groups)} groups"
+    if not layers:
+        return [head]
+    chip = chip_from_dict(plan.chip)
+    causes: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for v in layers:
+        op = net.op(v)
+        reason = (op.reason or f"{op.type} is not a layer-group op") if not op.local else \
+            chip.group_rule(op.type) or f"{op.type}, a local op, fits in no group on this chip"
+        cause, _, detail = reason.partition(": ")
+        causes[cause] += 1
+        example.setdefault(cause, f"{detail}, {v}" if detail else v)
+    head = f"nothing grouped: all {len(layers)} ops run as global layers" if not plan.groups else \
+        f"{head}; {len(layers)} run as global layers"
+    return [head + ":"] + [f"  {n:>4} {cause} (e.g. {example[cause]})" for cause, n in causes.most_common()]
+
+
+def grouped_fraction(net: Network, plan: Plan) -> float:
+    """The fraction of the network's ops that run inside a group."""
+    return sum(len(g.ops) for g in plan.groups) / max(1, len(net.ops))
 
 
 def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str, Any]:
@@ -95,6 +105,7 @@ def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str,
         "traffic_bytes": int(c["traffic_bytes"]),
         "groups": len(plan.groups),
         "ops_in_groups": sum(len(g.ops) for g in plan.groups),
+        "grouped_fraction": round(grouped_fraction(net, plan), 4),
         "global_layers": len(plan.global_layers),
         "lmem_peak_bytes": int(c.get("lmem_peak", 0)),
         "bank_conflicts": int(c.get("bank_conflicts", 0)),
@@ -106,7 +117,7 @@ def summary(net: Network, plan: Plan, seconds: float | None = None) -> dict[str,
         # a percentage, as every other place shows the gap (the plan file's solver record keeps the fraction)
         **({"gap_percent": round(100 * float(plan.solver["gap"]), 4)} if "gap" in plan.solver else {}),
         **({"chip_changes": {k: [a, b] for k, (a, b) in changes(chip).items()}} if changes(chip) else {}),
-        **({"global_reasons": global_reasons(net, plan)} if plan.global_layers else {}),
+        "global_reasons": global_reasons(net, plan),
     }
 
 

@@ -12,14 +12,15 @@ slicing even alone runs as a global layer.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Sequence
 
 from lgopt.group.build import assemble, n_unit, try_group
 from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
-from lgopt.hw.chip import Chip
+from lgopt.hw.chip import Chip, for_chip
 from lgopt.hw.layout import cdiv
-from lgopt.model.network import Network
+from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import Progress, SearchSettings, group_runs
 
@@ -51,6 +52,9 @@ def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: Sea
 
 def greedy(net: Network, chip: Chip, st: SearchSettings = SearchSettings(), progress: Progress | None = None) -> Plan:
     """Groups from the tail toward the head within each run of ops a group may span (module docstring)."""
+    cnet = for_chip(net, chip)  # the ops the chip's compiler keeps out of groups (matmuls on cv18xx) as global
+    if cnet is not net:
+        return replace(greedy(cnet, chip, st, progress), model_digest=network_digest(net))
     t0 = time.perf_counter()
     ops = net.ops
     groups: list[GroupPlan] = []

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import networkx as nx
 
-from lgopt.hw.chip import Chip
+from lgopt.hw.chip import Chip, for_chip
 from lgopt.model.network import Network, network_digest, reorder, topological_orders
 from lgopt.model.plan import Plan, PlanStatus
 from lgopt.strategies.cpsat.common import CpsatSettings
@@ -50,6 +50,12 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
     order's search is.  Plans are expressed on the given network whatever order produced them, the
     intermediate ones passed to ``incumbent`` too.
     """
+    cnet = for_chip(net, chip)  # the ops the chip's compiler keeps out of groups (matmuls on cv18xx) as global
+    if cnet is not net:
+        def named(p: Plan) -> Plan:
+            return replace(p, model_digest=network_digest(net))
+        inner = None if incumbent is None else (lambda p: incumbent(named(p)))
+        return named(optimise(cnet, chip, search, st, progress, inner))
     t0 = time.perf_counter()
     given = incumbent
     if given is not None:

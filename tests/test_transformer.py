@@ -1,0 +1,205 @@
+"""Transformer blocks as layer groups (issue 16): rank-3 activations in TPU-MLIR's matmul layout, MatMul,
+LayerNorm (decomposed), Softmax, GELU and head-split views as local ops, and small ViT / LLM blocks that group,
+verify, slice their rows and simulate to what onnxruntime computes."""
+
+from dataclasses import replace
+
+import onnx
+import pytest
+
+from lgopt.check.simulate import check_with_onnxruntime, simulate
+from lgopt.check.verify import verify_plan
+from lgopt.hw.chip import for_chip, get_chip
+from lgopt.hw.sizing import activation_bytes
+from lgopt.io.onnx_import import import_onnx
+from lgopt.io.zoo import llm_block, vit_block
+from lgopt.model.network import Tensor, to_nchw
+from lgopt.model.ops import backward_h, classify
+from lgopt.report.tables import global_reasons
+from lgopt.report.verdict import verify
+from lgopt.strategies.greedy import greedy
+from lgopt.strategies.registry import StrategyOptions, parse_strategy
+from lgopt.strategies.settings import SearchSettings
+
+BM1684X = get_chip("bm1684x")
+
+
+def test_a_rank3_tensor_folds_its_rows_onto_h_and_holds_them_across_the_lanes():
+    """[1, 197, 768] f16 on bm1684x is TPU-MLIR's (1, 197, 1, 768) in LMEM: ceil(197/64) = 4 rows per lane of
+    768 elements (already EU-aligned); a 64-row slice is one row per lane."""
+    t = Tensor("x", to_nchw((1, 197, 768)), "f16", (1, 197, 768))
+    assert t.shape == (1, 1, 197, 768) and t.lane_shape(1, 197) == (1, 197, 1, 768)
+    assert activation_bytes(BM1684X, t, 1, 197) == 4 * 768 * 2
+    assert activation_bytes(BM1684X, t, 1, 64) == 768 * 2
+    assert to_nchw((197, 1, 768)) == (1, 1, 197, 768)  # sequence-first: the tokens are still the rows
+
+
+def test_transformer_ops_are_local_where_tpu_mlir_groups_them_and_say_why_not_elsewhere():
+    x, h = (1, 197, 768), (1, 197, 3072)
+    assert classify("MatMul", {}, [x], [h], has_filter=True) == (True, True, True, "")
+    assert classify("MatMul", {}, [(1, 12, 197, 64), (1, 12, 64, 197)], [(1, 12, 197, 197)])[0]
+    assert "batch dimensions" in classify("MatMul", {}, [(1, 12, 197, 64), (1, 6, 64, 197)], [(1, 12, 197, 197)])[3]
+    assert classify("Softmax", {"axis": -1}, [(1, 12, 197, 197)], [(1, 12, 197, 197)])[:2] == (True, True)
+    assert "last axis" in classify("Softmax", {"axis": 1}, [(1, 12, 197, 197)], [(1, 12, 197, 197)])[3]
+    assert classify("ReduceMean", {"axes": (2,), "keepdims": 1}, [x], [(1, 197, 1)])[:2] == (True, True)
+    assert classify("Reshape", {}, [x], [(1, 197, 12, 64)])[:2] == (True, False)  # the head split: a view
+    assert classify("Transpose", {"perm": (1, 0, 2), "in_dims": x}, [x], [(197, 1, 768)])[0]  # moves a 1 only
+    why = classify("Transpose", {"perm": (0, 2, 1, 3), "in_dims": (1, 197, 12, 64)}, [(1, 197, 12, 64)],
+                   [(1, 12, 197, 64)])[3]
+    assert why == "Transpose permutes axes (moves data between lanes)"
+    assert classify("Add", {}, [x, (1, 197, 1)], [x])[0]
+    assert "different rank" in classify("Add", {}, [x, (1, 1, 197, 1)], [x])[3]
+
+
+def test_a_matmul_reads_its_own_rows_of_a_and_every_row_of_b():
+    from lgopt.model.network import Op
+
+    mm = Op("mm", "MatMul", ("a", "b"), ("y",))
+    assert backward_h(mm, 0, (10, 20), 197, 197) == (10, 20)
+    assert backward_h(mm, 1, (10, 20), 64, 197) == (0, 64)
+
+
+def _import(tmp_path, name, model):
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return path, import_onnx(path, dtype="f16")
+
+
+@pytest.mark.parametrize("build", [lambda: vit_block(tokens=20, dim=64, heads=4, mlp=128),
+                                   lambda: llm_block(tokens=16, dim=64, heads=4, hidden=96)], ids=["vit", "llm"])
+def test_a_small_block_groups_verifies_slices_rows_and_simulates_like_onnxruntime(tmp_path, build):
+    path, net = _import(tmp_path, "block", build())
+    assert "agrees with onnxruntime" in check_with_onnxruntime(net, str(path)) or \
+        "not installed" in check_with_onnxruntime(net, str(path))
+    local = [op for op in net.ops if op.local]
+    assert {"MatMul", "ReduceMean", "Softmax", "Reshape"} <= {op.type for op in local}
+    assert all(op.type in ("Transpose", "Slice", "Concat") for op in net.ops if not op.local)
+    for chip in (BM1684X, get_chip("bm1684x", {"lmem_bytes": "2K"})):  # the small LMEM slices the rows
+        plan = greedy(net, chip, SearchSettings())
+        assert verify_plan(net, plan) == []
+        if chip is BM1684X:
+            assert sum(len(g.ops) for g in plan.groups) == len(local)
+        res = simulate(net, plan)
+        assert res.ok, res
+    assert any(g.h_slices > 1 for g in plan.groups), "rows sliced on the small LMEM"
+
+
+def test_cpsat_groups_a_vit_block_no_worse_than_greedy(tmp_path):
+    _, net = _import(tmp_path, "vit", vit_block(tokens=20, dim=64, heads=4, mlp=128))
+    opts = StrategyOptions(SearchSettings())
+    greedy_plan, _ = parse_strategy("greedy").run(net, BM1684X, opts)
+    from lgopt.strategies.cpsat.common import CpsatSettings
+
+    plan, _ = parse_strategy("cpsat").run(net, BM1684X, replace(opts, cpsat=CpsatSettings(time_limit=8, workers=2)))
+    assert verify_plan(net, plan) == []
+    assert plan.cost["cycles"] <= greedy_plan.cost["cycles"]
+    assert simulate(net, plan).ok
+
+
+def test_on_cv18xx_matmuls_stay_global_with_the_reason(tmp_path):
+    _, net = _import(tmp_path, "llm", llm_block(tokens=16, dim=64, heads=4, hidden=96))
+    cv = get_chip("cv181x")
+    plan, _ = parse_strategy("greedy").run(net, cv, StrategyOptions(SearchSettings()))
+    matmuls = {op.name for op in net.ops if op.type == "MatMul"}
+    assert matmuls <= set(plan.global_layers)
+    assert verify(net, plan) == []  # its recorded costs too: matmuls costed as the global layers they are
+    lines = global_reasons(net, plan)
+    assert lines[0].startswith("grouped: ")
+    assert any(f"{len(matmuls)} MatMul runs as a global layer on cv181x" in line for line in lines[1:])
+    # a plan that groups a MatMul anyway is refused on cv181x
+    bm = greedy(net, BM1684X, SearchSettings())
+    forged = replace(bm, chip={**bm.chip, "matmul_in_groups": False})
+    assert any("runs as a global layer on" in str(v) for v in verify_plan(net, forged))
+    assert for_chip(net, BM1684X) is net
+
+
+def test_every_cause_of_a_global_layer_is_one_line(tmp_path):
+    _, net = _import(tmp_path, "llm", llm_block(tokens=16, dim=64, heads=4, hidden=96))
+    plan = greedy(net, BM1684X, SearchSettings())
+    lines = global_reasons(net, plan)
+    causes = {op.reason.partition(": ")[0] for op in net.ops if not op.local}
+    assert len(lines) == 1 + len(causes)
+    assert sum(int(line.split()[0]) for line in lines[1:]) == len(plan.global_layers)
+
+
+def test_the_transformer_kernels_compute_what_onnxruntime_computes(tmp_path):
+    """LayerNormalization, Gelu (both forms), Softmax, ReduceMean over the last axis, Sqrt, Pow, Neg, Slice and
+    Concat within each row, a size-1 Transpose to sequence-first, a MatMul with a weight and one of two
+    activations through a head-split view: the
+    simulator's numpy kernels agree
+    with onnxruntime on every tensor (ONNX semantics, written independently of the planner)."""
+    import numpy as np
+    from onnx_graphs import G
+
+    g = G((1, 12, 24), opset=20)
+    h = g.n("LayerNormalization", ["x", g.w([24]), g.w([24])], axis=-1, epsilon=1e-5)
+    a = g.n("Gelu", [g.n("MatMul", [h, g.w([24, 32])])], approximate="tanh")
+    b = g.n("Gelu", [g.n("MatMul", [h, g.w([24, 32])])])
+    q = g.n("Reshape", [a, g.w(None, np.array([1, 12, 4, 8], dtype=np.int64))])
+    k = g.n("Reshape", [b, g.w(None, np.array([1, 12, 8, 4], dtype=np.int64))])
+    s = g.n("Softmax", [g.n("MatMul", [q, k])], axis=-1)
+    r = g.n("ReduceMean", [g.n("Pow", [h, g.w([1])]), g.w(None, np.array([-1], dtype=np.int64))], keepdims=1)
+    g.out(s)
+    g.out(g.n("Neg", [g.n("Div", [h, g.n("Sqrt", [g.n("Add", [r, g.w([1])])])])]))
+
+    def cut(x, a, b):  # a run of the last axis
+        return g.n("Slice", [x] + [g.w(None, np.array([v], dtype=np.int64)) for v in (a, b, -1)])
+
+    g.out(g.n("Concat", [g.n("Neg", [cut(h, 12, 24)]), cut(h, 0, 12)], axis=-1))  # RoPE's rotate_half
+    seq_first = g.n("Transpose", [h], perm=[1, 0, 2])  # [12, 1, 24]: moves only the batch of 1, a view
+    g.out(g.n("MatMul", [seq_first, g.w([24, 8])]))
+    path, net = _import(tmp_path, "kernels", g.model())
+    assert all(op.local for op in net.ops), [op.reason for op in net.ops if not op.local]
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+
+
+def test_a_convnext_block_holds_its_channels_last_tensors_rows_on_lanes(tmp_path):
+    """Between the two Transposes of a ConvNeXt block every op works on the last axis: those [N, H, W, C]
+    tensors are held as [N, H*W, C] (rows across the lanes, as TPU-MLIR's GROUP_SMALL_C remaps them), the
+    NCHW ones around them are not; the plan verifies and simulates, and onnxruntime agrees."""
+    import numpy as np
+    from onnx_graphs import G
+
+    g = G((1, 8, 6, 6), opset=17)
+    x = g.conv("x", 8, 8, k=7, g=8)  # depthwise
+    t = g.n("Transpose", [x], perm=[0, 2, 3, 1])
+    h = g.n("LayerNormalization", [t, g.w([8]), g.w([8])], axis=-1)
+    h = g.n("MatMul", [g.n("Erf", [g.n("MatMul", [h, g.w([8, 32])])]), g.w([32, 8])])
+    y = g.n("Transpose", [g.n("Mul", [h, g.w([8])])], perm=[0, 3, 1, 2])
+    g.out(g.n("Add", [y, "x"]))
+    path, net = _import(tmp_path, "cnblock", g.model())
+    last = {n for n, ten in net.tensors.items() if ten.channels_last}
+    assert last and all(net.tensor(n).orig_shape[1:3] == (6, 6) for n in last)
+    assert all(net.tensor(n).shape == (1, 1, 36, net.tensor(n).w) for n in last)
+    assert not net.tensor("x").channels_last and not net.tensor(net.outputs[0]).channels_last
+    from lgopt.io.problem import network_from_dict
+    from lgopt.model.network import network_to_dict
+
+    assert network_from_dict(network_to_dict(net)).tensors == net.tensors  # the loader folds the same way
+    assert np.all([op.local for op in net.ops if op.type != "Transpose"])
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+    # the block without its Transposes (a channels-last input): onnxruntime checks every tensor of it
+    g = G((1, 6, 6, 8), opset=17)
+    h = g.n("LayerNormalization", ["x", g.w([8]), g.w([8])], axis=-1)
+    h = g.n("MatMul", [g.n("Erf", [g.n("MatMul", [h, g.w([8, 32])])]), g.w([32, 8])])
+    g.out(g.n("Add", [g.n("Mul", [h, g.w([8])]), "x"]))
+    path, net = _import(tmp_path, "cnrows", g.model())
+    assert all(ten.channels_last for ten in net.tensors.values())
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+
+
+def test_the_erf_gelu_chain_is_one_gelu_op_as_tpu_mlir_lowers_it(tmp_path):
+    path, net = _import(tmp_path, "vit", vit_block(tokens=20, dim=64, heads=4, mlp=128))
+    gelu = [op for op in net.ops if op.type == "Gelu"]
+    assert len(gelu) == 1 and gelu[0].local and not any(op.type == "Erf" for op in net.ops)
+    assert len(gelu[0].sources) == 5  # Div, Erf, Add, Mul, Mul
+    assert len(import_onnx(path, dtype="f16", fuse=False).ops) == len(net.ops) + 4  # --no-fuse keeps the five
