@@ -94,6 +94,8 @@ def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: in
             need.update(range(lo, hi + 1))
     elif in_h == 1:
         need.update({0} if len(rows) else set())
+    elif in_h != out_h:  # joined or cut along this axis (a last-axis Concat or Slice): read whole
+        need.update(range(in_h)) if len(rows) else None
     else:
         need.update(rows)
     return need

@@ -422,9 +422,11 @@ def _backward_axis(op: Op, k: int, out: Window, in_size: int, out_size: int, axi
         _, hi = resize_source(out[1] - 1, in_size, out_size, {**a, "coord": coord})
         return (lo, hi + 1)
     # elementwise, activations, concat, rows of a MatMul's A or of a row-wise op: identity, or the single
-    # row of a broadcast operand
+    # row of a broadcast operand; an operand joined or cut along this axis (a last-axis Concat or Slice) whole
     if in_size == 1 and out_size != 1:
         return (0, 1)
+    if in_size != out_size:
+        return (0, in_size)
     return out
 
 
