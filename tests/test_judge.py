@@ -26,13 +26,20 @@ from lgopt.strategies.judged import JudgeSettings, grouping_of
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 
 FAKE = r'''
-import json, sys, pathlib
+import hashlib, json, os, pathlib, shutil, sys
 onnx, chip, cache, out = sys.argv[1:5]
+ref = os.environ.get("FAKE_REF")  # the first call per model writes TPU-MLIR's own cache, as the real tool does
+if ref:
+    md5 = hashlib.md5(pathlib.Path(onnx).read_bytes()).hexdigest()[:10]
+    d = pathlib.Path(os.environ["PEER_RUN"]) / "score_cache" / f"{pathlib.Path(onnx).stem}_{chip}_f16_{md5}" / "ref"
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ref, d / "own_opt2.layer_group_cache.json")
 c = json.load(open(cache))
 groups = [g for k, v in c.items() if k.startswith("subfunc_") for g in v.get("GroupLayer", [])]
 n_ops = sum(len(g["locs"]) for g in groups)
 total_ops = int(pathlib.Path(onnx).read_text())
-refused = [g for g in groups if g["shape_secs"][3] >= 4]
+min_h = int(os.environ.get("FAKE_MIN_H", "1"))  # a stricter allocator: groups need this many H slices
+refused = [g for g in groups if g["shape_secs"][3] >= 4 or g["shape_secs"][3] < min_h]
 if refused:
     json.dump({"status": "lg_failed", "lg_error": "local memory allocate failed for group 0"}, open(out, "w"))
     sys.exit(1)
@@ -152,3 +159,25 @@ def test_solve_with_the_judge_prints_what_it_measured_and_writes_a_plan_that_ver
     assert "measured by TPU-MLIR" in line and "TPU-MLIR's own grouping" in line
     assert main(["verify", str(out), "--model", str(onnx), "--dtype", "f16"]) == 0
     assert json.loads(out.read_text())["solver"]["judge"]["compiles"] >= 2
+
+
+def test_start_points_the_compiler_refuses_are_retried_with_more_h_slices(judged_case, monkeypatch):
+    """A compiler whose allocator wants 2 H slices per group refuses TPU-MLIR's recorded grouping and
+    lgopt's; the search retries them with one H slice more per group and goes on from what compiles."""
+    net, chip, ref, judge, _ = judged_case
+    monkeypatch.setenv("FAKE_MIN_H", "2")
+    plan = _solve(net, chip, ref, judge, budget=6)
+    j = plan.solver["judge"]
+    assert any("one H slice more" in t["move"] and t["measured"] for t in j["trials"])
+    assert all(g.h_slices >= 2 for g in plan.groups if len(g.ops) > 1)
+    assert j["measured_cycles"] == min(t["measured"] for t in j["trials"] if t["measured"] is not None)
+
+
+def test_without_a_reference_the_judge_takes_the_compilers_own_grouping(judged_case, monkeypatch):
+    net, chip, ref, judge, _ = judged_case
+    monkeypatch.setenv("FAKE_REF", str(ref))
+    fresh = Judge(judge.script, judge.peer_run, judge.onnx, judge.chip)
+    assert fresh.own_cache() is None
+    own = fresh.prepare()
+    assert own.read_text() == ref.read_text() and fresh.own_cache() == own
+    assert fresh.prepare() == own  # once per model: no second compile
