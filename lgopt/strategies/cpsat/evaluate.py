@@ -79,6 +79,7 @@ class Evaluator:
         value and a valid bound, refined later only where the master needs it.
         """
         import time
+        from collections import deque
 
         todo: dict[tuple, list[Key]] = {}
         for iv in ivs:
@@ -98,11 +99,23 @@ class Evaluator:
         if processes > 1 and len(reps) >= 8 and not _daemonic():
             chunk = max(1, min(8, len(reps) // (processes * 8)))
             batches = [(reps[k:k + chunk], deadline, full, self.slowest_full) for k in range(0, len(reps), chunk)]
-            for out in self._workers(processes).imap(_evaluate_batch, batches):
-                results.extend(out)
-                if deadline is not None and time.perf_counter() > deadline:
-                    self.close()  # stop what the workers are still doing
-                    break
+            # A few batches in flight at a time, never the whole list: past the deadline nothing more is sent
+            # and the batches in flight end on their own (workers check the deadline), so the pool is never
+            # terminated with its task queue full, where multiprocessing's terminate can hang for good.
+            pool, queued = self._workers(processes), iter(batches)
+            pending: deque[Any] = deque()
+
+            def send() -> None:
+                task = next(queued, None)
+                if task is not None:
+                    pending.append(pool.apply_async(_evaluate_batch, (task,)))
+
+            for _ in range(2 * processes):
+                send()
+            while pending:
+                results.extend(pending.popleft().get())  # in the order sent: the same results as in series
+                if deadline is None or time.perf_counter() <= deadline:
+                    send()
         else:
             for sig, iv in reps:
                 if deadline is not None and time.perf_counter() > deadline:
