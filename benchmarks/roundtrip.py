@@ -38,7 +38,7 @@ from lgopt.hw.chip import get_chip
 from lgopt.io.exporters import export, write
 from lgopt.io.problem import load_model
 from lgopt.io.tpumlir_export import read_base_groups
-from lgopt.io.tpumlir_judge import find_judge
+from lgopt.io.tpumlir_judge import find_judge, measurement_of
 from lgopt.model.network import with_batch
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.judged import JudgeSettings
@@ -96,11 +96,10 @@ def compile_cache(onnx: Path, chip: str, cache: Path, out: Path) -> dict:
 
 
 def measured(r: dict) -> tuple[int | None, str]:
-    if r.get("status") == "ok" and r.get("total_cycles"):
-        note = "" if r.get("honoured_exactly", True) else "not honoured exactly"
-        return int(r["total_cycles"]), note
-    msg = r.get("lg_error") or r.get("codegen_error") or r.get("status")
-    return None, f"TPU-MLIR refused: {' '.join(str(msg).split())[:160]}"
+    m = measurement_of(r)
+    if m.status == "ok" and m.total_cycles:
+        return m.total_cycles, "" if m.honoured else "not honoured exactly"
+    return None, f"TPU-MLIR refused: {m.error[:160]}"
 
 
 def groups_text(cache: dict) -> str:

@@ -135,19 +135,19 @@ def base_groups_from_model_ops(path: str | Path, model: str, chip: str) -> dict[
     return {s: sorted((min(v), max(v)) for v in bg.values()) for s, bg in out.items()}
 
 
-def _plan_groups(plan: Plan, net: Network) -> tuple[dict[str, int], list[str]]:
-    """lgopt op -> plan group index (groups of two or more ops), and notes on one-op groups."""
+def _plan_groups(plan: Plan, net: Network) -> tuple[dict[str, int], dict[int, str]]:
+    """lgopt op -> plan group index (groups of two or more ops), and a note per one-op group (by index)."""
     known = {op.name for op in net.ops}
     of: dict[str, int] = {}
-    notes: list[str] = []
+    notes: dict[int, str] = {}
     for k, g in enumerate(plan.groups):
         bad = [o for o in g.ops if o not in known]
         if bad:
             raise LgoptError(f"the plan is not for model {net.name}: group {k} has op {bad[0]}, which the model "
                              "does not have")
         if len(g.ops) < 2:
-            notes.append(f"group {k} ({g.ops[0] if g.ops else '-'}) has one op: written as a global layer "
-                         "(TPU-MLIR compiles a one-op group as one)")
+            notes[k] = (f"group {k} ({g.ops[0] if g.ops else '-'}) has one op: written as a global layer "
+                        "(TPU-MLIR compiles a one-op group as one)")
             continue
         for o in g.ops:
             of[o] = k
@@ -309,7 +309,8 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     ref_ops, subs = _reference_ops(reference)
     map_cache(net, load_cache(reference))  # raises for a cache of another model / unknown names
     rm = _ref_map(net, ref_ops)
-    group_of, notes = _plan_groups(plan, net)
+    group_of, single_notes = _plan_groups(plan, net)
+    notes: list[str] = []
     groups: dict[int, list[tuple[int, OrderedDict[str, Any]]]] = {}
     taken: set[tuple[int, int]] = set()
     interior_casts = 0
@@ -339,8 +340,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
             edge += _take_edge_casts([sp], rm, taken)
             if edge > before:
                 spans.append(sp)
-                k = plan.groups.index(sp[3])
-                notes[:] = [n for n in notes if not n.startswith(f"group {k} (")]
+                single_notes.pop(plan.groups.index(sp[3]), None)
             else:
                 taken.discard((sp[0], sp[1]))
         spans.sort(key=lambda sp: (sp[0], sp[1]))
@@ -360,7 +360,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     info = {"reference": str(reference), "interior_casts": interior_casts, "edge_casts": edge,
             "edge_cast_rule": edge_casts,
             "base_groups": "given" if base_groups is not None else "from the reference (its global ops refused)"}
-    return _assemble(subs, groups, globs), notes, info
+    return _assemble(subs, groups, globs), [*single_notes.values(), *notes], info
 
 
 # --- without a reference -------------------------------------------------------------------------------
@@ -391,7 +391,8 @@ def tpumlir_name(net: Network, op: str, types: Mapping[str, str] | None = None) 
 def _without_reference(plan: Plan, net: Network, onnx_model: str | Path | None
                        ) -> tuple[OrderedDict[str, Any], list[str], dict[str, Any]]:
     types = _onnx_types(onnx_model)
-    group_of, notes = _plan_groups(plan, net)
+    group_of, single_notes = _plan_groups(plan, net)
+    notes = list(single_notes.values())
     order: list[str] = []
     for kind, v in plan.steps:
         order += sorted(plan.groups[v].ops, key=net.op_index.__getitem__) if kind == "group" else [v]

@@ -140,12 +140,12 @@ class Judge:
 def find_judge(onnx: str | Path, chip: str, *, script: str | Path | None = None, peer_run: str | Path | None = None,
                quantize: str = "F16") -> Judge:
     """A :class:`Judge`, or one LgoptError line naming what is missing (TPU-MLIR, the scoring tool, the model)."""
-    peer = Path(str(peer_run or os.environ.get(PEER_ENV, "")))
-    if not str(peer_run or os.environ.get(PEER_ENV, "")) or not (peer / "venv" / "bin" / "model_deploy").exists():
+    peer_text, script_text = str(peer_run or os.environ.get(PEER_ENV, "")), str(script or os.environ.get(SCORE_ENV, ""))
+    peer, s = Path(peer_text), Path(script_text)
+    if not peer_text or not (peer / "venv" / "bin" / "model_deploy").exists():
         raise LgoptError(f"the TPU-MLIR judge needs {PEER_ENV} set to a TPU-MLIR 1.30.2 install (its venv/bin/"
                          "model_deploy): see docs/tpu-mlir.md")
-    s = Path(str(script or os.environ.get(SCORE_ENV, "")))
-    if not str(script or os.environ.get(SCORE_ENV, "")) or not s.is_file():
+    if not script_text or not s.is_file():
         raise LgoptError(f"the TPU-MLIR judge needs the scoring tool score_grouping.sh: pass --judge-script or set "
                          f"{SCORE_ENV} (docs/tpu-mlir.md)")
     o = Path(onnx)

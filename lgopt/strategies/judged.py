@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.group.alloc import multi_start_allocate
-from lgopt.group.build import assemble, n_unit, place, schedule, try_group
-from lgopt.group.slicing import group_io
+from lgopt.group.build import assemble, n_unit, place, schedule
+from lgopt.group.slicing import SliceError, group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
@@ -65,13 +65,6 @@ class JudgeSettings:
     time_limit: float | None = None  # wall seconds for the whole search (start points included)
 
 
-@dataclass(frozen=True)
-class Candidate:
-    grouping: Grouping
-    plan: Plan  # lgopt's plan of it (predicted cycles in plan.cost)
-    move: str
-
-
 class _Builder:
     """Groupings -> lgopt plans on the network in the compiler's order, with every group built once."""
 
@@ -83,12 +76,13 @@ class _Builder:
     def group(self, c: Cut) -> GroupPlan | None:
         key = (c.ops, c.n, c.h)
         if key not in self._groups:
-            g, why = try_group(self.onet, self.chip, list(c.ops), c.n, c.h, None, self.st.bank_rule)
-            if g is None and "allocation" in why:  # tight groups: the greedy orders before giving up
+            try:  # the compiler's slicing rule; the greedy orders for LMEM (tight groups need more than one)
                 s = schedule(self.onet, self.chip, list(c.ops), c.n, c.h, None)
                 alloc = multi_start_allocate(self.onet, self.chip, s, self.st.bank_rule)
-                g = None if alloc is None else place(self.onet, self.chip, s, alloc)
-            self._groups[key] = None if g is None else with_cost(self.chip, self.onet, g)
+            except SliceError:
+                alloc = None
+            self._groups[key] = None if alloc is None else with_cost(self.chip, self.onet,
+                                                                      place(self.onet, self.chip, s, alloc))
         return self._groups[key]
 
     def seed(self, plan: Plan) -> None:
