@@ -99,6 +99,28 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_units(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of deterministic units, not {text!r}")
+    return value
+
+
+DETERMINISTIC_HELP = ("cpsat's budget in deterministic work units instead of wall seconds (CP-SAT's deterministic "
+                      "time and lgopt's own counted work; about a second of one idle core each): the same model, "
+                      "seed and workers give the same plan on any machine, load or backend")
+
+
+def _limit_args(p: argparse.ArgumentParser, default: float, help: str) -> None:
+    """``--time-limit`` (wall seconds) or ``--deterministic-time`` (work units), not both."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--time-limit", type=float, default=default, help=help)
+    g.add_argument("--deterministic-time", type=_positive_units, metavar="UNITS", help=DETERMINISTIC_HELP)
+
+
 def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for item in items or []:
@@ -277,7 +299,8 @@ def _solve_settings(args: argparse.Namespace, budget: float) -> tuple[Any, Any]:
         raise LgoptError(f"--h-ratio must be a finite number at least 0, got {args.h_ratio}")
     settings = SearchSettings(h_ratio=args.h_ratio, bank_rule=args.bank_rule)
     cpsat = CpsatSettings(objective=args.objective, time_limit=budget, workers=args.workers,
-                          seed=args.seed, formulation=args.formulation, orders=args.orders,
+                          deterministic=args.deterministic_time is not None, seed=args.seed,
+                          formulation=args.formulation, orders=args.orders,
                           handover=not args.no_handover, cp_sat_params=check_params(args.cp_sat_params or ""))
     return settings, cpsat
 
@@ -306,6 +329,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     chip = _chip(args)
     # the time limit is the whole command's: what loading took, and a reserve for the final check, come off
     budget = max(0.05, args.time_limit - (time.perf_counter() - started) - RESERVE)
+    if args.deterministic_time is not None:  # work units: loading and checking do not count
+        budget = args.deterministic_time
     settings, cpsat = _solve_settings(args, budget)
     t0 = time.perf_counter()
     progress = None if args.json else stderr_progress
@@ -451,7 +476,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise LgoptError("--reference is a cache of one model: compare one model with it")
     df = compare(models, chip, strategies, args.output, SearchSettings(bank_rule=args.bank_rule), args.time_limit,
                  args.workers, stderr_progress, args.save_plans, reference=args.reference,
-                 base_groups=args.base_groups, margin=_margin(args), backend=_backend(args), seed=args.seed)
+                 base_groups=args.base_groups, margin=_margin(args), backend=_backend(args), seed=args.seed,
+                 deterministic=args.deterministic_time)
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
     cols = ["model", "strategy", "groups", "global layers", "slices", "cycles", "cost model", "traffic MB",
@@ -504,7 +530,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         (chips[0].name if len(chips) == 1 else f"{len(chips)}chips")
     out = args.output or f"reports/sweep-{tag}"
     df = sweep(models, chips, axes, strategies, out, args.time_limit, backend, args.seed, args.cpsat_workers,
-               stderr_progress, started=getattr(args, "started", None))
+               stderr_progress, started=getattr(args, "started", None), deterministic=args.deterministic_time)
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)
     drop = [c for c in df if c.endswith("(value)")] + (["chip"] if len(chips) == 1 else []) + \
@@ -603,8 +629,7 @@ def _add_solve(sub: Any) -> None:
                    help="extra CP-SAT parameters for cpsat's master and monolithic models, in SatParameters "
                         "text format, e.g. 'linearization_level:2'")
     s.add_argument("--objective", default="cycles", choices=get_args(Objective), help="what cpsat minimises")
-    s.add_argument("--time-limit", type=float, default=60.0,
-                   help="wall-clock seconds for the whole command, loading and checking included (default 60)")
+    _limit_args(s, 60.0, "wall-clock seconds for the whole command, loading and checking included (default 60)")
     s.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed")
     s.add_argument("--formulation", default="auto", choices=get_args(Formulation))
@@ -655,7 +680,7 @@ def _add_compare(sub: Any) -> None:
     s.add_argument("--strategies", default="greedy,cpsat", help=f"comma-separated: {strategy_names()}")
     _chip_args(s)
     s.add_argument("-o", "--output", help="report folder, e.g. reports/NAME")
-    s.add_argument("--time-limit", type=float, default=60.0)
+    _limit_args(s, 60.0, "wall-clock seconds per model and strategy (default 60)")
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--bank-rule", default="soft", choices=["soft", "hard", "off"])
     s.add_argument("--save-plans", action="store_true", help="also write every plan under OUTPUT/plans/")
@@ -694,8 +719,7 @@ def _add_sweep(sub: Any) -> None:
     s.add_argument("--set", action="append", metavar="KEY=V1,V2,...", help="a swept chip parameter")
     s.add_argument("--strategies", default="greedy", help=f"comma-separated: {strategy_names()}")
     s.add_argument("-o", "--output", help="report folder (default reports/sweep-MODEL-CHIP)")
-    s.add_argument("--time-limit", type=float, default=10.0,
-                   help="wall-clock seconds per configuration (all its strategies, checks included)")
+    _limit_args(s, 10.0, "wall-clock seconds per configuration (all its strategies, checks included; default 10)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT's random seed in every configuration")
     s.add_argument("--workers", dest="cpsat_workers", type=int, default=1,
                    help="CP-SAT workers per configuration (default 1: the backend runs configurations in parallel)")

@@ -23,6 +23,13 @@ def _sweep(tmp_path, name, backend, axes=None, strategies=("greedy", "cpsat"), p
                  str(tmp_path / name), time_limit=30, backend=backend, progress=progress)
 
 
+def _cut_short(tmp_path, name, backend):
+    """A sweep whose cpsat searches its deterministic budget stops (half a unit on bm1688)."""
+    net = load_model(str(PROBLEMS / "resnet18.json"))
+    return sweep([("resnet18", net)], [get_chip("bm1688")], {"lmem_bytes": ["96K", "128K"]}, ["cpsat"],
+                 str(tmp_path / name), backend=backend, workers=2, deterministic=0.5)
+
+
 def _result(df):
     return df[RESULT].sort_values(["lmem_bytes", "strategy"]).reset_index(drop=True)
 
@@ -37,10 +44,17 @@ def test_same_result_sequential_processes_and_a_dask_cluster(tmp_path):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs=40) as cluster:
         on_dask = _sweep(tmp_path, "dask", Backend("dask", 2, cluster.scheduler_address))
+        # a search stopped by its budget: with deterministic time it stops at the same point everywhere
+        cut_dask = _cut_short(tmp_path, "cut-dask", Backend("dask", 2, cluster.scheduler_address))
     pd.testing.assert_frame_equal(_result(seq), _result(on_dask))
     # every backend fills the same cache: the sequential one's files serve a cluster's rerun unchanged
     assert sorted(p.name for p in (tmp_path / "seq/cache").iterdir()) == \
         sorted(p.name for p in (tmp_path / "dask/cache").iterdir())
+    cut_seq = _cut_short(tmp_path, "cut-seq", Backend("sequential", 1))
+    assert (cut_seq["status"] == "time_limit").all()
+    cut_procs = _cut_short(tmp_path, "cut-procs", Backend("processes", 2))
+    pd.testing.assert_frame_equal(_result(cut_seq), _result(cut_procs))
+    pd.testing.assert_frame_equal(_result(cut_seq), _result(cut_dask))
 
 
 def test_run_tasks_gives_every_index_once():

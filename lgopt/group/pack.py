@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Mapping, Sequence
 
 from lgopt.group.packsearch.problem import PackItem, PackProblem, Solution, Span, banks
 from lgopt.group.packsearch.validate import validate
-from lgopt.group.solver import integral_bound, make_solver, wall_seconds
+from lgopt.group.solver import add_work, integral_bound, make_solver, wall_seconds
 from lgopt.hw.layout import cdiv
 
 if TYPE_CHECKING:
@@ -380,6 +380,7 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
         return PackResult("optimal", {}, 0, 0, 0.0, engine="first-fit")
 
     def done(res: PackResult) -> PackResult:
+        add_work(_effort(res))  # a caller on a deterministic budget counts it (lgopt.group.solver.work_done)
         if res.found and pairs:
             res = replace(res, conflicts=shared_banks(items, res.offsets, pairs, bank_bytes or 1))
         return replace(res, seconds=time.perf_counter() - t0)

@@ -21,6 +21,21 @@ if TYPE_CHECKING:
 
 WALL_CAP = 6.0  # wall seconds allowed per unit of deterministic time (about 2 on an idle 2-core machine)
 
+_WORK = [0.0]  # deterministic units of work this process has done: see work_done
+
+
+def work_done() -> float:
+    """Deterministic units of work this process has done so far: CP-SAT's deterministic time of every
+    solve run through :func:`solve_interruptibly`, plus what other solvers report with :func:`add_work`
+    (the packing search's placements).  A search with a deterministic budget reads differences of it, so
+    its stopping point depends on the work done, not on how loaded the machine was."""
+    return _WORK[0]
+
+
+def add_work(units: float) -> None:
+    """Count ``units`` of deterministic work done outside :func:`solve_interruptibly`."""
+    _WORK[0] += units
+
 
 def wall_seconds(time_limit: float, deadline: float | None = None) -> float:
     """The wall-clock cap of a solve given ``time_limit`` deterministic units: ``WALL_CAP`` times that (it
@@ -115,4 +130,5 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> A
         raise
     if "error" in out:
         raise out["error"]
+    add_work(solver.response_proto.deterministic_time)
     return out["status"]

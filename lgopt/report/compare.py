@@ -178,16 +178,19 @@ def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Seque
             search: SearchSettings = SearchSettings(), time_limit: float = 60.0, workers: int = 2,
             progress: Progress | None = None, save_plans: bool = False, reference: str | None = None,
             base_groups: str | None = None, margin: float = 0.05, backend: Backend = Backend("sequential", 1),
-            seed: int = 0) -> pd.DataFrame:
+            seed: int = 0, deterministic: float | None = None) -> pd.DataFrame:
     """Every model with every strategy, each pair one task on ``backend``; rows in the order of
-    ``models`` then ``strategies`` whatever order the tasks finish in."""
+    ``models`` then ``strategies`` whatever order the tasks finish in.  ``deterministic`` (units) replaces
+    ``time_limit`` (wall seconds) as cpsat's budget: the same rows on any backend or machine."""
     from lgopt.model.network import network_to_dict
 
     notes: list[str] = []
     plans: dict[tuple[str, str, str], Plan] = {}
     nets: dict[str, Network] = {}
     # a given grouping lgopt cannot build exactly is relaxed (and each change noted), so it still has a row
-    options = StrategyOptions(search, CpsatSettings(time_limit=time_limit, workers=workers, seed=seed), exact=False,
+    cpsat = CpsatSettings(time_limit=time_limit if deterministic is None else deterministic, workers=workers,
+                          seed=seed, deterministic=deterministic is not None)
+    options = StrategyOptions(search, cpsat, exact=False,
                               reference=reference, base_groups=base_groups, margin=margin)
     tasks: list[CompareTask] = []
     for _path, net in models:

@@ -57,8 +57,9 @@ TASK_SECONDS = 0.5  # what a configuration spends outside its strategy's search 
 class SweepTask:
     """One configuration as plain data: CP-SAT objects do not pickle, so the worker builds its own model.
     ``workers`` is CP-SAT's worker count, always explicit (its default, every core, oversubscribes a
-    pool); ``seed`` fixes its search.  ``budget`` (seconds of search) is not part of the result's key:
-    it only spreads the sweep's wall-clock limit over its configurations."""
+    pool); ``seed`` fixes its search.  ``budget`` is seconds of search, not part of the result's key (it
+    only spreads the sweep's wall-clock limit over its configurations), or, ``deterministic``, work units
+    (part of the key: with them the result is the same on any backend)."""
 
     key: str
     model: dict[str, Any]
@@ -68,9 +69,10 @@ class SweepTask:
     seed: int
     workers: int
     budget: float
+    deterministic: bool = False
 
 
-def config_key(net_digest: str, chip: Chip, strategy: str, time_limit: float, seed: int, workers: int) -> str:
+def config_key(net_digest: str, chip: Chip, strategy: str, time_limit: Any, seed: int, workers: int) -> str:
     """The content hash naming a configuration's cache file: everything its result depends on."""
     blob = json.dumps([CACHE_VERSION, net_digest, chip.to_dict(), strategy, time_limit, seed, workers],
                       sort_keys=True).encode()
@@ -107,7 +109,7 @@ def solve_config(task: SweepTask) -> dict[str, Any]:
     net = network_from_dict(task.model)
     chip = with_overrides(chip_from_dict(task.chip), dict(task.point))
     options = StrategyOptions(SearchSettings(), CpsatSettings(time_limit=task.budget, workers=task.workers,
-                                                              seed=task.seed))
+                                                              deterministic=task.deterministic, seed=task.seed))
     row: dict[str, Any] = {"model": net.name, "chip": chip.name, **dict(task.point), "strategy": task.strategy,
                            "cost model": chip.cost_model}
     try:
@@ -145,14 +147,16 @@ def _eta(seconds: float) -> str:
 def sweep(models: Sequence[tuple[str, Network]], chips: Sequence[Chip], axes: dict[str, list[str]],
           strategies: Sequence[str], out: str, time_limit: float = 10.0, backend: Backend = Backend(),
           seed: int = 0, workers: int = 1, progress: Progress | None = None,
-          started: float | None = None) -> pd.DataFrame:
+          started: float | None = None, deterministic: float | None = None) -> pd.DataFrame:
     """Every model (``(path, network)`` pairs) on every chip with every configuration and strategy.
 
     ``time_limit`` is wall-clock seconds per configuration, the sweep's own work included: ``C``
     configurations to solve on ``W`` workers end within ``ceil(C / W) * time_limit`` seconds of
     ``started`` (``time.perf_counter()``, default now).  ``workers`` is CP-SAT's worker count in each
     task (1: the backend supplies the parallelism); with ``seed`` it fixes each configuration's result,
-    whichever backend runs it."""
+    whichever backend runs it, when the search ends on its own.  ``deterministic`` gives each
+    configuration's search that many work units instead (:mod:`lgopt.strategies.cpsat.budget`): a search
+    its budget stops then stops at the same point on every backend, and ``time_limit`` is not used."""
     from lgopt.hw.chip import with_overrides
     from lgopt.model.network import network_to_dict
 
@@ -173,7 +177,8 @@ def sweep(models: Sequence[tuple[str, Network]], chips: Sequence[Chip], axes: di
         mdict, digest = network_to_dict(m), network_digest(m)
         for base, p, full in configs:
             for s in strategies:
-                key = config_key(digest, full, s, time_limit, seed, workers)
+                limit: Any = time_limit if deterministic is None else ["deterministic", deterministic]
+                key = config_key(digest, full, s, limit, seed, workers)
                 hit = read_cached(cache, key)
                 if hit is not None:
                     rows.append({**hit, "cached": True})
@@ -184,12 +189,15 @@ def sweep(models: Sequence[tuple[str, Network]], chips: Sequence[Chip], axes: di
     width = 1 if backend.kind == "sequential" else backend.jobs
     if todo:
         rounds = math.ceil(len(todo) / width)
-        if backend.scheduler:  # a cluster of unknown size: each configuration gets its own limit
+        if deterministic is not None:  # work units: each configuration its own, whatever the backend
+            budget = deterministic
+        elif backend.scheduler:  # a cluster of unknown size: each configuration gets its own limit
             budget = max(0.1, time_limit - TASK_SECONDS)
         else:
             left = time_limit * rounds - (time.perf_counter() - started) - REPORT_SECONDS
             budget = max(0.1, left / rounds - TASK_SECONDS)
-        todo = [SweepTask(t.key, t.model, t.chip, t.point, t.strategy, t.seed, t.workers, budget) for t in todo]
+        todo = [SweepTask(t.key, t.model, t.chip, t.point, t.strategy, t.seed, t.workers, budget,
+                          deterministic is not None) for t in todo]
     cached = len(rows) - len(todo)
     t0 = time.perf_counter()
     done = 0

@@ -28,7 +28,8 @@ class CpsatSettings:
     :class:`lgopt.strategies.settings.SearchSettings`)."""
 
     objective: Objective = "cycles"
-    time_limit: float = 60.0  # wall seconds for the whole optimisation
+    time_limit: float = 60.0  # wall seconds for the whole optimisation, or deterministic units (below)
+    deterministic: bool = False  # time_limit counts work, not seconds: the same plan on any machine (budget.py)
     workers: int = 2  # CP-SAT workers and evaluation processes
     seed: int = 0
     formulation: Formulation = "auto"

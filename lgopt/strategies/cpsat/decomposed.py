@@ -25,6 +25,7 @@ from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan, PlanStatus
 from lgopt.strategies.cpsat.bounds import interval_lower_bound
+from lgopt.strategies.cpsat.budget import Budget
 from lgopt.strategies.cpsat.common import INF, CpsatSettings, Key, objective_value
 from lgopt.strategies.cpsat.evaluate import MAX_EFFORT, Evaluator
 from lgopt.strategies.cpsat.master import Master, MasterAnswer
@@ -34,19 +35,20 @@ from lgopt.strategies.cpsat.space import CandidateSpace
 from lgopt.strategies.settings import Incumbent, Progress, SearchSettings
 
 PRICING_BATCH = 256  # intervals evaluated between two pricings
+BOUND_WORK = 1e-4  # deterministic units charged per candidate's lower bound (about its wall time on one core)
 
 HANDOVER_SPACE = ("; a tensor handed over in LMEM between consecutive groups (held whole in the top banks, a group "
                   "receives or hands over, not both)")
 
 
 
-def decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
+def decomposed(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, budget: Budget,
                progress: Progress | None, incumbent: Incumbent | None = None) -> Plan:
     """The best plan over the candidate space, from the greedy plan ``base`` (evaluated first) up; each
     better plan found on the way is passed to ``incumbent``."""
     space = CandidateSpace(net, chip, search, st.objective, st.handover, st.free_loads)
     with Evaluator(space, st.pack_time, st.workers, st.seed) as ev:
-        return _Search(space, ev, st, base, t0, progress, incumbent).run()
+        return _Search(space, ev, st, base, budget, progress, incumbent).run()
 
 
 def _greedy_intervals(net: Network, plan: Plan) -> list[Key]:
@@ -57,9 +59,9 @@ def _greedy_intervals(net: Network, plan: Plan) -> list[Key]:
 class _Search:
     """The state the four phases share: candidates, their bounds, the path structure and the master."""
 
-    def __init__(self, space: CandidateSpace, ev: Evaluator, st: CpsatSettings, base: Plan, t0: float,
+    def __init__(self, space: CandidateSpace, ev: Evaluator, st: CpsatSettings, base: Plan, budget: Budget,
                  progress: Progress | None, incumbent: Incumbent | None = None) -> None:
-        self.space, self.ev, self.st, self.base, self.t0, self.progress = space, ev, st, base, t0, progress
+        self.space, self.ev, self.st, self.base, self.budget, self.progress = space, ev, st, base, budget, progress
         self.incumbent = incumbent
         self.reported = float(objective_value(base.cost, st.objective))  # the caller has the greedy plan
         self.report_seconds = 0.0  # what reporting the last incumbent took
@@ -67,6 +69,7 @@ class _Search:
         net = space.net
         self.intervals = space.intervals()
         self.lb = {iv: interval_lower_bound(space, *iv) for iv in self.intervals}
+        budget.charge(BOUND_WORK * len(self.intervals))  # what a wall clock would have counted
         self.n_ops = len(net.ops)
         local = [k for k, op in enumerate(net.ops) if op.local]
         self.single = [space.global_value(k) for k in range(self.n_ops)]
@@ -79,7 +82,6 @@ class _Search:
             for k in range(iv[0], iv[1] + 1):
                 covering[k].append(iv)
         self.master = Master(self.intervals, covering, gval, fixed)
-        self.deadline = t0 + st.time_limit
 
     # --- shared ------------------------------------------------------------------------------------
     def costs(self, with_bounds: bool) -> dict[Key, int]:
@@ -105,12 +107,13 @@ class _Search:
         """Pass the best plan over evaluated candidates to the caller when it beats the last one reported.
 
         Building it (scheduling and placing its groups) takes time the search does not have, so reports
-        are spaced to take at most a fifth of the run, and skipped when one would end past the deadline;
-        the final plan is always returned."""
+        are spaced to take at most a fifth of the run, and skipped when one would end past a wall-clock
+        deadline; the final plan is always returned.  Reports change nothing the search does."""
         if self.incumbent is None:
             return
         now = time.perf_counter()
-        if now < self.next_report or now + self.report_seconds > self.deadline:
+        deadline = self.budget.deadline
+        if now < self.next_report or deadline is not None and now + self.report_seconds > deadline:
             return
         known = self.costs(False)
         if self.best_known() >= self.reported:
@@ -118,7 +121,7 @@ class _Search:
         path = cheapest(self.n_ops, self.starts, known, self.single)
         groups = [self.ev.materialize(*iv) for iv in path]
         plan = result(self.space.net, self.space.chip, self.space.settings, self.st, groups, self.base,
-                      int(bound), "feasible", self.t0, {"formulation": "decomposed", "incumbent": True})
+                      int(bound), "feasible", self.budget, {"formulation": "decomposed", "incumbent": True})
         value = objective_value(plan.cost, self.st.objective)
         if value < self.reported:
             self.incumbent(plan)
@@ -127,8 +130,8 @@ class _Search:
         self.next_report = time.perf_counter() + 4 * self.report_seconds
 
     def left(self, cap: float | None = None) -> float:
-        """Seconds to the deadline, at least 1, at most ``cap``."""
-        rest = self.deadline - time.perf_counter()
+        """What is left of the budget (seconds or units), at least 1, at most ``cap``."""
+        rest = self.budget.left()
         return max(1.0, rest if cap is None else min(cap, rest))
 
     def solve_master(self, cost: dict[Key, int], seconds: float) -> MasterAnswer | None:
@@ -141,9 +144,10 @@ class _Search:
             cost = within(self.n_ops, self.starts, cost, self.single, upper)
         path = cheapest(self.n_ops, self.starts, cost, self.single)
         out: MasterAnswer | None = None
-        if time.perf_counter() < self.deadline:
-            out = self.master.solve(self.st, cost, min(seconds, max(0.05, self.deadline - time.perf_counter())),
-                                    set(path))
+        if not self.budget.expired():
+            with self.budget.metered():
+                out = self.master.solve(self.st, cost, min(seconds, max(0.05, self.budget.left())), set(path),
+                                        self.budget.deterministic)
         if out is None:  # no time for CP-SAT (or it ran out): the same optimum by dynamic programming
             value = forward(self.n_ops, self.starts, cost, self.single)[0][self.n_ops][0]
             out = (cp_model.OPTIMAL, int(value), path) if value < float("inf") else None
@@ -159,7 +163,7 @@ class _Search:
             rounds += 1
             fwd, bwd = paths(n, self.starts, self.costs(True), self.single)
             priced_bound = max(priced_bound, fwd[n][0])  # valid: every interval at or above its true cost
-            if time.perf_counter() > self.deadline:
+            if self.budget.expired():
                 break
             upper = paths(n, self.starts, self.costs(False), self.single)[0][n][0]
             through = _through(fwd, bwd, self.lb)
@@ -172,7 +176,7 @@ class _Search:
                 break
             # the most promising first, then price again: the plans they give prune the rest
             self.ev.evaluate_many([iv for _, iv in todo[:PRICING_BATCH]], processes=self.st.workers,
-                                  deadline=self.deadline, full=False)
+                                  budget=self.budget, full=False)
             self.report(priced_bound)
         return rounds, priced_bound, todo
 
@@ -182,7 +186,7 @@ class _Search:
         best_keys: list[Key] | None = None
         iterations = 0
         evaluated = self.ev.evaluated
-        while time.perf_counter() < self.deadline or iterations == 0 and not todo_left:
+        while not self.budget.expired() or iterations == 0 and not todo_left:
             iterations += 1
             cost = {}
             for iv in self.intervals:
@@ -205,9 +209,9 @@ class _Search:
                 best_keys = chosen
                 status = "optimal" if res == cp_model.OPTIMAL else "time_limit"
                 break
-            if time.perf_counter() > self.deadline:
+            if self.budget.expired():
                 break
-            self.ev.evaluate_many(fresh, processes=min(self.st.workers, len(fresh)), deadline=self.deadline)
+            self.ev.evaluate_many(fresh, processes=min(self.st.workers, len(fresh)), budget=self.budget)
             self.report(bound)
         return status, bound, best_keys, iterations
 
@@ -224,11 +228,11 @@ class _Search:
                 break
             bound = max(bound, out[1])
             weak = [iv for iv in out[2] if iv in evaluated and not evaluated[iv].full]
-            if weak and time.perf_counter() > self.deadline:
+            if weak and self.budget.expired():
                 status = "time_limit"  # the gap could still have been narrowed
-            if not weak or time.perf_counter() > self.deadline:
+            if not weak or self.budget.expired():
                 break
-            self.ev.evaluate_many(weak, processes=min(self.st.workers, len(weak)), deadline=self.deadline)
+            self.ev.evaluate_many(weak, processes=min(self.st.workers, len(weak)), budget=self.budget)
             self.report(bound)
             refined = True
         return status, bound, refined
@@ -239,7 +243,7 @@ class _Search:
         :data:`~lgopt.strategies.cpsat.evaluate.EFFORT_GROWTH` times the budget."""
         refined = False
         evaluated = self.ev.evaluated
-        while time.perf_counter() < self.deadline:
+        while not self.budget.expired():
             out = self.solve_master(self.costs(True), self.left(10.0))
             if out is None:
                 break
@@ -251,7 +255,7 @@ class _Search:
             if not loose:
                 break
             for iv in loose:
-                self.ev.evaluate(*iv, full=True, deadline=self.deadline, effort=evaluated[iv].effort + 1)
+                self.ev.evaluate(*iv, full=True, budget=self.budget, effort=evaluated[iv].effort + 1)
             self.report(bound)
             refined = True
         return bound, refined
@@ -274,7 +278,7 @@ class _Search:
     def run(self) -> Plan:
         space, st = self.space, self.st
         for iv in _greedy_intervals(space.net, self.base):
-            self.ev.evaluate(*iv, deadline=self.deadline)
+            self.ev.evaluate(*iv, budget=self.budget)
         self.report(0)
         rounds, priced_bound, todo = self.price()
         status, bound, best_keys, iterations = self.master_loop(int(priced_bound), bool(todo))
@@ -291,7 +295,7 @@ class _Search:
                  f"{search.max_group_ops} ops; N slices 1..batch/unit; H slices up to the first that breaks a "
                  f"slicing rule (<= {search.max_h_slices}); lgopt's pipelined timestep table, any weight load "
                  "row in unsliced groups; exact packing" + (HANDOVER_SPACE if space.handover else "")}
-        return result(space.net, space.chip, search, st, groups, self.base, bound, status, self.t0, extra)
+        return result(space.net, space.chip, search, st, groups, self.base, bound, status, self.budget, extra)
 
 
 def _through(fwd: list[list[float]], bwd: list[list[float]], lb: dict[Key, int]) -> Callable[[Key], float]:

@@ -22,8 +22,10 @@ from lgopt.group.alloc import exact_pack, multi_start_allocate
 from lgopt.group.build import n_unit, place_chosen, schedule
 from lgopt.group.handover import pin_kept, without_kept
 from lgopt.group.slicing import slice_group
+from lgopt.group.solver import work_done
 from lgopt.group.timestep import schedule_group
 from lgopt.model.plan import GroupPlan
+from lgopt.strategies.cpsat.budget import Budget
 from lgopt.strategies.cpsat.common import INF, Key
 from lgopt.strategies.cpsat.loadrows import solve_loads
 from lgopt.strategies.cpsat.loadtable import with_loads
@@ -32,6 +34,8 @@ from lgopt.strategies.cpsat.space import CandidateSpace
 LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
 
 EFFORT_GROWTH = 4  # each re-evaluation of an interval whose bound is below its value gives its solvers this much more
+SLICING_WORK = 0.005  # deterministic units charged per slicing an evaluation considers (scheduling, the greedy
+# allocator: Python work no solver counts), besides what its solvers report; about its wall time on one core
 MAX_EFFORT = 6  # at most EFFORT_GROWTH ** 6 (4096) times the base budget: a solve that leaves a gap with that much
 # will not close it within any time limit, and the multiplier must stay a finite float (4 ** 512 is not)
 
@@ -52,6 +56,7 @@ class Evaluation:
     unknown: int = 0
     full: bool = True  # False: a quick evaluation skipped the load-row solver or exact packing where it could gain
     effort: int = 0  # the solvers had EFFORT_GROWTH ** effort times the base budget
+    work: float = 0.0  # deterministic units the evaluation took (charged to a deterministic budget)
 
 
 
@@ -72,14 +77,20 @@ class Evaluator:
         self._pool_size = 0
 
     def evaluate_many(self, ivs: Sequence[Key], processes: int = 1,
-                      deadline: float | None = None, full: bool = True) -> None:
+                      budget: Budget | None = None, full: bool = True) -> None:
         """Evaluate intervals, in worker processes when asked; results are identical to serial ones.
 
         ``full=False`` is the quick evaluation (no load-row solver, no exact packing): a real plan's
-        value and a valid bound, refined later only where the master needs it.
+        value and a valid bound, refined later only where the master needs it.  A wall-clock ``budget``
+        cuts the batch where its deadline falls; a deterministic one is charged each evaluation's work,
+        and batches are taken in order until it is spent, in worker processes or not, so the intervals
+        evaluated do not depend on timing.
         """
         import time
         from collections import deque
+
+        deadline = budget.deadline if budget is not None else None
+        det = budget is not None and budget.deterministic
 
         todo: dict[tuple, list[Key]] = {}
         for iv in ivs:
@@ -96,8 +107,18 @@ class Evaluator:
             return
         reps = [(sig, group[0]) for sig, group in todo.items()]
         results: list[tuple[tuple, Evaluation]] = []
+        chunk = max(1, min(8, len(reps) // (processes * 8)))
+
+        def take(batch: list[tuple[tuple, Evaluation]]) -> None:
+            """Keep a batch's results, unless a deterministic budget was spent before it."""
+            if det:
+                assert budget is not None
+                if budget.expired():
+                    return
+                budget.charge(sum(ev.work for _, ev in batch))
+            results.extend(batch)
+
         if processes > 1 and len(reps) >= 8 and not _daemonic():
-            chunk = max(1, min(8, len(reps) // (processes * 8)))
             batches = [(reps[k:k + chunk], deadline, full, self.slowest_full) for k in range(0, len(reps), chunk)]
             # A few batches in flight at a time, never the whole list: past the deadline nothing more is sent
             # and the batches in flight end on their own (workers check the deadline), so the pool is never
@@ -113,14 +134,21 @@ class Evaluator:
             for _ in range(2 * processes):
                 send()
             while pending:
-                results.extend(pending.popleft().get())  # in the order sent: the same results as in series
-                if deadline is None or time.perf_counter() <= deadline:
+                take(pending.popleft().get())  # in the order sent: the same results as in series
+                if not (det and budget is not None and budget.expired()) and (
+                        deadline is None or time.perf_counter() <= deadline):
                     send()
         else:
-            for sig, iv in reps:
-                if deadline is not None and time.perf_counter() > deadline:
+            for k in range(0, len(reps), chunk):
+                if det and budget is not None and budget.expired() or \
+                        deadline is not None and time.perf_counter() > deadline:
                     break
-                results.append((sig, self._timed(iv, self._full_in_time(full, deadline), deadline)))
+                done = []
+                for sig, iv in reps[k:k + chunk]:
+                    if deadline is not None and time.perf_counter() > deadline:
+                        break
+                    done.append((sig, self._timed(iv, self._full_in_time(full, deadline), deadline)))
+                take(done)
         self.evaluations += len(results)
         for sig, ev in results:
             self.cache[sig] = ev
@@ -168,13 +196,15 @@ class Evaluator:
             self.slowest_full = max(self.slowest_full, time.perf_counter() - t0)
         return ev
 
-    def evaluate(self, i: int, j: int, v: str = "", full: bool = True, deadline: float | None = None,
+    def evaluate(self, i: int, j: int, v: str = "", full: bool = True, budget: Budget | None = None,
                  effort: int = 0) -> Evaluation:
         """The interval's evaluation: cached, unless ``full`` or ``effort`` asks for more than the cache holds.
 
         ``effort`` multiplies the solvers' budgets by ``EFFORT_GROWTH ** effort``; a re-evaluation keeps
-        the better value and the better bound of the two (both are valid).
+        the better value and the better bound of the two (both are valid).  ``budget`` cuts the solvers
+        at its wall-clock deadline, or is charged the evaluation's deterministic work.
         """
+        deadline = budget.deadline if budget is not None else None
         ev = self.evaluated.get((i, j, v))
         if ev is not None and (ev.full or not full) and ev.effort >= effort:
             return ev
@@ -184,6 +214,8 @@ class Evaluator:
             old = ev
             ev = self._timed((i, j, v), full, deadline, effort)
             self.evaluations += 1
+            if budget is not None:
+                budget.charge(ev.work)
             if old is not None and old.full:  # keep the better plan and the better bound
                 keep = old if old.cost < ev.cost else ev
                 ev = replace(keep, bound=min(keep.cost, max(old.bound, ev.bound)), effort=effort)
@@ -192,6 +224,12 @@ class Evaluator:
         return ev
 
     def _evaluate(self, key: Key, full: bool = True, deadline: float | None = None, effort: int = 0) -> Evaluation:
+        """:meth:`_slicings`, with the deterministic work it took."""
+        w0 = work_done()
+        ev = self._slicings(key, full, deadline, effort)
+        return replace(ev, work=work_done() - w0 + SLICING_WORK * max(1, ev.tried))
+
+    def _slicings(self, key: Key, full: bool = True, deadline: float | None = None, effort: int = 0) -> Evaluation:
         """Slicings in order of their key; stop when no remaining key can beat the best placed one.
 
         ``deadline`` (``time.perf_counter()``) cuts the solvers short: what they

@@ -44,8 +44,9 @@ class Master:
     fixed: int  # ops that can only be global layers
 
     def solve(self, st: CpsatSettings, cost: dict[Key, int], seconds: float,
-              hint: set[Key] | None = None) -> MasterAnswer | None:
-        """(status, best bound, chosen candidates); candidates missing from ``cost`` are cut."""
+              hint: set[Key] | None = None, deterministic: bool = False) -> MasterAnswer | None:
+        """(status, best bound, chosen candidates); candidates missing from ``cost`` are cut.  ``seconds``
+        is wall time, or deterministic units when ``deterministic``."""
         m = cp_model.CpModel()
         x = {iv: m.new_bool_var(f"g{iv[0]}_{iv[1]}{iv[2]}") for iv in self.intervals if iv in cost}
         gl = {k: m.new_bool_var(f"gl{k}") for k in self.gval}
@@ -61,7 +62,10 @@ class Master:
                 m.add_hint(gl[k], not any(iv[0] <= k <= iv[1] for iv in hint))
         # a set-partitioning model whose LP is tight: one worker solves it fastest, and the machine's
         # other core is better spent evaluating intervals
-        solver = make_solver(workers=1, seed=st.seed, seconds=seconds, params=st.cp_sat_params)
+        if deterministic:
+            solver = make_solver(workers=1, seed=st.seed, deterministic=seconds, params=st.cp_sat_params)
+        else:
+            solver = make_solver(workers=1, seed=st.seed, seconds=seconds, params=st.cp_sat_params)
         res = solve_interruptibly(solver, m)
         if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None

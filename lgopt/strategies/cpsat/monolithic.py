@@ -9,8 +9,6 @@ candidate is chosen.  Hinted with the greedy plan.
 
 from __future__ import annotations
 
-import time
-
 from ortools.sat.python import cp_model
 
 from lgopt.group.build import place_chosen
@@ -19,6 +17,7 @@ from lgopt.group.solver import integral_bound, make_solver, solve_interruptibly
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan, PlanStatus
+from lgopt.strategies.cpsat.budget import Budget
 from lgopt.strategies.cpsat.common import CpsatSettings, Key
 from lgopt.strategies.cpsat.group_model import GroupVars, add_group
 from lgopt.strategies.cpsat.loadtable import current_loads, with_loads
@@ -28,7 +27,7 @@ from lgopt.strategies.cpsat.space import CandidateSpace, Slicing
 from lgopt.strategies.settings import Progress, SearchSettings
 
 
-def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, t0: float,
+def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, budget: Budget,
                 progress: Progress | None) -> Plan:
     space = CandidateSpace(net, chip, search, st.objective, st.handover, st.free_loads)
     local = [k for k, op in enumerate(net.ops) if op.local]
@@ -73,12 +72,16 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
     m.minimize(sum(terms) + fixed)
     if progress:
         progress(f"cpsat (monolithic): {len(cands)} candidates, {buffers} buffers")
-    solver = make_solver(workers=st.workers, seed=st.seed, seconds=st.time_limit - (time.perf_counter() - t0),
-                         params=st.cp_sat_params)
-    res = solve_interruptibly(solver, m)
+    if budget.deterministic:
+        solver = make_solver(workers=st.workers, seed=st.seed, deterministic=max(0.05, budget.left()),
+                             params=st.cp_sat_params)
+    else:
+        solver = make_solver(workers=st.workers, seed=st.seed, seconds=budget.left(), params=st.cp_sat_params)
+    with budget.metered():
+        res = solve_interruptibly(solver, m)
     if res not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound = integral_bound(solver) if res != cp_model.INFEASIBLE else 0
-        return result(net, chip, search, st, list(base.groups), base, bound, "time_limit", t0,
+        return result(net, chip, search, st, list(base.groups), base, bound, "time_limit", budget,
                        {"formulation": "monolithic", "candidates": len(cands)})
     groups = []
     for iv, c, x, gv in cands:
@@ -92,5 +95,5 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
             groups.append(place_chosen(net, chip, g, o, pchip, search.bank_rule))
     groups.sort(key=lambda g: net.op_index[g.ops[0]])
     status: PlanStatus = "optimal" if res == cp_model.OPTIMAL else "time_limit"
-    return result(net, chip, search, st, groups, base, integral_bound(solver), status, t0,
+    return result(net, chip, search, st, groups, base, integral_bound(solver), status, budget,
                    {"formulation": "monolithic", "candidates": len(cands), "buffers": buffers})

@@ -23,7 +23,6 @@ worse; both report status, objective, best bound and gap.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import networkx as nx
@@ -31,6 +30,7 @@ import networkx as nx
 from lgopt.hw.chip import Chip, for_chip
 from lgopt.model.network import Network, network_digest, reorder, topological_orders
 from lgopt.model.plan import Plan, PlanStatus
+from lgopt.strategies.cpsat.budget import Budget
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.cpsat.decomposed import decomposed
 from lgopt.strategies.cpsat.monolithic import monolithic
@@ -56,7 +56,7 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
             return replace(p, model_digest=network_digest(net))
         inner = None if incumbent is None else (lambda p: incumbent(named(p)))
         return named(optimise(cnet, chip, search, st, progress, inner))
-    t0 = time.perf_counter()
+    budget = Budget(st.time_limit, st.deterministic)
     given = incumbent
     if given is not None:
         def incumbent(p: Plan) -> None:
@@ -68,10 +68,12 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
         if tuple(names) in seen:
             continue
         seen.add(tuple(names))
-        left = st.time_limit - (time.perf_counter() - t0)
+        left = budget.left()
         share = max(1.0, left / (len(orders) - k)) if k < len(orders) - 1 else max(1.0, left)
         onet = net if kind == "given" else reorder(net, names)
-        plan = _optimise_order(onet, chip, search, replace(st, time_limit=share), progress, incumbent)
+        part = budget.share(share)
+        plan = _optimise_order(onet, chip, search, replace(st, time_limit=share), part, progress, incumbent)
+        budget.charge(part.charged)
         results.append((kind, plan))
     kind, best = min(results, key=lambda kp: (kp[1].solver["value"], kp[0] != "given"))
     bound = min(p.solver["bound"] for _, p in results)
@@ -84,7 +86,8 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
     solver = {**best.solver, "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "order": kind,
               "orders": {k: {"value": p.solver["value"], "bound": p.solver["bound"], "status": p.status}
                          for k, p in results},
-              "seconds": round(time.perf_counter() - t0, 3), "space": space}
+              "seconds": round(budget.seconds(), 3), "space": space,
+              **({"work_units": round(budget.charged, 3)} if budget.deterministic else {})}
     return replace(best, model_digest=network_digest(net), steps=_topo_steps(net, best), status=status,
                    solver=solver)
 
@@ -117,9 +120,8 @@ def _topo_steps(net: Network, plan: Plan) -> tuple[tuple[str, object], ...]:
     return tuple(steps)
 
 
-def _optimise_order(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings,
+def _optimise_order(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, budget: Budget,
                     progress: Progress | None, incumbent: Incumbent | None = None) -> Plan:
-    t0 = time.perf_counter()
     base = greedy(net, chip, search)
     if incumbent is not None:  # the first plan to keep if the search is interrupted
         incumbent(base)
@@ -128,6 +130,6 @@ def _optimise_order(net: Network, chip: Chip, search: SearchSettings, st: CpsatS
     if form == "auto":
         form = "monolithic" if n_local <= st.monolithic_max_ops else "decomposed"
     if form == "monolithic":
-        return monolithic(net, chip, search, st, base, t0, progress)
-    return decomposed(net, chip, search, st, base, t0, progress, incumbent)
+        return monolithic(net, chip, search, st, base, budget, progress)
+    return decomposed(net, chip, search, st, base, budget, progress, incumbent)
 
