@@ -46,7 +46,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lgopt.errors import LgoptError  # noqa: E402
-from lgopt.group.calibrated import MODEL_NAME, CalibratedModel, global_work, load_constants, tiu_category, work_term  # noqa: E402
+from lgopt.group.calibrated import (  # noqa: E402
+    MODEL_NAME,
+    CalibratedModel,
+    global_work,
+    load_constants,
+    scale_key,
+    tiu_category,
+    work_term,
+)
 from lgopt.group.cost import AnalyticModel, SliceShape, global_layer_cost  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
@@ -295,6 +303,22 @@ def fit_global(df: pd.DataFrame) -> dict:
     return out
 
 
+GLOBAL_BW_MIN_BYTES = 1 << 18  # global ops moving at least this much show their streaming rate, not latency
+
+
+def fit_global_bw(glob: pd.DataFrame) -> dict:
+    """The rate TPU-MLIR's global kernels move data at: the median of bytes over GDMA-busy cycles of its global
+    ops (every type, casts included) that move at least :data:`GLOBAL_BW_MIN_BYTES`.  About 25 bytes per cycle
+    on BM1688 and 50 on BM1684X, where a group's transfers stream at 16.5 and 41-54: a global layer's weights
+    and activations move in long runs over all channels."""
+    x = glob.assign(nbytes=glob.gdma_bytes_s2l + glob.gdma_bytes_l2s)
+    x = x[(x.nbytes >= GLOBAL_BW_MIN_BYTES) & (x.gdma_cycles > 0)]
+    if x.empty:
+        return {}
+    return {"form": "a global layer's transfers: max(chip.gdma_latency_cycles, bytes / bw, bytes / chip bandwidth)",
+            "bw": round(float(np.median(x.nbytes / x.gdma_cycles)), 3), "n": int(len(x))}
+
+
 def _clear_constants() -> None:
     from lgopt.group import calibrated as _c
     _c._CONSTANTS.clear()
@@ -325,6 +349,7 @@ def fit_global_local(out: Path, chips: list[str], glob: pd.DataFrame, maps: dict
         chip = get_chip(c, {"cost_model": MODEL_NAME})
         x["pred"] = [global_layer_cost(chip, nets[r.model], nets[r.model].op(r.lg))["cycles"]
                      for r in x.itertuples()]
+        x["type"] = [scale_key(nets[r.model], nets[r.model].op(r.lg)) for r in x.itertuples()]
         per_op = x.groupby(["model", "lg", "type"]).apply(
             lambda g: float(np.median(g.cycles / g.pred.clip(lower=1))), include_groups=False).reset_index(name="r")
         scales = {}
@@ -442,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"model": MODEL_NAME, "chip": c, "issue_cycles": issue, "tiu": tc,
                "gdma": {"form": "max(chip.gdma_latency_cycles, c + max(bytes / bw, k * runs + k_point * "
                                 "point_runs), bytes / chip bandwidth) per kind (load, store, weight)", **dma},
-               "global": gc,
+               "global": gc, "global_gdma": fit_global_bw(glob[(glob.chip == c) & glob.model.isin(train)]),
                "source": {"compiler": f"TPU-MLIR {version}", "data": str(data),
                           "timeline": "codegen simulated command timeline (compiler_profile_0.txt)",
                           "fitted_on": train, "held_out": hold,

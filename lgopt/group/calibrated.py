@@ -16,8 +16,11 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   map).  On BM1684X a 1 x 512 store takes 12,794 cycles for 1 KiB, 25 per channel: a bytes-only model
   cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs, subadditive, never cheaper
   than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
-* a global layer: local op types cost their TIU cycles at full size, and the layer ``s_t * max(compute,
-  transfers)`` with ``s_t`` fitted per type (``global_local``; TPU-MLIR's global kernels tile and overlap their
+* a global layer: each operand's transfer its set-up as in a group plus its bytes at the rate TPU-MLIR's
+  global kernels reach (``global_gdma``: about 25 bytes per cycle on BM1688, where a group's transfers
+  reach 16.5, and 50 on BM1684X); local op types cost their TIU cycles at full size, and the layer
+  ``s_t * max(compute, transfers)`` with ``s_t`` fitted per type (``global_local``; TPU-MLIR's global
+  kernels tile and overlap their
   own way), never below streaming its bytes (the lower bound takes ``min(1, s_t)`` of the compute); other
   types ``a_t + b_t * X`` fitted on the timeline of TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul,
   elements read and written otherwise); a view of GMEM (a reshape, a run of channels of one batch:
@@ -28,13 +31,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from lgopt.errors import LgoptError
-from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, _analytic_tiu, gmem_view, register_cost_model
+from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, Transfer, _analytic_tiu, gmem_view, register_cost_model
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
@@ -64,6 +67,22 @@ def tiu_category(op: Op) -> tuple[str, str]:
     if fam is opsem.Family.ROWWISE:  # vector work per element, as an activation's
         return op.type, "unary"
     return fam.value, fam.value
+
+
+def scale_key(net: Network, op: Op) -> str:
+    """What a global layer's scale (``global_local``) is looked up by: its type, and ``/rows`` when its output
+    lies with rows over the lanes (a folded rank-3 or channels-last tensor).  TPU-MLIR runs those through its
+    matmul-family kernels, and its timeline names a linear layer after its bias Add: a scale fitted on them
+    says nothing of a convolutional network's Add, and the reverse.
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> t = Tensor("y", (1, 1, 197, 768), "f16", (1, 197, 768))
+    >>> net = Network("n", {"x": t, "y": t}, (), ("x",), ("y",))
+    >>> scale_key(net, Op("a", "Add", ("x", "x"), ("y",)))
+    'Add/rows'
+    """
+    rows = bool(op.outputs) and net.tensor(op.outputs[0]).rows_on_lanes
+    return f"{op.type}/rows" if rows else op.type
 
 
 def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
@@ -102,6 +121,7 @@ class ChipConstants:
     gdma: dict[str, DmaFit]  # transfer kind (load, store, weight) -> its constants
     glob: dict[str, tuple[float, float]]  # non-local op type -> (a, b): a + b * global_work
     glob_local: dict[str, float] = field(default_factory=dict)  # layer-group op type run globally -> scale
+    glob_bw: float | None = None  # bytes per cycle a global layer's transfers stream at (None: as in groups)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @staticmethod
@@ -112,7 +132,9 @@ class ChipConstants:
                  for k, v in g.items() if k in ("load", "store", "weight")}
         glob = {k: (float(v["a"]), float(v["b"])) for k, v in d.get("global", {}).items()}
         local = {k: float(v["scale"]) for k, v in d.get("global_local", {}).items()}
-        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, d.get("source", {}))
+        bw = d.get("global_gdma", {}).get("bw")
+        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, None if bw is None else float(bw),
+                             d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -124,6 +146,8 @@ class ChipConstants:
                              f"(has {', '.join(sorted(self.gdma)) or 'none'})")
         if any(f.c < 0 or f.bw <= 0 or f.k < 0 or f.k_point < 0 for f in self.gdma.values()):
             raise LgoptError(f"calibration {chip_name}: GDMA constants must be non-negative (bandwidth positive)")
+        if self.glob_bw is not None and not self.glob_bw > 0:
+            raise LgoptError(f"calibration {chip_name}: the global-layer GDMA rate must be positive")
         if any(v <= 0 for v in self.glob_local.values()):
             raise LgoptError(f"calibration {chip_name}: global-layer scales must be positive")
         if "default" not in self.tiu:
@@ -186,8 +210,19 @@ class CalibratedModel:
             return AnalyticModel(issue_cycles=k.issue).global_compute(chip, net, op)
         return int(math.ceil(ab[0] + ab[1] * global_work(net, op)))
 
-    def global_scale(self, chip: Chip, op: Op) -> float:
-        return self.constants(chip).glob_local.get(op.type, 1.0)
+    def global_scale(self, chip: Chip, net: Network, op: Op) -> float:
+        return self.constants(chip).glob_local.get(scale_key(net, op), 1.0)
+
+    def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
+        k = self.constants(chip)
+        if k.glob_bw is None:
+            return None
+        total = 0
+        for nbytes, runs, point, kind in transfers:  # a group's run costs, streaming at the global kernels' rate
+            fit = replace(k.gdma[kind], bw=k.glob_bw).cycles(nbytes, max(1, runs), point)
+            stream = nbytes * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)  # never faster than the chip's peak
+            total += max(chip.gdma_latency_cycles, int(math.ceil(fit)), int(math.ceil(stream)))
+        return total
 
 
 @lru_cache(maxsize=8)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Protocol
+from typing import Literal, Protocol, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
@@ -90,9 +90,14 @@ class CostModel(Protocol):
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int: ...
 
-    def global_scale(self, chip: Chip, op: Op) -> float:
+    def global_scale(self, chip: Chip, net: Network, op: Op) -> float:
         """What a layer-group op type run as a global layer costs relative to ``max(compute, transfers)``
         (the compiler's global kernels tile and overlap in their own way; 1 where the model knows no better)."""
+        ...
+
+    def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
+        """A global layer's transfers (:func:`global_transfers`), where the model knows the rate the
+        compiler's global kernels move data at (None: each as :meth:`gdma_cycles` costs it in a group)."""
         ...
 
 
@@ -128,8 +133,11 @@ class AnalyticModel:
         elems = sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
         return self.issue_cycles + cdiv(elems, chip.npu_num * chip.eu_elems(dt))
 
-    def global_scale(self, chip: Chip, op: Op) -> float:
+    def global_scale(self, chip: Chip, net: Network, op: Op) -> float:
         return 1.0
+
+    def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
+        return None
 
 
 COST_MODELS: dict[str, CostModel] = {}
@@ -304,28 +312,43 @@ def gmem_view(net: Network, op: Op) -> bool:
             and net.tensor(op.inputs[0]).n == 1)
 
 
+Transfer = tuple[int, int, bool, DmaKind]
+"""One GDMA transfer: (GMEM bytes, contiguous runs, whether each run is one element, kind)."""
+
+
+def global_transfers(net: Network, op: Op, chip: Chip) -> list[Transfer]:
+    """The transfers of ``op`` run as a global layer.  A layer-group op type moves its operands in the layout
+    a group would use (runs per batch and channel, a filter per output channel); other types move whole
+    tensors the compiler lays out for long runs (a ``[1, 1024]`` vector is not 1,024 one-element runs
+    there): one run per operand."""
+    out: list[Transfer] = []
+    sides: tuple[tuple[tuple[str, ...], DmaKind], ...] = ((op.inputs, "load"), (op.outputs, "store"))
+    if chip.local(op):
+        for names, kind in sides:
+            out += [(*activation_transfer(net, t, net.tensor(t).n, net.tensor(t).h), kind) for t in names]
+        out += [(b, runs, point, "weight") for b, runs, point in weight_transfers(op)]
+    else:
+        for names, kind in sides:
+            out += [(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h), 1, False, kind) for t in names]
+        out.append((weight_gmem_bytes(op), 1, False, "weight"))
+    return [t for t in out if t[0]]
+
+
 def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     if cost_model(chip).free_views and gmem_view(net, op):
         return {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
-    moved.append(weight_gmem_bytes(op))
-    traffic = sum(moved)
-    if chip.local(op):  # a layer-group op type run alone: its operands move in the layout a group would use
-        dma = sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs)
-        dma += sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h, "store")
-                   for t in op.outputs)
-        dma += weight_dma_cycles(chip, op)
-    else:  # other types move whole tensors the compiler lays out for long runs (a [1, 1024] vector is not
-        # 1,024 one-element runs there): one run per operand
-        n_in = len(op.inputs)
-        dma = sum(gdma_cycles(chip, b, 1, "load" if k < n_in else "store") for k, b in enumerate(moved[:-1]) if b)
-        dma += gdma_cycles(chip, moved[-1], 1, "weight") if moved[-1] else 0
+    traffic = sum(moved) + weight_gmem_bytes(op)
     model = cost_model(chip)
+    transfers = global_transfers(net, op, chip)
+    dma = model.global_dma_cycles(chip, transfers)  # the compiler's global kernels' own rate, where known
+    if dma is None:
+        dma = sum(gdma_cycles(chip, b, runs, kind, point) for b, runs, point, kind in transfers)
     compute = model.global_compute(chip, net, op)
     cycles = max(compute, dma)
     if op.local:  # never below streaming its own bytes, so the lower bound's transfer term holds
         stream = cdiv(int(traffic * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
-        cycles = max(math.ceil(cycles * model.global_scale(chip, op)), stream)
+        cycles = max(math.ceil(cycles * model.global_scale(chip, net, op)), stream)
     return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
 
@@ -429,7 +452,7 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     model = cost_model(chip)
     # an op in a group computes at least its global compute; run as a global layer, at least that times its
     # scale (below 1 where the compiler's global kernel beats the model's full-size compute)
-    compute = sum(math.floor(model.global_compute(chip, net, op) * (min(1.0, model.global_scale(chip, op))
+    compute = sum(math.floor(model.global_compute(chip, net, op) * (min(1.0, model.global_scale(chip, net, op))
                                                                      if op.local else 1.0)) for op in net.ops)
     must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
     must += sum(weight_gmem_bytes(op) for op in net.ops)
