@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             r_opt2 = compile_cache(onnx_full, chip_name, ref, out / "scores" / f"{tag}_opt2.json")
             opt2, _ = measured(r_opt2)
             opt2 = opt2 or (r_opt2.get("reference") or {}).get("tpu_mlir_own_opt2_total_cycles")
-            opt1 = opt1_cycles(model, chip_name)
+            opt1 = opt1_cycles(model, chip_name) if a.batch == 1 else None  # the calibration data is batch 1
             bg_path = model_cache_dir(peer, onnx_full, chip_name) / "base_groups.json"
             base_groups = read_base_groups(bg_path) if bg_path.exists() and bg_path.stat().st_size > 2 else None
             net = load_model(str(onnx_lg), dtype="f16")
@@ -221,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     if df.empty:
         print("roundtrip: nothing run", file=sys.stderr)
         return 1
+    write_report(df, out, a)
+    print(df.drop(columns=["groups (TPU-MLIR op idx, secs)"], errors="ignore").to_string(index=False))
+    return 0
+
+
+def write_report(df: pd.DataFrame, out: Path, a: argparse.Namespace) -> None:
+    """``roundtrip.csv`` and ``roundtrip.md`` in ``out`` from the rows, with the run's settings ``a``."""
     df["measured / opt2"] = [round(m / o, 3) if pd.notna(m) and o else None
                              for m, o in zip(df["TPU-MLIR measured"], df["opt2"])]
     df["measured / predicted"] = [round(m / p, 3) if pd.notna(m) and pd.notna(p) and p else None
@@ -245,8 +252,6 @@ def main(argv: list[str] | None = None) -> int:
           "grouping and lgopt's (`lgopt.strategies.judged`) and the fastest it measured is the plan.", "",
           df.to_markdown(index=False, floatfmt="g"), ""]
     (out / "roundtrip.md").write_text("\n".join(md))
-    print(df.drop(columns=["groups (TPU-MLIR op idx, secs)"], errors="ignore").to_string(index=False))
-    return 0
 
 
 if __name__ == "__main__":

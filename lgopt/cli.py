@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn, Sequence, get_args
+from typing import Any, Callable, NoReturn, Sequence, get_args
 
 from lgopt import __version__
 from lgopt.errors import LgoptError
@@ -89,24 +89,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
-    return value
+def _positive(unit: str) -> Callable[[str], float]:
+    """An argparse type: a finite positive number of ``unit``, else one clear error."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = 0.0
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a positive number of {unit}, not {text!r}")
+        return value
+    return parse
 
 
-def _positive_units(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of deterministic units, not {text!r}")
-    return value
+_positive_float = _positive("seconds")
+_positive_units = _positive("deterministic units")
 
 
 DETERMINISTIC_HELP = ("cpsat's budget in deterministic work units instead of wall seconds (CP-SAT's deterministic "
