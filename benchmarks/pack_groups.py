@@ -1,7 +1,7 @@
 """The exact packer on lgopt's own groups, before and after the search (not a test: it measures).
 
     python benchmarks/pack_groups.py [--problems resnet18,...] [--chips bm1684x,bm1688,cv181x]
-                                     [--time-limit 5] [--repeat 2] [--out benchmarks/pack_groups]
+                                     [--time-limit 5] [--repeat 2] [--confirm 3] [--out benchmarks/pack_groups]
 
 Every group of the greedy plan of each bundled problem and chip is packed three ways, each into the
 chip's LMEM and into tighter capacities (the group's peak live bytes, the lower bound, and halfway
@@ -14,7 +14,9 @@ between it and the height the plan's allocation uses), with bank rule ``off`` an
 cannot place), with one CP-SAT worker.  Every packing is checked by the independent validator (and the
 hard bank pairs).  Each instance is timed ``--repeat`` times, before and after in turn (so that a spell
 of load on the shared machine falls on both), and the fastest run of each counts (the answers are
-deterministic).  Instances the lowest fit answers are the same both ways: they are counted, not timed.
+deterministic), with ``--confirm`` more runs of each for an instance that looks slower after (a spell of
+load lasts longer than one run; a real slowdown stays).  Instances the lowest fit answers are the same
+both ways: they are counted, not timed.
 
 Wall time on a shared machine is noisy (a CP-SAT run of 13 s varies by a second or more), so "slower"
 means slower beyond :data:`NOISE` seconds and :data:`NOISE_SHARE` of the before time, and the timing is
@@ -33,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,9 +64,10 @@ NOISE_SHARE = 0.1  # nor is one below this share of the before time (CP-SAT's lo
 FOUND = ("optimal", "feasible")
 
 
-def slower(before_s: pd.Series, after_s: pd.Series) -> pd.Series:
-    """After is slower beyond noise: by more than NOISE seconds and NOISE_SHARE of the before time."""
-    return after_s > before_s + (NOISE_SHARE * before_s).clip(lower=NOISE)
+def slower(before_s, after_s):
+    """After is slower beyond noise: by more than NOISE seconds and NOISE_SHARE of the before time
+    (floats or pandas Series alike)."""
+    return after_s > before_s + np.maximum(NOISE_SHARE * before_s, NOISE)
 
 
 def timed(items, cap, pairs, bank_bytes: int, rule: str, kw: dict, repeat: int):
@@ -105,6 +109,8 @@ def main() -> int:
     ap.add_argument("--chips", default="bm1684x,bm1688,cv181x")
     ap.add_argument("--time-limit", type=float, default=5.0)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--confirm", type=int, default=3,
+                    help="runs more of each, in turn, for an instance that looks slower after (default 3)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "pack_groups"))
     args = ap.parse_args()
     solve(PackProblem((PackItem("a", 1, ((0, 1),)),), 1))  # load the compiled search before anything is timed
@@ -135,6 +141,9 @@ def main() -> int:
                                   time_limit=args.time_limit, workers=1)
                         runs = timed(items, cap, pairs, chip.bank_bytes, rule, kw, args.repeat)
                         (before, tb), (after, ta) = runs["cpsat"], runs["auto"]
+                        if before.found and slower(tb, ta) and args.confirm:  # noise or real? time again
+                            more = timed(items, cap, pairs, chip.bank_bytes, rule, kw, args.confirm)
+                            tb, ta = min(tb, more["cpsat"][1]), min(ta, more["auto"][1])
                         search_s = None
                         if after.engine == "cp-sat":
                             hard = tuple(pairs) if rule == "hard" and pairs else ()
@@ -184,7 +193,8 @@ def main() -> int:
     Path(f"{args.out}.md").write_text(
         "# The exact packer on lgopt's groups, before and after the search\n\n"
         f"`python benchmarks/pack_groups.py --time-limit {args.time_limit:g} --repeat {args.repeat}` (2 cores, "
-        "shared; one CP-SAT worker; before and after in turn, the fastest of the repeats).  Every group of the "
+        f"shared; one CP-SAT worker; before and after in turn, the fastest of the repeats, and of {args.confirm} "
+        "more of each where after looks slower).  Every group of the "
         "greedy plans of the bundled problems on bm1684x, bm1688 and cv181x, packed into the chip's LMEM, into "
         "its peak live bytes and halfway between; before = lowest fit then CP-SAT, after = lowest fit, the search "
         "and CP-SAT (`lgopt.group.pack.pack`).  `before det` / `after det`: CP-SAT's deterministic time (the "

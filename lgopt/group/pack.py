@@ -38,14 +38,17 @@ Engine = Literal["auto", "search", "cpsat"]
 Minimize = Literal["none", "peak", "conflicts"]
 
 WORK_PER_UNIT = 150_000
-"""Placements the search tries per unit of ``time_limit``: a placement costs 4-8 microseconds on the
-MiniMalloc suite and lgopt's groups alike, so a unit is about a second of search, as a unit of CP-SAT
-deterministic time is about a second of CP-SAT.  Counted, not timed: the answer is the same on any
-machine."""
+"""Placements the search tries per unit of ``time_limit``: a placement costs 1.3-2.5 microseconds on
+lgopt's groups (4-8 before the search's inner calls stopped counting references to every array), so a
+unit is a few tenths of a second of search, less than a unit of CP-SAT deterministic time costs.
+Counted, not timed: the answer is the same on any machine."""
 
 FIRST_SLICE = 0.01
-"""Effort units of the search's first slice in the ``auto`` portfolio: 1,500 placements, a few
-milliseconds, which settle 99 % of the instances the search settles on lgopt's groups."""
+"""Effort units of the search's first slice in the ``auto`` portfolio: 1,500 placements, which settle
+99 % of the instances the search settles on lgopt's groups, and cost 1-4 ms (the sweep included) on
+the groups the search gives up on before CP-SAT packs them (``benchmarks/pack_groups.md``, ``search s``):
+a fixed count rather than one that grows with the buffers, since the groups the search settles after
+more than 2n placements are small ones, where 1,500 placements cost well under a millisecond."""
 
 CPSAT_PROBE = 0.2
 CPSAT_LEAST_SECONDS = 0.5  # a CP-SAT slice is skipped when less is left before the deadline
