@@ -45,10 +45,11 @@ Counted, not timed: the answer is the same on any machine."""
 
 FIRST_SLICE = 0.01
 """Effort units of the search's first slice in the ``auto`` portfolio: 1,500 placements, which settle
-99 % of the instances the search settles on lgopt's groups, and cost 1-4 ms (the sweep included) on
-the groups the search gives up on before CP-SAT packs them (``benchmarks/pack_groups.md``, ``search s``):
-a fixed count rather than one that grows with the buffers, since the groups the search settles after
-more than 2n placements are small ones, where 1,500 placements cost well under a millisecond."""
+99 % of the instances the search settles on lgopt's groups, and cost 2-10 ms (the sweep included; 4 ms
+median) on the groups the search gives up on before CP-SAT packs them (``benchmarks/pack_groups.md``,
+``search s``).  A fixed count rather than one proportional to the buffers: about 100 of the groups the
+search settles need more than 2n placements (up to 170n on small ones), and sending those to CP-SAT
+first would cost them 10 times as long, to save a few milliseconds where CP-SAT answers."""
 
 CPSAT_PROBE = 0.2
 CPSAT_LEAST_SECONDS = 0.5  # a CP-SAT slice is skipped when less is left before the deadline
