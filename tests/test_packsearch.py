@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from lgopt.errors import LgoptError
 from lgopt.group.pack import pack, peak_live_bytes
 from lgopt.group.packsearch import PackItem, PackProblem, validate
-from lgopt.group.packsearch.problem import banks
+from lgopt.group.packsearch.problem import aligned, banks
 from lgopt.group.packsearch.solver import minimize_height, solve
+from lgopt.group.packsearch.sweep import sweep
 
 
 def _live_together(a: PackItem, b: PackItem) -> bool:
@@ -137,6 +138,56 @@ def test_pack_with_hard_banks_matches_exhaustive_enumeration(problem):
     assert res.found == _exhaustive(problem)
     if res.found:
         assert validate(problem, res.offsets) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_the_sweep_matches_its_definitions(problem):
+    """The sweep's arrays (built with array operations for speed) against their definitions written
+    plainly: a section is the buffers live just before some span ends; neighbours are buffers live
+    together (bit 1) or hard partners (bit 2); a hull runs from a buffer's first section to its last,
+    widened to its partners'; a cut counts the hulls that cross it; each buffer knows its bank cliques."""
+    swept = sweep(problem)
+    inst, items = swept.instance, problem.items
+    live = [{t for a, b in it.spans for t in range(a, b)} for it in items]  # the time steps each is live
+    ends = sorted({t + 1 for steps in live for t in steps if t + 1 not in steps})  # where a lifetime ends
+    sections = [{k for k in range(len(items)) if t - 1 in live[k]} for t in ends]
+    assert swept.sections == len(ends)
+    for s, members in enumerate(sections):
+        assert set(inst.sec_mem[inst.sec_ptr[s]:inst.sec_ptr[s + 1]].tolist()) == members
+        assert inst.total0[s] == sum(aligned(items[k].size, problem.align) for k in members)
+    hard = {frozenset(p) for p in problem.hard_pairs}
+    index = {it.id: k for k, it in enumerate(items)}
+    for i, a in enumerate(items):
+        want = {j: (1 if _live_together(a, b) else 0) | (2 if frozenset((a.id, b.id)) in hard else 0)
+                for j, b in enumerate(items) if j != i}
+        got = dict(zip(inst.nb_idx[inst.nb_ptr[i]:inst.nb_ptr[i + 1]].tolist(),
+                       inst.nb_kind[inst.nb_ptr[i]:inst.nb_ptr[i + 1]].tolist()))
+        assert got == {j: kind for j, kind in want.items() if kind}
+    first = [min(s for s, m in enumerate(sections) if k in m) for k in range(len(items))]
+    last = [max(s for s, m in enumerate(sections) if k in m) for k in range(len(items))]
+    for k, it in enumerate(items):
+        group = [k] + [index[x] for pair in problem.hard_pairs if it.id in pair for x in pair]
+        assert inst.hull_lo[k] == min(first[j] for j in group)
+        assert inst.hull_hi[k] == max(last[j] for j in group) + 1
+    for s in range(len(ends) - 1):
+        assert inst.cuts0[s] == sum(1 for k in range(len(items)) if inst.hull_lo[k] <= s and s + 1 < inst.hull_hi[k])
+    cliques = [set(inst.cl_mem[inst.cl_ptr[c]:inst.cl_ptr[c + 1]].tolist()) for c in range(len(inst.cl_ptr) - 1)]
+    for k in range(len(items)):
+        mine = {c for c, m in enumerate(cliques) if k in m}
+        assert set(inst.bc_idx[inst.bc_ptr[k]:inst.bc_ptr[k + 1]].tolist()) == mine
+
+
+def test_pack_returns_no_packing_that_fails_the_independent_check(monkeypatch):
+    """Whichever engine answers, :func:`pack` checks the packing before returning it: a wrong one (here
+    a lowest fit made to overlap two live buffers) comes back unknown, naming the violation."""
+    import lgopt.group.pack as packer
+
+    items = [PackItem("a", 4, ((0, 2),)), PackItem("b", 4, ((1, 3),))]
+    assert pack(items, 8, time_limit=1, workers=1).found
+    monkeypatch.setattr(packer, "first_fit", lambda *args: {"a": 0, "b": 2})
+    res = pack(items, 8, time_limit=1, workers=1)
+    assert res.status == "unknown" and "failed the independent check" in res.why and "overlap" in res.why
 
 
 def test_decomposition_changes_no_verdict():

@@ -38,14 +38,19 @@ Engine = Literal["auto", "search", "cpsat"]
 Minimize = Literal["none", "peak", "conflicts"]
 
 WORK_PER_UNIT = 150_000
-"""Placements the search tries per unit of ``time_limit``: a placement costs 4-8 microseconds on the
-MiniMalloc suite and lgopt's groups alike, so a unit is about a second of search, as a unit of CP-SAT
-deterministic time is about a second of CP-SAT.  Counted, not timed: the answer is the same on any
-machine."""
+"""Placements the search tries per unit of ``time_limit``: a placement costs 1.3-2.5 microseconds on
+lgopt's groups (4-8 before the search's inner calls stopped counting references to every array), so a
+unit is a few tenths of a second of search, less than a unit of CP-SAT deterministic time costs.
+Counted, not timed: the answer is the same on any machine."""
 
 FIRST_SLICE = 0.01
-"""Effort units of the search's first slice in the ``auto`` portfolio: 1,500 placements, a few
-milliseconds, which settle 99 % of the instances the search settles on lgopt's groups."""
+"""Effort units of the search's first slice in the ``auto`` portfolio: 1,500 placements, which settle
+99 % of the instances the search settles on lgopt's groups, and cost 2-10 ms (the sweep included; 4 ms
+median) on the groups the search gives up on before CP-SAT packs them (``benchmarks/pack_groups.md``,
+``search s``).  A fixed count rather than one proportional to the buffers: about 100 of the groups the
+search settles need more than 2n placements (up to 170n on small ones), and sending those to CP-SAT
+first would cost them several times as long (yolov5s/bm1688 group 1 halfway: 0.105 s against 0.013 s),
+to save a few milliseconds where CP-SAT answers."""
 
 CPSAT_PROBE = 0.2
 CPSAT_LEAST_SECONDS = 0.5  # a CP-SAT slice is skipped when less is left before the deadline
@@ -366,6 +371,10 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
     first, since bank variables make CP-SAT's first packing far harder to find (ResNet-50's 125-buffer
     group on BM1684X packs in 0.03 s without them, not in 3 s with them).  ``engine`` picks the search or
     CP-SAT alone (benchmarks, tests); ``auto`` uses both as described in the module docstring.
+
+    Every packing is checked by :func:`lgopt.group.packsearch.validate.validate` before it is returned
+    (a millisecond on a few hundred buffers): one that fails it, which only a bug can cause, comes back
+    "unknown" with the violation in ``why``, so no caller ever places a group on an invalid packing.
     """
     t0 = time.perf_counter()
     items = list(items)
@@ -381,6 +390,11 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
 
     def done(res: PackResult) -> PackResult:
         add_work(_effort(res))  # a caller on a deterministic budget counts it (lgopt.group.solver.work_done)
+        if res.found:  # whichever engine answered, the independent check has the last word
+            bad = validate(problem, res.offsets)
+            if bad is not None:  # a packer's bug: the group is not placed on its word
+                return PackResult("unknown", seconds=time.perf_counter() - t0, engine=res.engine,
+                                  why=f"the packing failed the independent check: {bad}")
         if res.found and pairs:
             res = replace(res, conflicts=shared_banks(items, res.offsets, pairs, bank_bytes or 1))
         return replace(res, seconds=time.perf_counter() - t0)

@@ -75,14 +75,17 @@ def sweep(problem: PackProblem) -> Swept:
         bs_ptr[k + 1] = len(runs)
     bs_lo = np.array([r[0] for r in runs], dtype=np.int64)
     bs_hi = np.array([r[1] for r in runs], dtype=np.int64)
-    members = [np.nonzero(incidence[:, s])[0] for s in range(S)]
+    sec_of, sec_mem = (x.astype(np.int64) for x in np.nonzero(incidence.T))  # by section, then buffer
     sec_ptr = np.zeros(S + 1, dtype=np.int64)
-    sec_ptr[1:] = np.cumsum([len(m) for m in members])
-    sec_mem = np.concatenate(members).astype(np.int64) if S else np.zeros(0, dtype=np.int64)
-    total = incidence.T.astype(np.int64) @ size_a if n else np.zeros(S, dtype=np.int64)
+    sec_ptr[1:] = np.cumsum(np.bincount(sec_of, minlength=S))
+    total = np.zeros(S, dtype=np.int64)
+    np.add.at(total, sec_of, size_a[sec_mem])
 
     # neighbours: live together (bit 1) and/or a hard bank pair (bit 2)
-    together = (incidence @ incidence.T) > 0 if n else np.zeros((0, 0), dtype=bool)
+    together = np.zeros((n, n), dtype=bool)  # section by section: an integer matrix product of the
+    for s in range(S):  # incidence took 15 ms on 230 buffers, a float one hands the work to BLAS threads
+        m = sec_mem[sec_ptr[s]:sec_ptr[s + 1]]
+        together[np.ix_(m, m)] = True
     kind = together.astype(np.int64)
     np.fill_diagonal(kind, 0)
     index = {it.id: k for k, it in enumerate(items)}
@@ -92,29 +95,23 @@ def sweep(problem: PackProblem) -> Swept:
         kind[i, j] |= 2
         kind[j, i] |= 2
         partnered[i] = partnered[j] = 1
+    nb_of, nb_idx = (x.astype(np.int64) for x in np.nonzero(kind))  # row by row, in column order
+    nb_kind = kind[nb_of, nb_idx].astype(np.int64)
     nb_ptr = np.zeros(n + 1, dtype=np.int64)
-    nb_idx_l, nb_kind_l = [], []
-    for i in range(n):
-        js = np.nonzero(kind[i])[0]
-        nb_idx_l.append(js)
-        nb_kind_l.append(kind[i, js])
-        nb_ptr[i + 1] = nb_ptr[i] + len(js)
-    nb_idx = np.concatenate(nb_idx_l).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
-    nb_kind = np.concatenate(nb_kind_l).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
+    nb_ptr[1:] = np.cumsum(np.bincount(nb_of, minlength=n))
 
-    hull_lo = np.array([bs_lo[bs_ptr[k]:bs_ptr[k + 1]].min() for k in range(n)], dtype=np.int64)
-    hull_hi = np.array([bs_hi[bs_ptr[k]:bs_ptr[k + 1]].max() for k in range(n)], dtype=np.int64)
+    # array operations rather than a loop per buffer: the sweep runs before every search, and on
+    # lgopt's larger groups it cost as much as the search's first slice
+    hull_lo = np.minimum.reduceat(bs_lo, bs_ptr[:-1]) if n else np.zeros(0, dtype=np.int64)
+    hull_hi = np.maximum.reduceat(bs_hi, bs_ptr[:-1]) if n else np.zeros(0, dtype=np.int64)
     wide_lo, wide_hi = hull_lo.copy(), hull_hi.copy()
-    for i in range(n):  # a buffer's hull covers its partners', so a cut never separates a pair
-        js = nb_idx[nb_ptr[i]:nb_ptr[i + 1]][(nb_kind[nb_ptr[i]:nb_ptr[i + 1]] & 2) > 0]
-        if len(js):
-            wide_lo[i] = min(wide_lo[i], hull_lo[js].min())
-            wide_hi[i] = max(wide_hi[i], hull_hi[js].max())
+    pi, pj = np.nonzero(kind & 2)  # a buffer's hull covers its partners', so a cut never separates a pair
+    np.minimum.at(wide_lo, pi, hull_lo[pj])
+    np.maximum.at(wide_hi, pi, hull_hi[pj])
+    crossing = wide_hi - wide_lo >= 2
     cross = np.zeros(S + 1, dtype=np.int64)  # cut s: hull covers s and s + 1
-    for i in range(n):
-        if wide_hi[i] - wide_lo[i] >= 2:
-            cross[wide_lo[i]] += 1
-            cross[wide_hi[i] - 1] -= 1
+    np.add.at(cross, wide_lo[crossing], 1)
+    np.add.at(cross, wide_hi[crossing] - 1, -1)
     cuts = np.cumsum(cross)[:max(S - 1, 0)].astype(np.int64)
 
     cliques = bank_cliques(n, [(index[a], index[b]) for a, b in problem.hard_pairs], raw)
@@ -122,7 +119,10 @@ def sweep(problem: PackProblem) -> Swept:
     cl_ptr[1:] = np.cumsum([len(c) for c in cliques])
     cl_mem = np.array([k for c in cliques for k in c], dtype=np.int64)
     B = problem.bank_bytes if problem.hard_pairs else 0
-    of = [[c for c, members in enumerate(cliques) if k in members] for k in range(n)]
+    of: list[list[int]] = [[] for _ in range(n)]
+    for ci, clique in enumerate(cliques):
+        for k in clique:
+            of[k].append(ci)
     bc_ptr = np.zeros(n + 1, dtype=np.int64)
     bc_ptr[1:] = np.cumsum([len(x) for x in of])
     bc_idx = np.array([c for x in of for c in x], dtype=np.int64)
