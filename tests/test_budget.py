@@ -85,3 +85,22 @@ def test_solve_json_reports_the_units_spent(capsys, tmp_path):
 ])
 def test_meaningless_budgets_refused(capsys, argv, needle):
     _one_line(*run(capsys, *argv)[::2], needle)
+
+
+def test_a_solve_cut_by_its_wall_clock_guard_is_counted():
+    from ortools.sat.python import cp_model
+
+    from lgopt.group.solver import make_solver, solve_interruptibly, wall_capped
+
+    m = cp_model.CpModel()
+    xs = [m.new_int_var(0, 100, f"x{i}") for i in range(60)]
+    m.add_all_different(xs[:50])
+    m.maximize(sum(xs))
+    before = wall_capped()
+    s = make_solver(workers=1, seed=0, deterministic=0.01)  # stops on its deterministic limit: not counted
+    solve_interruptibly(s, m)
+    assert wall_capped() == before
+    s = make_solver(workers=1, seed=0, deterministic=1000.0)
+    s.parameters.max_time_in_seconds = 0.05  # the guard, far below what the deterministic limit allows
+    solve_interruptibly(s, m)
+    assert wall_capped() == before + 1

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Mapping, Sequence
 
 from lgopt.group.packsearch.problem import PackItem, PackProblem, Solution, Span, banks
 from lgopt.group.packsearch.validate import validate
-from lgopt.group.solver import add_work, integral_bound, make_solver, wall_seconds
+from lgopt.group.solver import add_work, integral_bound, make_solver, note_wall_cap, wall_seconds
 from lgopt.hw.layout import cdiv
 
 if TYPE_CHECKING:
@@ -214,6 +214,7 @@ def pack_cpsat(problem: PackProblem, *, minimize: Minimize = "none", time_limit:
     st = solver.solve(m)
     secs = time.perf_counter() - t0
     det = solver.response_proto.deterministic_time
+    note_wall_cap(solver)
     if st == cp_model.INFEASIBLE:
         return PackResult("infeasible", seconds=secs, deterministic=det, engine="cp-sat", why="CP-SAT proved it")
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -390,6 +391,8 @@ def pack(items: Sequence[PackItem], capacity: int, *, align: int = 1,
 
     def done(res: PackResult) -> PackResult:
         add_work(_effort(res))  # a caller on a deterministic budget counts it (lgopt.group.solver.work_done)
+        if time_limit is not None and res.status == "unknown" and res.why == "the time limit ran out":
+            note_wall_cap()  # effort was left, the wall-clock guard stopped the search
         if res.found:  # whichever engine answered, the independent check has the last word
             bad = validate(problem, res.offsets)
             if bad is not None:  # a packer's bug: the group is not placed on its word

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 WALL_CAP = 6.0  # wall seconds allowed per unit of deterministic time (about 2 on an idle 2-core machine)
 
 _WORK = [0.0]  # deterministic units of work this process has done: see work_done
+_CAPPED = [0]  # solves on a deterministic limit that their wall-clock guard cut short: see wall_capped
 
 
 def work_done() -> float:
@@ -35,6 +36,24 @@ def work_done() -> float:
 def add_work(units: float) -> None:
     """Count ``units`` of deterministic work done outside :func:`solve_interruptibly`."""
     _WORK[0] += units
+
+
+def wall_capped() -> int:
+    """Solves on a deterministic limit that this process's wall-clock guard (:data:`WALL_CAP`) cut short so
+    far: each one is an answer that may differ on a less loaded machine.  A search on a deterministic budget
+    reports how many of its solves were cut."""
+    return _CAPPED[0]
+
+
+def note_wall_cap(solver: Any = None) -> None:
+    """Count a solve the wall-clock guard cut short: ``solver``'s, when its deterministic limit was not reached
+    and its wall time was (nothing otherwise), or, without a solver, one the caller knows was cut."""
+    if solver is not None:
+        p, r = solver.parameters, solver.response_proto
+        if not (math.isfinite(p.max_deterministic_time) and r.deterministic_time < 0.99 * p.max_deterministic_time
+                and r.wall_time >= 0.99 * p.max_time_in_seconds):
+            return
+    _CAPPED[0] += 1
 
 
 def wall_seconds(time_limit: float, deadline: float | None = None) -> float:
@@ -131,4 +150,5 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> A
     if "error" in out:
         raise out["error"]
     add_work(solver.response_proto.deterministic_time)
+    note_wall_cap(solver)
     return out["status"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from lgopt.group.solver import work_done
+from lgopt.group.solver import wall_capped, work_done
 
 
 @dataclass
@@ -31,6 +31,8 @@ class Budget:
     deterministic: bool = False
     started: float = field(default_factory=time.perf_counter)
     charged: float = 0.0  # deterministic units of work done for this search
+    capped: int = 0  # its solves the wall-clock guard cut short (under a deterministic budget: answers that
+    # may differ on a less loaded machine)
 
     def spent(self) -> float:
         """Wall seconds since the start, or units charged."""
@@ -52,9 +54,11 @@ class Budget:
         """The ``time.perf_counter()`` a solver must not run past: none under a deterministic budget."""
         return None if self.deterministic else self.started + self.limit
 
-    def charge(self, units: float) -> None:
-        """Count ``units`` of deterministic work (ignored by a wall-clock budget)."""
+    def charge(self, units: float, capped: int = 0) -> None:
+        """Count ``units`` of deterministic work (ignored by a wall-clock budget) and ``capped`` solves cut
+        by their wall-clock guard."""
         self.charged += units
+        self.capped += capped
 
     def share(self, limit: float) -> Budget:
         """A budget of ``limit`` of the same kind starting now (one part of a search split in parts)."""
@@ -77,9 +81,10 @@ class _Meter:
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
         self.start = 0.0
+        self.capped = 0
 
     def __enter__(self) -> None:
-        self.start = work_done()
+        self.start, self.capped = work_done(), wall_capped()
 
     def __exit__(self, *exc: object) -> None:
-        self.budget.charge(work_done() - self.start)
+        self.budget.charge(work_done() - self.start, wall_capped() - self.capped)

@@ -22,7 +22,7 @@ from lgopt.group.alloc import exact_pack, multi_start_allocate
 from lgopt.group.build import n_unit, place_chosen, schedule
 from lgopt.group.handover import pin_kept, without_kept
 from lgopt.group.slicing import slice_group
-from lgopt.group.solver import work_done
+from lgopt.group.solver import wall_capped, work_done
 from lgopt.group.timestep import schedule_group
 from lgopt.model.plan import GroupPlan
 from lgopt.strategies.cpsat.budget import Budget
@@ -57,6 +57,7 @@ class Evaluation:
     full: bool = True  # False: a quick evaluation skipped the load-row solver or exact packing where it could gain
     effort: int = 0  # the solvers had EFFORT_GROWTH ** effort times the base budget
     work: float = 0.0  # deterministic units the evaluation took (charged to a deterministic budget)
+    capped: int = 0  # its solves the wall-clock guard cut short
 
 
 
@@ -115,7 +116,7 @@ class Evaluator:
                 assert budget is not None
                 if budget.expired():
                     return
-                budget.charge(sum(ev.work for _, ev in batch))
+                budget.charge(sum(ev.work for _, ev in batch), sum(ev.capped for _, ev in batch))
             results.extend(batch)
 
         if processes > 1 and len(reps) >= 8 and not _daemonic():
@@ -215,7 +216,7 @@ class Evaluator:
             ev = self._timed((i, j, v), full, deadline, effort)
             self.evaluations += 1
             if budget is not None:
-                budget.charge(ev.work)
+                budget.charge(ev.work, ev.capped)
             if old is not None and old.full:  # keep the better plan and the better bound
                 keep = old if old.cost < ev.cost else ev
                 ev = replace(keep, bound=min(keep.cost, max(old.bound, ev.bound)), effort=effort)
@@ -225,9 +226,9 @@ class Evaluator:
 
     def _evaluate(self, key: Key, full: bool = True, deadline: float | None = None, effort: int = 0) -> Evaluation:
         """:meth:`_slicings`, with the deterministic work it took."""
-        w0 = work_done()
+        w0, c0 = work_done(), wall_capped()
         ev = self._slicings(key, full, deadline, effort)
-        return replace(ev, work=work_done() - w0 + SLICING_WORK * max(1, ev.tried))
+        return replace(ev, work=work_done() - w0 + SLICING_WORK * max(1, ev.tried), capped=wall_capped() - c0)
 
     def _slicings(self, key: Key, full: bool = True, deadline: float | None = None, effort: int = 0) -> Evaluation:
         """Slicings in order of their key; stop when no remaining key can beat the best placed one.

@@ -73,7 +73,7 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
         onet = net if kind == "given" else reorder(net, names)
         part = budget.share(share)
         plan = _optimise_order(onet, chip, search, replace(st, time_limit=share), part, progress, incumbent)
-        budget.charge(part.charged)
+        budget.charge(part.charged, part.capped)
         results.append((kind, plan))
     kind, best = min(results, key=lambda kp: (kp[1].solver["value"], kp[0] != "given"))
     bound = min(p.solver["bound"] for _, p in results)
@@ -87,7 +87,8 @@ def optimise(net: Network, chip: Chip, search: SearchSettings = SearchSettings()
               "orders": {k: {"value": p.solver["value"], "bound": p.solver["bound"], "status": p.status}
                          for k, p in results},
               "seconds": round(budget.seconds(), 3), "space": space,
-              **({"work_units": round(budget.charged, 3)} if budget.deterministic else {})}
+              **({"work_units": round(budget.charged, 3), "wall_capped_solves": budget.capped}
+                 if budget.deterministic else {})}
     return replace(best, model_digest=network_digest(net), steps=_topo_steps(net, best), status=status,
                    solver=solver)
 

@@ -28,7 +28,7 @@ def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, 
     if status == "optimal" and gap > 1e-9:  # a gap left when time ran out is the time limit's doing
         status = "time_limit" if budget.expired() else "feasible"
     if budget.deterministic:
-        extra = {**extra, "work_units": round(budget.charged, 3)}
+        extra = {**extra, "work_units": round(budget.charged, 3), "wall_capped_solves": budget.capped}
     solver = {"seconds": round(budget.seconds(), 3), "objective": st.objective, "value": value,
               "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "workers": st.workers,
               "seed": st.seed, **extra, "beyond_compiler": beyond_compiler(net, chip, plan, search)}
