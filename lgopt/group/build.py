@@ -21,10 +21,11 @@ from lgopt.group.alloc import (
 )
 from lgopt.group.cost import group_cost
 from lgopt.group.handover import kept_buffers, without_kept
-from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, slice_group
+from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, group_io, slice_group
 from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
-from lgopt.hw.layout import align_up, n_packing
+from lgopt.hw.layout import align_up, cdiv, n_packing
+from lgopt.hw.sizing import column_weights
 from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import BankRule, GroupPlan, Plan, PlanStatus
 
@@ -33,6 +34,34 @@ def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
     """Smallest N slice: one batch, or a whole 4N/2N word on chips that pack batches."""
     dts = {net.tensor(t).dtype for o in ops for t in net.op(o).inputs + net.op(o).outputs}
     return max((n_packing(dt, chip.align_4n) for dt in dts), default=1)
+
+
+COLUMN_LANE_MULTIPLES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+FEW_W_SLICES = (2, 3, 4, 6, 8)  # also tried: a narrow output (fewer columns than two lane runs) still splits
+
+
+def w_slice_options(net: Network, chip: Chip, ops: Sequence[str], max_w: int) -> list[int]:
+    """W slice counts worth trying for a group (column slicing, issue 16), fewest first: when one of its ops is
+    a MatMul whose weight can be reloaded by columns, the counts that cut the widest such output
+    into runs of whole lane multiples (64, 128, 192, ... columns on a 64-lane chip: the weight's N lies over
+    the lanes, so a run of 100 columns costs the LMEM of 128), and 2 to 8; at most ``max_w`` and the narrowest
+    group output.
+
+    Also for a group of rank-3 (rows-on-lanes) tensors alone, the elementwise ops between such MatMuls: their
+    rows already lie one per lane at 64 tokens, so H slices stop shrinking them and only columns can.  Not for
+    NCHW groups: there N and H slices are what the compilers use (the reader of TPU-MLIR's caches still
+    builds W-sliced ones when the compiler chose them).
+    """
+    widths = [net.tensor(net.op(o).outputs[0]).w for o in ops if column_weights(net.op(o))]
+    tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs}
+    if not widths and all(net.tensor(t).rows_on_lanes for t in tensors):  # a column-local run of row ops
+        widths = [net.tensor(t).w for t in group_io(net, ops).outputs]
+    if not widths:
+        return []
+    narrowest = min(net.tensor(t).w for t in group_io(net, ops).outputs)
+    top = min(max_w, narrowest)
+    counts = {cdiv(max(widths), chip.npu_num * k) for k in COLUMN_LANE_MULTIPLES} | set(FEW_W_SLICES)
+    return sorted(c for c in counts if 2 <= c <= top)
 
 
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,

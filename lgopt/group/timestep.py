@@ -17,6 +17,9 @@ Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, in :func:`schedule_
   whose weights together fill LMEM cannot hold them: as TPU-MLIR 1.30 does
   (reference s4.5, "holding is cancelled"), they are then loaded like an
   unsliced group's, once per slice (:func:`holds_weights`);
+* column slicing (issue 16): in a W-sliced group, a MatMul whose weight can be cut by output columns and whose
+  output is cut by W loads only its slice's columns of the weight, once per slice, in its own buffer sized for
+  the widest slice (:func:`column_sliced_ops`); the other weights follow the rules above;
 * scratch lives in its op's row;
 * buffer ids are assigned breadth-first over the group's DAG.
 """
@@ -28,7 +31,7 @@ from dataclasses import dataclass, replace
 from lgopt.group.handover import store_skipped
 from lgopt.group.slicing import GroupSlicing, SliceError
 from lgopt.hw.chip import Chip
-from lgopt.hw.sizing import activation_bytes, scratch_bytes, weight_bytes
+from lgopt.hw.sizing import activation_bytes, column_weights, scratch_bytes, weight_bytes
 from lgopt.model.network import Network
 from lgopt.model.plan import Buffer, GroupPlan, Row, Stage, Transfer
 
@@ -117,14 +120,15 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         for t in dict.fromkeys(net.op(name).inputs):
             uses.setdefault(t, []).append(i)
     weighted = [i for i, name in enumerate(ops) if weight_bytes(chip, net.op(name))]
-    hold = holds_weights(net, chip, sl)
+    by_cols = column_sliced_ops(net, sl)
+    hold = holds_weights(net, chip, sl, by_cols)
 
     num_rows, stores = _rows_and_stores(net, ops, loaded, stored, uses, weighted, hold)
     loads: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     events = _activation_events(net, ops, num_rows, kept_in, loaded, stores, uses, loads, st)
-    preloads = _weight_loads(ops, weighted, hold, prefetch, num_rows, loads, events)
-    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold, frozenset(f32_copies))
+    preloads = _weight_loads(ops, weighted, hold, prefetch, num_rows, loads, events, by_cols)
+    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold, frozenset(f32_copies), by_cols)
 
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
     wsl = sl.w_slices > 1  # columns are recorded only when W is sliced (GroupPlan)
@@ -135,15 +139,39 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
                      kept_in=tuple(kept_in), kept_out=tuple(kept_out), w_slices=sl.w_slices,
                      w_windows={t: tuple(w.w for w in ws) for t, ws in sl.windows.items()} if wsl else {},
                      w_stores={t: tuple(w.w for w in ws) for t, ws in sl.stores.items() if t not in skipped}
-                     if wsl else {})
+                     if wsl else {},
+                     weight_cols={o: tuple(w.w for w in sl.windows[net.op(o).outputs[0]]) for o in ops if o in by_cols})
 
 
-def holds_weights(net: Network, chip: Chip, sl: GroupSlicing) -> bool:
+def column_sliced_ops(net: Network, sl: GroupSlicing) -> frozenset[str]:
+    """The ops of a W-sliced group that load only their slice's columns of their weights, per slice: MatMuls
+    whose weights can be cut by columns (:func:`lgopt.hw.sizing.column_weights`) and whose output some slice
+    does not hold whole (when every slice computes every column, the weight is needed whole anyway)."""
+    if sl.w_slices <= 1:
+        return frozenset()
+    out = set()
+    for name in sl.ops:
+        op = net.op(name)
+        if column_weights(op):
+            width = net.tensor(op.outputs[0]).w
+            if any(w.w != (0, width) for w in sl.windows[op.outputs[0]]):
+                out.add(name)
+    return frozenset(out)
+
+
+def column_weight_bytes(net: Network, chip: Chip, sl: GroupSlicing, name: str) -> int:
+    """Bytes per lane of the weight buffer of column-sliced op ``name``: its widest slice's columns."""
+    op = net.op(name)
+    return max(weight_bytes(chip, op, w.w_len) for w in sl.windows[op.outputs[0]])
+
+
+def holds_weights(net: Network, chip: Chip, sl: GroupSlicing, by_cols: frozenset[str] = frozenset()) -> bool:
     """Whether the group's weights stay resident across its slices: it is sliced and they fit in LMEM
-    (TPU-MLIR's rule: holding is cancelled when the held bytes reach LMEM's size)."""
+    (TPU-MLIR's rule: holding is cancelled when the held bytes reach LMEM's size).  Weights reloaded by
+    columns (``by_cols``) are never held and do not count."""
     if sl.num_slices <= 1:
         return False
-    return sum(weight_bytes(chip, net.op(o)) for o in sl.ops) < chip.lmem_bytes
+    return sum(weight_bytes(chip, net.op(o)) for o in sl.ops if o not in by_cols) < chip.lmem_bytes
 
 
 def _rows_and_stores(net: Network, ops: tuple[str, ...], loaded: tuple[str, ...], stored: tuple[str, ...],
@@ -188,14 +216,16 @@ def _activation_events(net: Network, ops: tuple[str, ...], num_rows: int, kept_i
 
 
 def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetch: int, num_rows: int,
-                  loads: dict[int, list[Transfer]], events: dict[tuple[str, str], list[Event]]) -> list[str]:
-    """Weighted ops preloaded once (held), else each weight's load row added to ``loads`` and ``events``."""
+                  loads: dict[int, list[Transfer]], events: dict[tuple[str, str], list[Event]],
+                  by_cols: frozenset[str] = frozenset()) -> list[str]:
+    """Weighted ops preloaded once (held), else each weight's load row added to ``loads`` and ``events``;
+    column-sliced weights (``by_cols``) always load in the table, once per slice."""
     preloads: list[str] = []
+    if hold:
+        preloads = [ops[i] for i in weighted if ops[i] not in by_cols]
+        weighted = [i for i in weighted if ops[i] in by_cols]
     for w, i in enumerate(weighted):
         name = ops[i]
-        if hold:
-            preloads.append(name)
-            continue
         # unsliced: load while the prefetch-th previous weighted op computes (the seed's w4 at T2)
         row = weighted[w - prefetch] if w >= prefetch else weighted[0] - 1
         stage = 1
@@ -207,8 +237,8 @@ def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetc
 
 
 def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_rows: int,
-             events: dict[tuple[str, str], list[Event]], hold: bool, f32_copies: frozenset[str] = frozenset()
-             ) -> tuple[Buffer, ...]:
+             events: dict[tuple[str, str], list[Event]], hold: bool, f32_copies: frozenset[str] = frozenset(),
+             by_cols: frozenset[str] = frozenset()) -> tuple[Buffer, ...]:
     """Every buffer sized for the largest slice it holds, with its lifetime; ids breadth-first over the DAG."""
     ops = sl.ops
 
@@ -229,7 +259,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
             return
         seen.add((kind, name))
         bid = len(buffers)
-        if kind == "weight" and hold or kind == "activation" and name in kept:
+        if kind == "weight" and hold and name not in by_cols or kind == "activation" and name in kept:
             buffers.append(Buffer(bid, kind, name, size, 0, num_rows - 1, resident=True))
             return
         if kind == "scratch":
@@ -243,7 +273,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
         add("activation", t, act_size(t))
     for name in _breadth_first_ops(net, ops):
         op = net.op(name)
-        add("weight", name, weight_bytes(chip, op))
+        add("weight", name, column_weight_bytes(net, chip, sl, name) if name in by_cols else weight_bytes(chip, op))
         for t in op.outputs:
             add("activation", t, act_size(t))
         i_win = sl.windows[op.inputs[0]] if op.inputs else ()

@@ -6,7 +6,9 @@ allocator can place, trying N first (down to its smallest unit), then H, and
 giving up on H once the h/2 rule fails (more H slices only duplicate more
 rows).  When a candidate cannot be made to fit, the group is cut before it
 and the next group starts.  Global layers end groups.  A local op that fits no
-slicing even alone runs as a global layer.
+slicing even alone runs as a global layer.  A group with a MatMul whose weight can be reloaded by output
+columns, when N and H slices do not fit, gets the cheapest column (W) slicing that beats its ops run as
+global layers (:func:`column_slicing`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
-from lgopt.group.build import assemble, n_unit, try_group
+from lgopt.group.build import assemble, n_unit, try_group, w_slice_options
+from lgopt.group.cost import global_layer_cost
 from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip, for_chip
@@ -47,7 +50,53 @@ def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: Sea
             return g, ""
         if "allocation" not in why:
             break  # h/2, empty slice or an op that forbids H: more slices will not help
-    return None, why
+    g, why_w = column_slicing(net, chip, ops, st)
+    return g, why_w or why
+
+
+def column_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSettings
+                   ) -> tuple[GroupPlan | None, str]:
+    """The cheapest W (column) slicing of a group (a column-sliced MatMul's weight reloaded a run of columns
+    per slice), among the counts :func:`w_slice_options` proposes, with 1, 2 or 4 H slices; else (None, why).
+
+    Why the cheapest, not the first: fewer slices reload what a MatMul reads whole (its A, all K columns) less
+    often but hold wider weight runs, so the best count is not the smallest that fits.  Whether it is worth
+    keeping at all is :func:`pays`: unlike N and H slices, column slices can cost more than the global layers
+    they replace (a short group pays the pipeline's fill and every slice's DMA latency, a MatMul's A is
+    reloaded per slice); greedy grows such groups anyway and keeps the longest that pays.
+    """
+    options = w_slice_options(net, chip, ops, st.max_w_slices)
+    if not options:
+        return None, ""
+    best: GroupPlan | None = None
+    why = "no column slicing fits"
+    unit = n_unit(net, chip, ops)
+    n = cdiv(max(net.tensor(t).n for t in group_io(net, ops).outputs), unit)
+    for h in (1, 2, 4):
+        for w in options:
+            g, why_hw = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule, w_slices=w)
+            if g is None:
+                if "allocation" not in why_hw:
+                    why = why_hw
+                    if w == options[0]:
+                        return best, why  # a rule (a row-wise op, h/2), not LMEM: more slices will not help
+                continue
+            g = with_cost(chip, net, g)
+            if best is None or g.cost["cycles"] < best.cost["cycles"]:
+                best = g
+        if best is not None:
+            break
+    if best is None:
+        return None, why
+    return best, ""
+
+
+def pays(net: Network, chip: Chip, g: GroupPlan) -> bool:
+    """Whether a group may be kept: any N/H-sliced one (today's practice), a W-sliced one only when it costs
+    fewer cycles than its ops run as global layers (:func:`column_slicing` says why)."""
+    if g.w_slices == 1:
+        return True
+    return g.cost["cycles"] < sum(global_layer_cost(chip, net, net.op(o))["cycles"] for o in g.ops)
 
 
 def greedy(net: Network, chip: Chip, st: SearchSettings = SearchSettings(), progress: Progress | None = None) -> Plan:
@@ -73,7 +122,8 @@ def greedy(net: Network, chip: Chip, st: SearchSettings = SearchSettings(), prog
             g, _ = first_feasible_slicing(net, chip, names, st)
             if g is None:
                 break
-            best = g
+            if pays(net, chip, g):  # a column-sliced group that does not pay yet may once it grows
+                best = g
             start -= 1
         if best is None:  # does not fit even alone: leave it to the global-layer path
             end -= 1
