@@ -20,7 +20,7 @@ from lgopt.group.alloc import (
     polish_banks,
 )
 from lgopt.group.cost import group_cost
-from lgopt.group.handover import kept_buffers, without_kept
+from lgopt.group.handover import kept_buffers, pin_kept, without_kept
 from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, group_io, slice_group
 from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
@@ -66,11 +66,33 @@ def w_slice_options(net: Network, chip: Chip, ops: Sequence[str], max_w: int) ->
 
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
              h_ratio: float | None = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
-             kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = ()) -> GroupPlan:
+             kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = (),
+             receivers: tuple[str, ...] = ()) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
     sl = slice_group(net, list(ops), n_slices, h_slices, w_slices=w_slices, n_unit=n_unit(net, chip, ops),
                      h_ratio=h_ratio)
-    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies)
+    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies, receivers)
+
+
+def try_kept_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int, w_slices: int,
+                   kept_in: tuple[str, ...], kept_out: tuple[str, ...], receivers: tuple[str, ...] = (),
+                   h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft") -> GroupPlan | None:
+    """A placed group that receives ``kept_in`` or hands ``kept_out`` over in LMEM (:mod:`lgopt.group.handover`:
+    the tensors pinned at the top of LMEM, the rest packed below them), with its costs; None when it does not
+    slice or pack."""
+    try:
+        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, kept_in=kept_in, kept_out=kept_out,
+                     w_slices=w_slices, receivers=receivers)
+    except SliceError:
+        return None
+    pinned = pin_kept(chip, g)
+    if pinned is None:
+        return None
+    g, pchip = pinned
+    alloc = multi_start_allocate(net, pchip, without_kept(g), bank_rule)
+    if alloc is None:
+        return None
+    return place_chosen(net, chip, g, alloc.offsets, pchip, bank_rule)
 
 
 def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:

@@ -91,8 +91,8 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
 
 
 def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1,
-                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = (), f32_copies: tuple[str, ...] = ()
-                   ) -> GroupPlan:
+                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = (), f32_copies: tuple[str, ...] = (),
+                   receivers: tuple[str, ...] = ()) -> GroupPlan:
     """Timestep table and sized, unplaced buffers for one sliced group.
 
     ``prefetch`` (unsliced groups): a weight is loaded in the row of the
@@ -101,6 +101,8 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     ``kept_in`` / ``kept_out``: tensors the previous group hands over in LMEM
     (not loaded) and that this group hands to the next (stored only if someone
     else reads them); both held whole and resident (:mod:`lgopt.group.handover`).
+    ``receivers``: the ops of the group receiving ``kept_out``, when the caller knows it: a handed-over tensor
+    that only they read is not stored (without it, only when the first of them is its sole reader).
     ``f32_copies``: tensors the compiler also holds as f32 in the group (the casts TPU-MLIR's F16 lowering
     inserts: the f32 network input it loads and converts, ops it computes in f32); their buffers are widened
     by the f32 copy of the slice, the LMEM the compiler needs for them (costs are not changed).
@@ -110,7 +112,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     kept = set(kept_in) | set(kept_out)
     if kept_out:
         after = net.op_index[ops[-1]] + 1
-        skipped = {t for t in kept_out if store_skipped(net, t, after)}
+        rec = set(receivers)  # the receiving group's ops, when known: a tensor only they read needs no store
+        skipped = {t for t in kept_out if store_skipped(net, t, after)
+                   or rec and t not in net.outputs and all(c.name in rec for c in net.consumers.get(t, ()))}
     else:
         skipped = set()
     loaded = tuple(t for t in sl.io.inputs if t not in kept_in)
@@ -224,12 +228,18 @@ def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetc
     if hold:
         preloads = [ops[i] for i in weighted if ops[i] not in by_cols]
         weighted = [i for i in weighted if ops[i] in by_cols]
+    last_cols = max((i for i in weighted if ops[i] in by_cols), default=-1)
     for w, i in enumerate(weighted):
         name = ops[i]
         # unsliced: load while the prefetch-th previous weighted op computes (the seed's w4 at T2)
         row = weighted[w - prefetch] if w >= prefetch else weighted[0] - 1
         stage = 1
-        if row < 0:
+        if w < prefetch and name in by_cols and last_cols > i:
+            # the first column-sliced weight: the next slice's columns load while this slice's last column-sliced
+            # MatMul computes, so the MAC array hides every weight run (not in the last row, beside the next
+            # slice's activation loads, where little computes)
+            row, stage = last_cols, 0
+        elif row < 0:
             row, stage = (num_rows - 1, 0) if i <= num_rows - 2 else (0, 1)
         loads[row].append(Transfer(name, "weight", stage))
         events[("weight", name)] = [Event(row, stage, "load"), Event(i, 1, "use")]
