@@ -20,7 +20,7 @@ from lgopt.group.alloc import (
     polish_banks,
 )
 from lgopt.group.cost import group_cost
-from lgopt.group.handover import kept_buffers, pin_kept, without_kept
+from lgopt.group.handover import kept_buffers, pin_below, pin_kept, without_kept
 from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, group_io, slice_group
 from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
@@ -76,16 +76,18 @@ def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slic
 
 def try_kept_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int, w_slices: int,
                    kept_in: tuple[str, ...], kept_out: tuple[str, ...], receivers: tuple[str, ...] = (),
-                   h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft") -> GroupPlan | None:
+                   h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft",
+                   fixed: Mapping[str, int] | None = None) -> GroupPlan | None:
     """A placed group that receives ``kept_in`` or hands ``kept_out`` over in LMEM (:mod:`lgopt.group.handover`:
     the tensors pinned at the top of LMEM, the rest packed below them), with its costs; None when it does not
-    slice or pack."""
+    slice or pack.  ``fixed``: where the giving group put the received tensors, for a group that may also
+    hand over (:func:`lgopt.group.handover.pin_below`)."""
     try:
         g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, kept_in=kept_in, kept_out=kept_out,
                      w_slices=w_slices, receivers=receivers)
     except SliceError:
         return None
-    pinned = pin_kept(chip, g)
+    pinned = pin_kept(chip, g) if fixed is None else pin_below(chip, g, fixed)
     if pinned is None:
         return None
     g, pchip = pinned

@@ -100,38 +100,138 @@ def pays(net: Network, chip: Chip, g: GroupPlan) -> bool:
     return g.cost["cycles"] < sum(global_layer_cost(chip, net, net.op(o))["cycles"] for o in g.ops)
 
 
-def hand_over_to_columns(net: Network, chip: Chip, st: SearchSettings, groups: list[GroupPlan]) -> list[GroupPlan]:
-    """Each column-sliced group receives from the group just before it, in LMEM, what that group's last op
-    hands its first (:mod:`lgopt.group.handover`), when both still fit and the pair costs fewer cycles.
+MAX_RECEIVER_OPS = 8  # longest run of ops a hand-over pass regroups after a column-sliced group
 
-    Why: a column-sliced group's MatMuls read their A whole in every slice; received whole and resident, A is
-    loaded once instead of once per column slice (an LLM MLP's normalised input, reloaded 15 times at 15 slices,
-    is more traffic than the gate and up outputs grouping saves).  The receiving group's column count is chosen
-    again, since the pinned tensor takes LMEM from its weight runs.
+
+def hand_over_to_columns(net: Network, chip: Chip, st: SearchSettings, groups: list[GroupPlan]) -> list[GroupPlan]:
+    """Chains of groups around column-sliced ones, meeting in LMEM (:mod:`lgopt.group.handover`): each group,
+    in order, hands what its last op gives the next op over to a group starting there, when one of the two is
+    column-sliced, both still fit and the steps they replace cost more cycles.
+
+    The receiver is the next group, or a run of the next ops (global layers, and whole groups) regrouped to
+    receive, its slicing chosen again (N = 1, 1, 2 or 4 H slices, no W slices or the counts of
+    :func:`w_slice_options`), since the pinned tensor takes LMEM.  Why: a column-sliced group's MatMuls read
+    their A whole in every slice; received whole and resident, A is loaded once instead of once per column
+    slice (an LLM MLP's normalised input, reloaded per slice, is more traffic than grouping the gate and up
+    projections saves), and what such a group computes whole (the SwiGLU product the down projection reads)
+    can be handed to a down projection sliced by its own output columns.  A group in the middle of a chain both
+    receives and hands over (:func:`lgopt.group.handover.pin_below`).
+    """
+    index = net.op_index
+    out = _split_whole_heads(net, chip, st, sorted(groups, key=lambda g: index[g.ops[0]]))
+    grouped = {o: k for k, g in enumerate(out) for o in g.ops}
+    first_of = {k: s for s, e in group_runs(net, st) for k in range(s, e + 1)}
+    run_end = {k: e for s, e in group_runs(net, st) for k in range(s, e + 1)}
+    k = 0
+    while k < len(out):
+        a = out[k]
+        b0 = index[a.ops[-1]] + 1
+        tensors = handover(net, b0)
+        if a.kept_out or not tensors or b0 not in first_of or first_of[b0] != first_of[index[a.ops[0]]]:
+            k += 1
+            continue
+        fixed = _received_at(out[k - 1], a) if a.kept_in and k > 0 else None
+        best: tuple[int, GroupPlan, GroupPlan, int] | None = None  # (saving, giver, receiver, steps replaced)
+        e, replaced, gone = b0, 0, 0
+        while e <= min(run_end[b0], b0 + MAX_RECEIVER_OPS - 1):
+            op = net.ops[e]
+            if op.name in grouped:  # a whole group joins the run, or the run stops
+                g = out[grouped[op.name]]
+                if index[g.ops[0]] != e or g.kept_in or g.kept_out:
+                    break
+                replaced += int(g.cost["cycles"])
+                gone += 1
+                e = index[g.ops[-1]]
+            else:
+                replaced += int(global_layer_cost(chip, net, op)["cycles"])
+            names = tuple(o.name for o in net.ops[b0:e + 1])
+            pair = _hand_over(net, chip, st, a, names, tensors, fixed)
+            if pair is not None:
+                saving = int(a.cost["cycles"]) + replaced - int(pair[0].cost["cycles"]) - int(pair[1].cost["cycles"])
+                if saving > 0 and (best is None or saving > best[0]):
+                    best = (saving, pair[0], pair[1], gone)
+            e += 1
+        if best is not None:
+            _, ga, gb, gone = best
+            out[k:k + 1 + gone] = [ga, gb]
+            grouped = {o: i for i, g in enumerate(out) for o in g.ops}
+        k += 1
+    return out
+
+
+def _split_whole_heads(net: Network, chip: Chip, st: SearchSettings, groups: list[GroupPlan]) -> list[GroupPlan]:
+    """Each column-sliced group whose first ops compute every column in every slice (an RMSNorm before the
+    gate and up projections: the MatMuls read it whole) split there: those ops, with the plain group just
+    before when it is adjacent, as an N/H-sliced group handing its last output over in LMEM to the
+    column-sliced rest, when the two cost fewer cycles than what they replace.  Why: computed whole once per
+    column slice, the head repeats its work and holds whole-row buffers that leave the weight runs little LMEM.
     """
     out = list(groups)
     index = net.op_index
-    for k in range(len(out) - 1):
-        a, b = out[k], out[k + 1]
-        if b.w_slices == 1 or a.kept_in or a.kept_out or b.kept_in or b.kept_out \
-                or index[a.ops[-1]] + 1 != index[b.ops[0]]:
+    k = 0
+    while k < len(out):
+        g = out[k]
+        if g.w_slices == 1 or g.kept_in or g.kept_out:
+            k += 1
             continue
-        tensors = handover(net, index[b.ops[0]])
-        if not tensors:
+        head: list[str] = []
+        for o in g.ops:
+            t = net.op(o).outputs[0]
+            if any(c != (0, net.tensor(t).w) for c in g.w_windows[t]):
+                break
+            head.append(o)
+        if not head or len(head) == len(g.ops):
+            k += 1
             continue
-        ga = try_kept_group(net, chip, a.ops, a.n_slices, a.h_slices, a.w_slices, (), tensors, b.ops,
-                            st.h_ratio, st.bank_rule)
-        if ga is None:
+        prev = out[k - 1] if k > 0 else None
+        merge = prev is not None and prev.w_slices == 1 and not prev.kept_in and not prev.kept_out \
+            and index[prev.ops[-1]] + 1 == index[g.ops[0]]
+        head_ops = (list(prev.ops) if merge and prev is not None else []) + head
+        replaced = int(g.cost["cycles"]) + (int(prev.cost["cycles"]) if merge and prev is not None else 0)
+        h, _ = first_feasible_slicing(net, chip, head_ops, st)
+        tensors = handover(net, index[g.ops[len(head)]])
+        pair = _hand_over(net, chip, st, h, tuple(g.ops[len(head):]), tensors, None) \
+            if h is not None and h.w_slices == 1 and tensors else None
+        if pair is not None and int(pair[0].cost["cycles"]) + int(pair[1].cost["cycles"]) < replaced:
+            lo = k - 1 if merge else k
+            out[lo:k + 1] = list(pair)
+            k = lo + 2
             continue
-        best: GroupPlan | None = None
-        for w in dict.fromkeys([b.w_slices] + w_slice_options(net, chip, b.ops, st.max_w_slices)):
-            gb = try_kept_group(net, chip, b.ops, b.n_slices, b.h_slices, w, tensors, (), (), st.h_ratio,
-                                st.bank_rule)
+        k += 1
+    return out
+
+
+def _received_at(giver: GroupPlan, g: GroupPlan) -> dict[str, int]:
+    """Where ``giver`` put the tensors ``g`` receives."""
+    return {b.name: b.offset for b in giver.buffers if b.kind == "activation" and b.name in g.kept_in}
+
+
+def _hand_over(net: Network, chip: Chip, st: SearchSettings, a: GroupPlan, names: tuple[str, ...],
+               tensors: tuple[str, ...], fixed: dict[str, int] | None) -> tuple[GroupPlan, GroupPlan] | None:
+    """Group ``a`` rebuilt to hand ``tensors`` over and the cheapest slicing of ``names`` receiving them, or
+    None; only when one of the two is column-sliced (what this pass is for: N/H groups keep greedy's own
+    choices)."""
+    ga: GroupPlan | None = None
+    ws = [a.w_slices] + (w_slice_options(net, chip, a.ops, st.max_w_slices) if a.w_slices > 1 else [])
+    for w in dict.fromkeys(ws):  # a column-sliced giver counts its columns again: the handed tensor takes LMEM
+        g = try_kept_group(net, chip, a.ops, a.n_slices, a.h_slices, w, a.kept_in, tensors, names,
+                           st.h_ratio, st.bank_rule, fixed=fixed if a.kept_in else None)
+        if g is not None and (ga is None or g.cost["cycles"] < ga.cost["cycles"]):
+            ga = g
+    if ga is None:
+        return None
+    at = _received_at(ga, replace(ga, kept_in=tensors))
+    best: GroupPlan | None = None
+    for w in [1] + w_slice_options(net, chip, names, st.max_w_slices):
+        if w == 1 and a.w_slices == 1:
+            continue
+        for h in (1, 2, 4):
+            gb = try_kept_group(net, chip, names, 1, h, w, tensors, (), (), st.h_ratio, st.bank_rule, fixed=at)
             if gb is not None and (best is None or gb.cost["cycles"] < best.cost["cycles"]):
                 best = gb
-        if best is not None and ga.cost["cycles"] + best.cost["cycles"] < a.cost["cycles"] + b.cost["cycles"]:
-            out[k], out[k + 1] = ga, best
-    return out
+            if gb is not None:
+                break  # more H slices only reload weights more often
+    return (ga, best) if best is not None else None
 
 
 def greedy(net: Network, chip: Chip, st: SearchSettings = SearchSettings(), progress: Progress | None = None) -> Plan:
