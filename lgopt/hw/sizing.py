@@ -132,8 +132,8 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
     Why: whatever the group and slicing, the row where ``op`` computes holds its
     weight and a buffer for its output and for each input, each at least the
     smallest window ``op`` can work on: the whole tensors when unsliced, one
-    output row (one batch) where the op lets H (N) be sliced, one output column and that column of the weight
-    for a MatMul whose weight columns can be reloaded per W slice.  Bytes grow with
+    output row (one batch) where the op lets H (N) be sliced, one output column (and that column of a MatMul's
+    weight) where a row op may be W-sliced.  Bytes grow with
     the window, so if this exceeds LMEM no such group packs, and the candidate
     space drops it without scheduling it (scratch is left out: the test stays
     a necessary condition).
@@ -143,14 +143,20 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
     out = net.tensor(op.outputs[0])
     o_n = 1 if sliced and op.n_split else out.n
     o_rows = [(r, r + 1) for r in range(out.h)] if sliced and op.h_split else [(0, out.h)]
-    # a column-sliced MatMul (W sliced, its weight reloaded a run of columns at a time) holds one column
-    cols = 1 if sliced and column_weights(op) else None
-    total = weight_bytes(chip, op, cols) + activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0], cols)
+    # a row op (rank-3 operands, rows on the lanes) may be W-sliced: one output column, and a column-sliced
+    # MatMul (its weight reloaded a run of columns at a time) one column of its weight
+    spec = opsem.OP_SPECS.get(op.type)
+    by_cols = sliced and op.h_split and out.rows_on_lanes and spec is not None \
+        and spec.family is not opsem.Family.ROWWISE
+    cols = 1 if by_cols else None
+    total = weight_bytes(chip, op, cols if column_weights(op) else None) + \
+        activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0], cols)
     for k, t in enumerate(op.inputs):
         if t in op.inputs[:k]:
             continue
         ten = net.tensor(t)
         n0, n1 = opsem.backward_n(op, k, (0, o_n), ten.n)
         rows = min(b - a for a, b in (opsem.backward_h(op, k, w, ten.h, out.h) for w in o_rows))
-        total += activation_bytes(chip, ten, n1 - n0, max(1, rows))
+        c0, c1 = opsem.backward_w(op, k, (0, 1), ten.w, out.w) if by_cols else (0, ten.w)
+        total += activation_bytes(chip, ten, n1 - n0, max(1, rows), max(1, c1 - c0))
     return total
