@@ -392,6 +392,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "yolov5s": yolov5s,
     "vit_block": vit_block,
     "llm_block": llm_block,
+    "llm_mlp": llm_mlp,
 }
 FIXTURES = {"fixture_resnet18": "resnet18.weightless.onnx", "fixture_yolov5s_like": "yolov5s_like.weightless.onnx"}
 

@@ -105,8 +105,9 @@ class CandidateSpace:
         """(unsliced, sliced): whether ``[i, j]`` passes the necessary LMEM conditions of each mode.
 
         Every op's row must hold its smallest footprint, and a sliced group holds all its weights at
-        once (a column-sliced MatMul's, one column of them).  Both only grow with the run, so a run that fails both has no longer run that passes:
-        on CV181X, three ResNet-50 intervals in four fail, and skip scheduling altogether.
+        once (a column-sliced MatMul's, one column of them).  Both only grow with the run, so a run that
+        fails both has no longer run that passes: on CV181X, three ResNet-50 intervals in four fail, and
+        skip scheduling altogether.
         """
         cap = self.chip.lmem_bytes if capacity is None else capacity
         over = self._over.get(cap)
