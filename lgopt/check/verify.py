@@ -5,6 +5,7 @@ and compares: op coverage and execution order, group convexity, slice legality
 and windows (by enumerating each op's receptive rows, and columns when W is
 sliced, not by the closed-form backward formulas the planner uses), exact
 coverage of group outputs by stores,
+column slicing (a MatMul loading, per slice, exactly the weight columns of the output it computes),
 the h/2 rule, the timestep table's causality, buffer sizes and lifetimes,
 (timestep x address) non-overlap with wrap-around lifetimes, capacity,
 alignment and bank rules.  It shares with the planner only the problem model
