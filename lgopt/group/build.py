@@ -67,11 +67,11 @@ def w_slice_options(net: Network, chip: Chip, ops: Sequence[str], max_w: int) ->
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
              h_ratio: float | None = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
              kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = (),
-             receivers: tuple[str, ...] = ()) -> GroupPlan:
+             receivers: tuple[str, ...] = (), reload_columns: bool = True) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
     sl = slice_group(net, list(ops), n_slices, h_slices, w_slices=w_slices, n_unit=n_unit(net, chip, ops),
                      h_ratio=h_ratio)
-    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies, receivers)
+    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies, receivers, reload_columns)
 
 
 def try_kept_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int, w_slices: int,
@@ -120,15 +120,18 @@ def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, i
 
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
               h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False,
-              w_slices: int = 1, f32_copies: tuple[str, ...] = ()) -> tuple[GroupPlan | None, str]:
+              w_slices: int = 1, f32_copies: tuple[str, ...] = (), reload_columns: bool = True
+              ) -> tuple[GroupPlan | None, str]:
     """A placed group, or (None, why not).
 
     The greedy allocator alone judges a candidate of a search (it is fast and searches try thousands);
     ``thorough`` is for a grouping given from outside (a compiler's cache), where "infeasible" is a
     verdict: the greedy orders are retried and then the exact packer decides (:func:`allocate_thorough`).
+    ``reload_columns=False`` builds such a grouping's W slices with whole weights, as the compiler does.
     """
     try:
-        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, w_slices=w_slices, f32_copies=f32_copies)
+        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, w_slices=w_slices, f32_copies=f32_copies,
+                     reload_columns=reload_columns)
     except SliceError as e:
         return None, str(e)
     if thorough:

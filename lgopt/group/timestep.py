@@ -92,7 +92,7 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
 
 def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1,
                    kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = (), f32_copies: tuple[str, ...] = (),
-                   receivers: tuple[str, ...] = ()) -> GroupPlan:
+                   receivers: tuple[str, ...] = (), reload_columns: bool = True) -> GroupPlan:
     """Timestep table and sized, unplaced buffers for one sliced group.
 
     ``prefetch`` (unsliced groups): a weight is loaded in the row of the
@@ -101,6 +101,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     ``kept_in`` / ``kept_out``: tensors the previous group hands over in LMEM
     (not loaded) and that this group hands to the next (stored only if someone
     else reads them); both held whole and resident (:mod:`lgopt.group.handover`).
+    ``reload_columns``: a W-sliced group's MatMuls load only their slice's weight columns, per slice (column
+    slicing); False loads weights whole as TPU-MLIR 1.30 does (its weight reload is disabled), for the reader
+    of its caches.
     ``receivers``: the ops of the group receiving ``kept_out``, when the caller knows it: a handed-over tensor
     that only they read is not stored (without it, only when the first of them is its sole reader).
     ``f32_copies``: tensors the compiler also holds as f32 in the group (the casts TPU-MLIR's F16 lowering
@@ -124,7 +127,7 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         for t in dict.fromkeys(net.op(name).inputs):
             uses.setdefault(t, []).append(i)
     weighted = [i for i, name in enumerate(ops) if weight_bytes(chip, net.op(name))]
-    by_cols = column_sliced_ops(net, sl)
+    by_cols = column_sliced_ops(net, sl) if reload_columns else frozenset()
     hold = holds_weights(net, chip, sl, by_cols)
 
     num_rows, stores = _rows_and_stores(net, ops, loaded, stored, uses, weighted, hold)
