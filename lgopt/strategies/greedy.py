@@ -211,6 +211,9 @@ def _hand_over(net: Network, chip: Chip, st: SearchSettings, a: GroupPlan, names
     """Group ``a`` rebuilt to hand ``tensors`` over and the cheapest slicing of ``names`` receiving them, or
     None; only when one of the two is column-sliced (what this pass is for: N/H groups keep greedy's own
     choices)."""
+    counts = [w for w in [1] + w_slice_options(net, chip, names, st.max_w_slices) if w > 1 or a.w_slices > 1]
+    if not counts:  # neither side column-sliced: not this pass's business (and no scheduling spent on it)
+        return None
     ga: GroupPlan | None = None
     ws = [a.w_slices] + (w_slice_options(net, chip, a.ops, st.max_w_slices) if a.w_slices > 1 else [])
     for w in dict.fromkeys(ws):  # a column-sliced giver counts its columns again: the handed tensor takes LMEM
@@ -222,9 +225,7 @@ def _hand_over(net: Network, chip: Chip, st: SearchSettings, a: GroupPlan, names
         return None
     at = _received_at(ga, replace(ga, kept_in=tensors))
     best: GroupPlan | None = None
-    for w in [1] + w_slice_options(net, chip, names, st.max_w_slices):
-        if w == 1 and a.w_slices == 1:
-            continue
+    for w in counts:
         for h in (1, 2, 4):
             gb = try_kept_group(net, chip, names, 1, h, w, tensors, (), (), st.h_ratio, st.bank_rule, fixed=at)
             if gb is not None and (best is None or gb.cost["cycles"] < best.cost["cycles"]):
