@@ -141,3 +141,23 @@ def test_weight_columns_survive_the_plan_file_and_bad_ones_are_one_clear_error(m
     d["groups"][0]["weight_cols"] = {"/MatMul_11": [[0, 64, 3]]}
     with pytest.raises(LgoptError, match="weight_cols of /MatMul_11 must be lists of"):
         plan_from_dict(d)
+
+
+def test_cpsat_evaluates_column_slicings_and_its_plan_verifies(mlp):
+    from lgopt.strategies.cpsat.common import CpsatSettings
+    from lgopt.strategies.cpsat.evaluate import Evaluator
+    from lgopt.strategies.cpsat.space import CandidateSpace
+    from lgopt.strategies.registry import StrategyOptions, parse_strategy
+
+    space = CandidateSpace(mlp, SMALL)
+    i, j = mlp.op_index[GATE_UP[0]], mlp.op_index[GATE_UP[-1]]
+    assert space.fits(i, j)[1], "one column of each weight fits: the sliced mode is not ruled out"
+    with Evaluator(space, 2.0, 1, 0) as ev:
+        alone, received = ev.evaluate(i, j, ""), ev.evaluate(i, j, "in")
+    assert alone.w > 1 and received.w > 1
+    assert received.cost < alone.cost  # the normalised input received in LMEM, not reloaded per slice
+    g = with_cost(SMALL, mlp, try_group(mlp, SMALL, GATE_UP, 1, 1, w_slices=alone.w)[0])
+    assert alone.cost == g.cost["cycles"]
+    plan, _ = parse_strategy("cpsat").run(mlp, SMALL, StrategyOptions(SearchSettings(),
+                                                                      CpsatSettings(time_limit=5, workers=2)))
+    assert verify(mlp, plan) == [] and any(g.weight_cols for g in plan.groups)
