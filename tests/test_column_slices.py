@@ -161,3 +161,18 @@ def test_cpsat_evaluates_column_slicings_and_its_plan_verifies(mlp):
     plan, _ = parse_strategy("cpsat").run(mlp, SMALL, StrategyOptions(SearchSettings(),
                                                                       CpsatSettings(time_limit=5, workers=2)))
     assert verify(mlp, plan) == [] and any(g.weight_cols for g in plan.groups)
+
+
+def test_a_column_sliced_group_can_receive_and_hand_over_in_one_chain(tmp_path):
+    """At 4 KiB a lane the SwiGLU product fits whole: the column-sliced group receives the normalised input
+    from the RMSNorm group and hands its product on to the down projection's group, all in LMEM."""
+    path = tmp_path / "mlp.onnx"
+    onnx.save(llm_mlp(tokens=128, dim=64, hidden=512), str(path))
+    net = import_onnx(path, dtype="f16")
+    chip = get_chip("bm1684x", {"lmem_bytes": "4K"})
+    plan = greedy(net, chip, SearchSettings())
+    middle = [g for g in plan.groups if g.kept_in and g.kept_out]
+    assert middle and middle[0].weight_cols
+    assert verify(net, plan) == []
+    res = simulate(net, plan)
+    assert res.ok, res
