@@ -45,7 +45,12 @@ def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: Sea
             break
     n = max_n
     min_h = min(net.tensor(t).h for t in io.outputs)
-    for h in range(2, min(st.max_h_slices, min_h) + 1):
+    top = min(st.max_h_slices, min_h)
+    if all(net.tensor(t).rows_on_lanes for o in ops for t in net.op(o).inputs + net.op(o).outputs):
+        # rows lie across the lanes: at ceil(rows / lanes) slices each holds one row a lane, and more slices
+        # shrink no buffer (they only repeat loads), so if that many do not place, more will not
+        top = min(top, cdiv(max(net.tensor(t).h for t in io.outputs), chip.npu_num))
+    for h in range(2, top + 1):
         g, why = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule)
         if g is not None:
             return g, ""
@@ -61,7 +66,8 @@ def column_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSetti
     per slice), among the counts :func:`w_slice_options` proposes, with 1, 2 or 4 H slices; else (None, why).
 
     Why the cheapest, not the first: fewer slices reload what a MatMul reads whole (its A, all K columns) less
-    often but hold wider weight runs, so the best count is not the smallest that fits.  Whether it is worth
+    often but hold wider weight runs, so the best count is not the smallest that fits; the counts are tried
+    upwards from the first that fits until one costs more than the one before.  Whether it is worth
     keeping at all is :func:`pays`: unlike N and H slices, column slices can cost more than the global layers
     they replace (a short group pays the pipeline's fill and every slice's DMA latency, a MatMul's A is
     reloaded per slice); greedy grows such groups anyway and keeps the longest that pays.
@@ -83,8 +89,9 @@ def column_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSetti
                         return best, why  # a rule (a row-wise op, h/2), not LMEM: more slices will not help
                 continue
             g = with_cost(chip, net, g)
-            if best is None or g.cost["cycles"] < best.cost["cycles"]:
-                best = g
+            if best is not None and g.cost["cycles"] >= best.cost["cycles"]:
+                break  # past the cheapest: more slices repeat more loads (greedy assumes one minimum)
+            best = g
         if best is not None:
             break
     if best is None:
