@@ -8,7 +8,8 @@ rows).  When a candidate cannot be made to fit, the group is cut before it
 and the next group starts.  Global layers end groups.  A local op that fits no
 slicing even alone runs as a global layer.  A group with a MatMul whose weight can be reloaded by output
 columns, when N and H slices do not fit, gets the cheapest column (W) slicing that beats its ops run as
-global layers (:func:`column_slicing`).
+global layers (:func:`column_slicing`); afterwards column-sliced groups are chained with their neighbours in
+LMEM (:func:`hand_over_to_columns`).
 """
 
 from __future__ import annotations
