@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print("roundtrip: set PEER_RUN to a TPU-MLIR install (../shared/tpu-mlir/install.sh); see docs/tpu-mlir.md",
               file=sys.stderr)
         return 2
-    out = Path(a.out)
+    out = Path(a.out).resolve()  # the scoring tool runs elsewhere: it is handed absolute paths
     (out / "caches").mkdir(parents=True, exist_ok=True)
     (out / "scores").mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []

@@ -18,7 +18,7 @@ Data are small integers and dyadic weights, so most results are exact; compariso
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -280,14 +280,26 @@ class _GroupRun:
         lanes, addr = self.addresses(t, s)
         self.lmem.put(lanes, addr, values)
 
-    def load_weights(self, op_name: str) -> None:
+    def layout(self, op: Op, weights: dict[str, np.ndarray], s: int) -> list[tuple[np.ndarray, np.ndarray, str,
+                                                                                    tuple]]:
+        """Where each coefficient of ``op`` lies in its buffer for slice ``s``: the whole weights, or (column
+        slicing) only the slice's columns, laid out as a weight of that many columns, indices shifted back."""
+        cols = self.g.weight_columns(op.name, s)
+        if cols is None:
+            return weight_layout(self.chip, op, weights)
+        c0, c1 = cols
+        cut = replace(op, weights=tuple(replace(w, shape=tuple(w.shape[:-1]) + (c1 - c0,)) for w in op.weights))
+        return [(lanes, rel, wname, idx[:-1] + (idx[-1] + c0,))
+                for lanes, rel, wname, idx in weight_layout(self.chip, cut, weights)]
+
+    def load_weights(self, op_name: str, s: int = 0) -> None:
         op = self.net.op(op_name)
         b = self.buf[("weight", op_name)]
         vals = _folded(op, self.weights)
-        for lanes, rel, wname, idx in weight_layout(self.chip, op, vals):
+        for lanes, rel, wname, idx in self.layout(op, vals, s):
             self.lmem.put(lanes, b.offset + rel, vals[wname][idx])
 
-    def read_weights(self, op: Op) -> dict[str, np.ndarray]:
+    def read_weights(self, op: Op, s: int = 0) -> dict[str, np.ndarray]:
         key = ("weight", op.name)
         if key not in self.buf:
             return self.weights
@@ -298,7 +310,7 @@ class _GroupRun:
                 got[w.name] = np.zeros(w.shape)
             elif w.role == "var":
                 got[w.name] = np.full(w.shape, 1.0 - op.attrs.get("epsilon", 1e-5))
-        for lanes, rel, wname, idx in weight_layout(self.chip, op, self.weights):
+        for lanes, rel, wname, idx in self.layout(op, self.weights, s):  # columns not loaded stay NaN
             arr = np.full(tuple(next(w.shape for w in op.weights if w.name == wname)) or (1,), np.nan)
             arr[idx] = self.lmem.get(lanes, b.offset + rel)
             got[wname] = arr
@@ -307,7 +319,7 @@ class _GroupRun:
     def compute(self, op_name: str, s: int) -> None:
         op = self.net.op(op_name)
         ins = [self.read_activation(t, s) for t in op.inputs]
-        w = self.read_weights(op)
+        w = self.read_weights(op, s)
         sc = self.buf.get(("scratch", op_name))
         if sc is not None:  # the op scribbles over its scratch while it runs
             self.lmem.data[:, sc.offset:sc.offset + sc.size] = self.garbage.normal(size=(self.chip.npu_num, sc.size))
@@ -364,7 +376,7 @@ class _GroupRun:
                 for tr in row.loads:
                     s = it + 1 if tr.stage == 0 else it
                     if 0 <= s < S:
-                        self.load_weights(tr.name) if tr.kind == "weight" else self.load_activation(tr.name, s)
+                        self.load_weights(tr.name, s) if tr.kind == "weight" else self.load_activation(tr.name, s)
                 if 0 <= it < S:
                     for name in row.ops:
                         self.compute(name, it)

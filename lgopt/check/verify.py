@@ -5,6 +5,7 @@ and compares: op coverage and execution order, group convexity, slice legality
 and windows (by enumerating each op's receptive rows, and columns when W is
 sliced, not by the closed-form backward formulas the planner uses), exact
 coverage of group outputs by stores,
+column slicing (a MatMul loading, per slice, exactly the weight columns of the output it computes),
 the h/2 rule, the timestep table's causality, buffer sizes and lifetimes,
 (timestep x address) non-overlap with wrap-around lifetimes, capacity,
 alignment and bank rules.  It shares with the planner only the problem model
@@ -62,6 +63,7 @@ class CostFunctions:
 GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
 
 
+ROW_NORMALISERS = ("Softmax", "LayerNormalization")  # every output column reads every column of its row
 VIEW_TYPES = RESHAPE_TYPES + ("Transpose",)  # a Transpose is local only when it moves no axis longer than 1
 
 
@@ -85,6 +87,7 @@ def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: in
     elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") and in_h == out_h:  # reduces each row's W
         need.update(rows)
     elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") or (t in VIEW_TYPES and in_h != out_h) \
+            or (t in ROW_NORMALISERS and axis == 1) \
             or (t == "MatMul" and (k == 1 or axis == 1)):  # B's rows and A's columns are the contracted K
         need.update(range(in_h)) if len(rows) else None
     elif t == "Resize":
@@ -319,6 +322,8 @@ class Verifier:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing H, but h_slices={g.h_slices}")
             if g.w_slices > 1 and not op.h_split:  # columns are sliceable exactly where rows are
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing W, but w_slices={g.w_slices}")
+            if g.w_slices > 1 and op.type in ROW_NORMALISERS:
+                self.fail(where, f"op {op.name} ({op.type}) normalises whole rows, but w_slices={g.w_slices}")
             if g.n_slices > 1 and not op.n_split:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing N, but n_slices={g.n_slices}")
         members = set(g.ops)
@@ -358,6 +363,7 @@ class Verifier:
         self.check_w_given(where, g, tensors, S)
         self.check_stores(where, g, outputs, S, optional)
         self.check_windows(where, g, ops, S)
+        self.check_weight_cols(where, g, S)
         self.check_h_rule(where, g, tensors)
         stored = [t for t in outputs if t not in optional]
         self.check_table_and_buffers(where, g, ops, inputs, stored, tensors)
@@ -448,6 +454,41 @@ class Verifier:
                         self.fail(where, f"slice {s}: {op.name} needs batches {min(batches)}:{max(batches) + 1} "
                                          f"of {t}, window holds {w[0]}:{w[1]}")
                         return
+
+    def check_weight_cols(self, where: str, g: GroupPlan, S: int) -> None:
+        """Column slicing (C/OC): an op loading its weights a run of columns per slice is a MatMul whose every
+        constant has the output width as its last axis (output column j reads column j of each, nothing else),
+        in a W-sliced group; it loads its weights in the table (each slice its own columns), never before the
+        loop; and each slice loads exactly the columns of the output it computes."""
+        if not g.weight_cols:
+            return
+        net = self.net
+        if g.w_slices <= 1:
+            self.fail(where, "loads weights by columns but does not slice W")
+            raise _Fail
+        for name, ws in g.weight_cols.items():
+            if name not in g.ops:
+                self.fail(where, f"loads weight columns of {name}, which is not in the group")
+                raise _Fail
+            op = net.op(name)
+            out = net.tensor(op.outputs[0])
+            filt = [w for w in op.weights if w.role == "filter"]
+            if op.type != "MatMul" or len(filt) != 1 or len(filt[0].shape) != 2 \
+                    or any(not w.shape or w.shape[-1] != out.w for w in op.weights):
+                self.fail(where, f"loads the weights of {name} ({op.type}) by columns, but they are not a [K, N] "
+                                 "matrix (and vectors) whose columns are its output columns")
+                raise _Fail
+            if name in g.preloads:
+                self.fail(where, f"weights of {name} are loaded by columns per slice, yet preloaded once")
+            if len(ws) != S:
+                self.fail(where, f"{name} needs {S} weight column ranges, plan has {len(ws)}")
+                raise _Fail
+            for s, (c0, c1) in enumerate(ws):
+                want = g.cols(op.outputs[0], s, out.w)
+                if not 0 <= c0 < c1 <= out.w or (c0, c1) != tuple(want):
+                    self.fail(where, f"slice {s}: {name} computes columns {want[0]}:{want[1]} of {op.outputs[0]} "
+                                     f"but loads weight columns {c0}:{c1}")
+                    return
 
     def check_h_rule(self, where: str, g: GroupPlan, tensors: list[str]) -> None:
         ratio = self.plan.h_ratio
@@ -629,6 +670,8 @@ class Verifier:
                 self.fail(where, f"buffer {ab.id} for {t} has {ab.size} bytes, its largest slice needs {need}")
         for op in ops:
             wb = weight_bytes(chip, op)
+            if op.name in g.weight_cols:  # reloaded by columns: the widest slice's columns
+                wb = max(weight_bytes(chip, op, c1 - c0) for c0, c1 in g.weight_cols[op.name])
             if wb:
                 wbuf = bufs.get(("weight", op.name))
                 if wbuf is None:

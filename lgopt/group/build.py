@@ -20,11 +20,12 @@ from lgopt.group.alloc import (
     polish_banks,
 )
 from lgopt.group.cost import group_cost
-from lgopt.group.handover import kept_buffers, without_kept
-from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, slice_group
+from lgopt.group.handover import kept_buffers, pin_below, pin_kept, without_kept
+from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, group_io, slice_group
 from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
-from lgopt.hw.layout import align_up, n_packing
+from lgopt.hw.layout import align_up, cdiv, n_packing
+from lgopt.hw.sizing import column_weights
 from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import BankRule, GroupPlan, Plan, PlanStatus
 
@@ -35,13 +36,65 @@ def n_unit(net: Network, chip: Chip, ops: Sequence[str]) -> int:
     return max((n_packing(dt, chip.align_4n) for dt in dts), default=1)
 
 
+COLUMN_LANE_MULTIPLES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+FEW_W_SLICES = (2, 3, 4, 6, 8)  # also tried: a narrow output (fewer columns than two lane runs) still splits
+
+
+def w_slice_options(net: Network, chip: Chip, ops: Sequence[str], max_w: int) -> list[int]:
+    """W slice counts worth trying for a group (column slicing, issue 16), fewest first: when one of its ops is
+    a MatMul whose weight can be reloaded by columns, the counts that cut the widest such output
+    into runs of whole lane multiples (64, 128, 192, ... columns on a 64-lane chip: the weight's N lies over
+    the lanes, so a run of 100 columns costs the LMEM of 128), and 2 to 8; at most ``max_w`` and the narrowest
+    group output.
+
+    Also for a group of rank-3 (rows-on-lanes) tensors alone, the elementwise ops between such MatMuls: their
+    rows already lie one per lane at 64 tokens, so H slices stop shrinking them and only columns can.  Not for
+    NCHW groups: there N and H slices are what the compilers use (the reader of TPU-MLIR's caches still
+    builds W-sliced ones when the compiler chose them).
+    """
+    widths = [net.tensor(net.op(o).outputs[0]).w for o in ops if column_weights(net.op(o))]
+    tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs}
+    if not widths and all(net.tensor(t).rows_on_lanes for t in tensors):  # a column-local run of row ops
+        widths = [net.tensor(t).w for t in group_io(net, ops).outputs]
+    if not widths:
+        return []
+    narrowest = min(net.tensor(t).w for t in group_io(net, ops).outputs)
+    top = min(max_w, narrowest)
+    counts = {cdiv(max(widths), chip.npu_num * k) for k in COLUMN_LANE_MULTIPLES} | set(FEW_W_SLICES)
+    return sorted(c for c in counts if 2 <= c <= top)
+
+
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
              h_ratio: float | None = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
-             kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = ()) -> GroupPlan:
+             kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = (),
+             receivers: tuple[str, ...] = (), reload_columns: bool = True) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
     sl = slice_group(net, list(ops), n_slices, h_slices, w_slices=w_slices, n_unit=n_unit(net, chip, ops),
                      h_ratio=h_ratio)
-    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies)
+    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies, receivers, reload_columns)
+
+
+def try_kept_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int, w_slices: int,
+                   kept_in: tuple[str, ...], kept_out: tuple[str, ...], receivers: tuple[str, ...] = (),
+                   h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft",
+                   fixed: Mapping[str, int] | None = None) -> GroupPlan | None:
+    """A placed group that receives ``kept_in`` or hands ``kept_out`` over in LMEM (:mod:`lgopt.group.handover`:
+    the tensors pinned at the top of LMEM, the rest packed below them), with its costs; None when it does not
+    slice or pack.  ``fixed``: where the giving group put the received tensors, for a group that may also
+    hand over (:func:`lgopt.group.handover.pin_below`)."""
+    try:
+        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, kept_in=kept_in, kept_out=kept_out,
+                     w_slices=w_slices, receivers=receivers)
+    except SliceError:
+        return None
+    pinned = pin_kept(chip, g) if fixed is None else pin_below(chip, g, fixed)
+    if pinned is None:
+        return None
+    g, pchip = pinned
+    alloc = multi_start_allocate(net, pchip, without_kept(g), bank_rule)
+    if alloc is None:
+        return None
+    return place_chosen(net, chip, g, alloc.offsets, pchip, bank_rule)
 
 
 def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:
@@ -67,15 +120,18 @@ def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, i
 
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
               h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False,
-              w_slices: int = 1, f32_copies: tuple[str, ...] = ()) -> tuple[GroupPlan | None, str]:
+              w_slices: int = 1, f32_copies: tuple[str, ...] = (), reload_columns: bool = True
+              ) -> tuple[GroupPlan | None, str]:
     """A placed group, or (None, why not).
 
     The greedy allocator alone judges a candidate of a search (it is fast and searches try thousands);
     ``thorough`` is for a grouping given from outside (a compiler's cache), where "infeasible" is a
     verdict: the greedy orders are retried and then the exact packer decides (:func:`allocate_thorough`).
+    ``reload_columns=False`` builds such a grouping's W slices with whole weights, as the compiler does.
     """
     try:
-        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, w_slices=w_slices, f32_copies=f32_copies)
+        g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, w_slices=w_slices, f32_copies=f32_copies,
+                     reload_columns=reload_columns)
     except SliceError as e:
         return None, str(e)
     if thorough:

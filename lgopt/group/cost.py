@@ -34,7 +34,7 @@ from typing import Literal, Protocol, Sequence
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane
-from lgopt.hw.sizing import is_depthwise
+from lgopt.hw.sizing import column_shape, is_depthwise
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
@@ -177,14 +177,15 @@ def gdma_cycles(chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "loa
     return cost_model(chip).gdma_cycles(chip, nbytes, segments, kind, point_runs)
 
 
-def weight_dma_cycles(chip: Chip, op: Op) -> int:
-    """Cycles of loading all of ``op``'s weights: one transfer per weight tensor, as TPU-MLIR issues them."""
-    return _weight_dma(chip, op)
+def weight_dma_cycles(chip: Chip, op: Op, cols: int | None = None) -> int:
+    """Cycles of loading all of ``op``'s weights (``cols``: a run of that many output columns of a column-sliced
+    MatMul's): one transfer per weight tensor, as TPU-MLIR issues them."""
+    return _weight_dma(chip, op, cols)
 
 
 @lru_cache(maxsize=1 << 14)
-def _weight_dma(chip: Chip, op: Op) -> int:
-    return sum(gdma_cycles(chip, b, s, "weight", p) for b, s, p in weight_transfers(op))
+def _weight_dma(chip: Chip, op: Op, cols: int | None = None) -> int:
+    return sum(gdma_cycles(chip, b, s, "weight", p) for b, s, p in weight_transfers(op, cols))
 
 
 def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_len: int,
@@ -265,16 +266,18 @@ def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int) -> int:
     return activation_transfer(net, tensor, n_len, h_len)[0]
 
 
-def weight_gmem_bytes(op: Op) -> int:
-    return sum(w.elems * (4 if w.role == "bias" else dtype_bytes(w.dtype)) for w in op.weights
-               if w.role not in ("mean", "var"))
+def weight_gmem_bytes(op: Op, cols: int | None = None) -> int:
+    """GMEM bytes of ``op``'s weights, or of a run of ``cols`` output columns of them (column slicing)."""
+    return sum(math.prod(column_shape(w.shape, cols)) * (4 if w.role == "bias" else dtype_bytes(w.dtype))
+               for w in op.weights if w.role not in ("mean", "var"))
 
 
-def weight_transfers(op: Op) -> list[tuple[int, int, bool]]:
+def weight_transfers(op: Op, cols: int | None = None) -> list[tuple[int, int, bool]]:
     """(bytes, segments, point runs) of each of ``op``'s weight tensors, one transfer each: a filter is stored
     one output channel after another (a run per output channel); a bias or other per-channel vector puts one
     element on each channel's lane (a one-element run each); a matrix a run per row; a 4-D constant a run per
-    N x C.
+    N x C.  With ``cols`` (a column-sliced MatMul's slice): every constant cut to that many columns of its last
+    axis, a run per row of the matrix (each row's columns are contiguous), a one-element run per bias column.
 
     >>> from lgopt.model.network import Weight
     >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (64, 32, 3, 3), "f16", "filter"),
@@ -286,9 +289,11 @@ def weight_transfers(op: Op) -> list[tuple[int, int, bool]]:
     for w in op.weights:
         if w.role in ("mean", "var") or not w.shape:
             continue
-        nbytes = w.elems * (4 if w.role == "bias" else dtype_bytes(w.dtype))
-        runs = w.shape[0] if w.role == "filter" or len(w.shape) <= 2 else w.shape[0] * w.shape[1]
-        out.append((nbytes, runs, runs == w.elems))
+        shape = column_shape(w.shape, cols)
+        elems = math.prod(shape)
+        nbytes = elems * (4 if w.role == "bias" else dtype_bytes(w.dtype))
+        runs = shape[0] if w.role == "filter" or len(shape) <= 2 else shape[0] * shape[1]
+        out.append((nbytes, runs, runs == elems))
     return out
 
 
@@ -392,7 +397,9 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         """(bytes, cycles) of one transfer."""
         if kind == "weight":
             op = net.op(name)
-            return weight_gmem_bytes(op), weight_dma_cycles(chip, op)
+            cols = g.weight_columns(name, s)  # a column-sliced MatMul loads its slice's columns
+            n_cols = None if cols is None else cols[1] - cols[0]
+            return weight_gmem_bytes(op, n_cols), weight_dma_cycles(chip, op, n_cols)
         if store and name in g.stores:
             n0, n1, h0, h1 = g.stores[name][s]
             w0, w1 = g.stored_cols(name, s, net.tensor(name).w)

@@ -21,13 +21,15 @@ own (the decomposed optimiser evaluates intervals independently):
 * ``A`` skips the store when op ``b`` is the tensor's only reader and it is not
   a network output (:func:`store_skipped`); otherwise only the reload is saved;
 * a group receives a tensor or hands one over, not both: both would claim the
-  top of LMEM.
+  top of LMEM.  The one exception is a chain built with :func:`pin_below` (greedy's column-sliced groups,
+  :mod:`lgopt.strategies.greedy`): the received tensors stay where the giver put them and the handed-over
+  ones are pinned in whole banks just below, so the next group finds them at a fixed offset too.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up
@@ -100,6 +102,35 @@ def pin_kept(chip: Chip, g: GroupPlan) -> tuple[GroupPlan, Chip] | None:
         return None
     offsets, at = {}, pin
     for b in sorted(kept, key=lambda b: b.name):
+        offsets[b.id] = at
+        at += align_up(b.size, chip.align_bytes)
+    return g.with_offsets(offsets), inner
+
+
+def pin_below(chip: Chip, g: GroupPlan, fixed: Mapping[str, int]) -> tuple[GroupPlan, Chip] | None:
+    """Like :func:`pin_kept`, for a group that may both receive and hand over: received tensors at ``fixed``
+    (the offsets the giving group put them at), the others in whole banks just below the lowest of those (at
+    the top of LMEM when there are none), the rest packed below everything pinned.  None when a received
+    tensor has no offset or nothing is left for the rest."""
+    kept = kept_buffers(g)
+    if not kept:
+        return g, chip
+    offsets: dict[int, int] = {}
+    top = chip.lmem_bytes
+    for b in kept:
+        if b.name in g.kept_in:
+            if b.name not in fixed:
+                return None
+            offsets[b.id] = fixed[b.name]
+            top = min(top, fixed[b.name])
+    rest = sorted((b for b in kept if b.name not in g.kept_in), key=lambda b: b.name)
+    size = sum(align_up(b.size, chip.align_bytes) for b in rest)
+    pin = (top - size) // chip.bank_bytes * chip.bank_bytes if size <= top else -1
+    inner = packing_chip(chip, pin)
+    if inner is None:
+        return None
+    at = pin
+    for b in rest:
         offsets[b.id] = at
         at += align_up(b.size, chip.align_bytes)
     return g.with_offsets(offsets), inner

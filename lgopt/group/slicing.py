@@ -9,9 +9,19 @@ consumers taking the union of what they need.  Slices run N-major, W innermost: 
 **W slices** are what TPU-MLIR uses once N and H are exhausted (its ``shape_secs`` ``[n, c, d, h, w]``, e.g.
 ``[1, 1, 1, 16, 2]`` on yolov5s_like / BM1688): columns get windows with halos exactly as rows do, and an op
 allows W slicing exactly where it allows H slicing (sliding windows, elementwise, resize, concat, views that
-keep H and therefore W; not global pooling).  With ``w_slices == 1`` every window holds all columns
-(``SliceWindow.w`` is the whole width), so nothing changes for plans that do not slice W.  lgopt's own
-searches do not choose W slices yet; the reader of TPU-MLIR's caches builds them.
+keep H and therefore W; not global pooling, not a row-wise Softmax or LayerNorm, which needs every column of
+its row).  With ``w_slices == 1`` every window holds all columns (``SliceWindow.w`` is the whole width), so
+nothing changes for plans that do not slice W.  The reader of TPU-MLIR's caches builds them.
+
+**Column (C/OC) slicing** of transformer groups is W slicing of rank-3 tensors, whose last axis (a MatMul's
+output columns N) folds onto W: a MatMul reads every column of its A (the contracted K) for any output
+columns, and with a ``[K, N]`` weight it needs only the weight's columns of its slice, which the timestep table
+then reloads per slice (:mod:`lgopt.group.timestep`).  What is supported: a run of column-local ops
+(elementwise ops, MatMuls with weights whose output columns are sliced, SwiGLU's gate, up, SiLU and Mul) W-sliced
+with their weights reloaded per slice.  A MatMul that contracts over a sliced axis (the down projection after
+them) reads its A whole, so in the same group it forces its producers to compute every column (correct, and
+priced as such); partial-sum accumulation over K slices is not implemented, so the searches end the group
+there in practice.  Greedy and CP-SAT choose W slices after N and H.
 
 The **h/2 rule** (seed "LayerGroup"): a group fails when, for some tensor, the
 rows loaded or computed more than once, ``sum(slice heights) - H``, exceed
@@ -145,6 +155,9 @@ def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: 
             raise SliceError(f"op {op.name} ({op.type}) does not allow slicing H")
         if w_slices > 1 and not op.h_split:  # W is sliceable exactly where H is (module docstring)
             raise SliceError(f"op {op.name} ({op.type}) does not allow slicing W")
+        spec = opsem.OP_SPECS.get(op.type)
+        if w_slices > 1 and spec is not None and spec.family is opsem.Family.ROWWISE:
+            raise SliceError(f"op {op.name} ({op.type}) normalises whole rows: a group with it may not slice W")
         if n_slices > 1 and not op.n_split:
             raise SliceError(f"op {op.name} ({op.type}) does not allow slicing N")
     return ops

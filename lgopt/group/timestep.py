@@ -17,6 +17,9 @@ Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, in :func:`schedule_
   whose weights together fill LMEM cannot hold them: as TPU-MLIR 1.30 does
   (reference s4.5, "holding is cancelled"), they are then loaded like an
   unsliced group's, once per slice (:func:`holds_weights`);
+* column slicing (issue 16): in a W-sliced group, a MatMul whose weight can be cut by output columns and whose
+  output is cut by W loads only its slice's columns of the weight, once per slice, in its own buffer sized for
+  the widest slice (:func:`column_sliced_ops`); the other weights follow the rules above;
 * scratch lives in its op's row;
 * buffer ids are assigned breadth-first over the group's DAG.
 """
@@ -28,7 +31,7 @@ from dataclasses import dataclass, replace
 from lgopt.group.handover import store_skipped
 from lgopt.group.slicing import GroupSlicing, SliceError
 from lgopt.hw.chip import Chip
-from lgopt.hw.sizing import activation_bytes, scratch_bytes, weight_bytes
+from lgopt.hw.sizing import activation_bytes, column_weights, scratch_bytes, weight_bytes
 from lgopt.model.network import Network
 from lgopt.model.plan import Buffer, GroupPlan, Row, Stage, Transfer
 
@@ -88,8 +91,8 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
 
 
 def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1,
-                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = (), f32_copies: tuple[str, ...] = ()
-                   ) -> GroupPlan:
+                   kept_in: tuple[str, ...] = (), kept_out: tuple[str, ...] = (), f32_copies: tuple[str, ...] = (),
+                   receivers: tuple[str, ...] = (), reload_columns: bool = True) -> GroupPlan:
     """Timestep table and sized, unplaced buffers for one sliced group.
 
     ``prefetch`` (unsliced groups): a weight is loaded in the row of the
@@ -98,6 +101,11 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     ``kept_in`` / ``kept_out``: tensors the previous group hands over in LMEM
     (not loaded) and that this group hands to the next (stored only if someone
     else reads them); both held whole and resident (:mod:`lgopt.group.handover`).
+    ``reload_columns``: a W-sliced group's MatMuls load only their slice's weight columns, per slice (column
+    slicing); False loads weights whole as TPU-MLIR 1.30 does (its weight reload is disabled), for the reader
+    of its caches.
+    ``receivers``: the ops of the group receiving ``kept_out``, when the caller knows it: a handed-over tensor
+    that only they read is not stored (without it, only when the first of them is its sole reader).
     ``f32_copies``: tensors the compiler also holds as f32 in the group (the casts TPU-MLIR's F16 lowering
     inserts: the f32 network input it loads and converts, ops it computes in f32); their buffers are widened
     by the f32 copy of the slice, the LMEM the compiler needs for them (costs are not changed).
@@ -107,7 +115,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     kept = set(kept_in) | set(kept_out)
     if kept_out:
         after = net.op_index[ops[-1]] + 1
-        skipped = {t for t in kept_out if store_skipped(net, t, after)}
+        rec = set(receivers)  # the receiving group's ops, when known: a tensor only they read needs no store
+        skipped = {t for t in kept_out if store_skipped(net, t, after)
+                   or rec and t not in net.outputs and all(c.name in rec for c in net.consumers.get(t, ()))}
     else:
         skipped = set()
     loaded = tuple(t for t in sl.io.inputs if t not in kept_in)
@@ -117,14 +127,15 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
         for t in dict.fromkeys(net.op(name).inputs):
             uses.setdefault(t, []).append(i)
     weighted = [i for i, name in enumerate(ops) if weight_bytes(chip, net.op(name))]
-    hold = holds_weights(net, chip, sl)
+    by_cols = column_sliced_ops(net, sl) if reload_columns else frozenset()
+    hold = holds_weights(net, chip, sl, by_cols)
 
     num_rows, stores = _rows_and_stores(net, ops, loaded, stored, uses, weighted, hold)
     loads: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     st: dict[int, list[Transfer]] = {r: [] for r in range(num_rows)}
     events = _activation_events(net, ops, num_rows, kept_in, loaded, stores, uses, loads, st)
-    preloads = _weight_loads(ops, weighted, hold, prefetch, num_rows, loads, events)
-    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold, frozenset(f32_copies))
+    preloads = _weight_loads(ops, weighted, hold, prefetch, num_rows, loads, events, by_cols)
+    buffers = _buffers(net, chip, sl, kept, num_rows, events, hold, frozenset(f32_copies), by_cols)
 
     rows = tuple(Row((ops[r],) if r < k else (), tuple(loads[r]), tuple(st[r])) for r in range(num_rows))
     wsl = sl.w_slices > 1  # columns are recorded only when W is sliced (GroupPlan)
@@ -135,15 +146,39 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
                      kept_in=tuple(kept_in), kept_out=tuple(kept_out), w_slices=sl.w_slices,
                      w_windows={t: tuple(w.w for w in ws) for t, ws in sl.windows.items()} if wsl else {},
                      w_stores={t: tuple(w.w for w in ws) for t, ws in sl.stores.items() if t not in skipped}
-                     if wsl else {})
+                     if wsl else {},
+                     weight_cols={o: tuple(w.w for w in sl.windows[net.op(o).outputs[0]]) for o in ops if o in by_cols})
 
 
-def holds_weights(net: Network, chip: Chip, sl: GroupSlicing) -> bool:
+def column_sliced_ops(net: Network, sl: GroupSlicing) -> frozenset[str]:
+    """The ops of a W-sliced group that load only their slice's columns of their weights, per slice: MatMuls
+    whose weights can be cut by columns (:func:`lgopt.hw.sizing.column_weights`) and whose output some slice
+    does not hold whole (when every slice computes every column, the weight is needed whole anyway)."""
+    if sl.w_slices <= 1:
+        return frozenset()
+    out = set()
+    for name in sl.ops:
+        op = net.op(name)
+        if column_weights(op):
+            width = net.tensor(op.outputs[0]).w
+            if any(w.w != (0, width) for w in sl.windows[op.outputs[0]]):
+                out.add(name)
+    return frozenset(out)
+
+
+def column_weight_bytes(net: Network, chip: Chip, sl: GroupSlicing, name: str) -> int:
+    """Bytes per lane of the weight buffer of column-sliced op ``name``: its widest slice's columns."""
+    op = net.op(name)
+    return max(weight_bytes(chip, op, w.w_len) for w in sl.windows[op.outputs[0]])
+
+
+def holds_weights(net: Network, chip: Chip, sl: GroupSlicing, by_cols: frozenset[str] = frozenset()) -> bool:
     """Whether the group's weights stay resident across its slices: it is sliced and they fit in LMEM
-    (TPU-MLIR's rule: holding is cancelled when the held bytes reach LMEM's size)."""
+    (TPU-MLIR's rule: holding is cancelled when the held bytes reach LMEM's size).  Weights reloaded by
+    columns (``by_cols``) are never held and do not count."""
     if sl.num_slices <= 1:
         return False
-    return sum(weight_bytes(chip, net.op(o)) for o in sl.ops) < chip.lmem_bytes
+    return sum(weight_bytes(chip, net.op(o)) for o in sl.ops if o not in by_cols) < chip.lmem_bytes
 
 
 def _rows_and_stores(net: Network, ops: tuple[str, ...], loaded: tuple[str, ...], stored: tuple[str, ...],
@@ -188,18 +223,26 @@ def _activation_events(net: Network, ops: tuple[str, ...], num_rows: int, kept_i
 
 
 def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetch: int, num_rows: int,
-                  loads: dict[int, list[Transfer]], events: dict[tuple[str, str], list[Event]]) -> list[str]:
-    """Weighted ops preloaded once (held), else each weight's load row added to ``loads`` and ``events``."""
+                  loads: dict[int, list[Transfer]], events: dict[tuple[str, str], list[Event]],
+                  by_cols: frozenset[str] = frozenset()) -> list[str]:
+    """Weighted ops preloaded once (held), else each weight's load row added to ``loads`` and ``events``;
+    column-sliced weights (``by_cols``) always load in the table, once per slice."""
     preloads: list[str] = []
+    if hold:
+        preloads = [ops[i] for i in weighted if ops[i] not in by_cols]
+        weighted = [i for i in weighted if ops[i] in by_cols]
+    last_cols = max((i for i in weighted if ops[i] in by_cols), default=-1)
     for w, i in enumerate(weighted):
         name = ops[i]
-        if hold:
-            preloads.append(name)
-            continue
         # unsliced: load while the prefetch-th previous weighted op computes (the seed's w4 at T2)
         row = weighted[w - prefetch] if w >= prefetch else weighted[0] - 1
         stage = 1
-        if row < 0:
+        if w < prefetch and name in by_cols and last_cols > i:
+            # the first column-sliced weight: the next slice's columns load while this slice's last column-sliced
+            # MatMul computes, so the MAC array hides every weight run (not in the last row, beside the next
+            # slice's activation loads, where little computes)
+            row, stage = last_cols, 0
+        elif row < 0:
             row, stage = (num_rows - 1, 0) if i <= num_rows - 2 else (0, 1)
         loads[row].append(Transfer(name, "weight", stage))
         events[("weight", name)] = [Event(row, stage, "load"), Event(i, 1, "use")]
@@ -207,8 +250,8 @@ def _weight_loads(ops: tuple[str, ...], weighted: list[int], hold: bool, prefetc
 
 
 def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_rows: int,
-             events: dict[tuple[str, str], list[Event]], hold: bool, f32_copies: frozenset[str] = frozenset()
-             ) -> tuple[Buffer, ...]:
+             events: dict[tuple[str, str], list[Event]], hold: bool, f32_copies: frozenset[str] = frozenset(),
+             by_cols: frozenset[str] = frozenset()) -> tuple[Buffer, ...]:
     """Every buffer sized for the largest slice it holds, with its lifetime; ids breadth-first over the DAG."""
     ops = sl.ops
 
@@ -229,7 +272,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
             return
         seen.add((kind, name))
         bid = len(buffers)
-        if kind == "weight" and hold or kind == "activation" and name in kept:
+        if kind == "weight" and hold and name not in by_cols or kind == "activation" and name in kept:
             buffers.append(Buffer(bid, kind, name, size, 0, num_rows - 1, resident=True))
             return
         if kind == "scratch":
@@ -243,7 +286,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
         add("activation", t, act_size(t))
     for name in _breadth_first_ops(net, ops):
         op = net.op(name)
-        add("weight", name, weight_bytes(chip, op))
+        add("weight", name, column_weight_bytes(net, chip, sl, name) if name in by_cols else weight_bytes(chip, op))
         for t in op.outputs:
             add("activation", t, act_size(t))
         i_win = sl.windows[op.inputs[0]] if op.inputs else ()

@@ -42,9 +42,29 @@ def is_depthwise(op: Op) -> bool:
     return op.attrs.get("group", 1) > 1 and f.shape[1] == 1 and op.attrs["group"] == f.shape[0]
 
 
+def column_weights(op: Op) -> bool:
+    """Whether ``op``'s weights can be loaded a run of output columns at a time (C/OC slicing, issue 16):
+    a MatMul whose weight is a ``[K, N]`` matrix and whose every constant (the matrix, a bias) has the output
+    width N as its last axis.  Output column j then reads column j of each constant and nothing else, so a
+    W slice of the output needs only its own columns of the weight in LMEM."""
+    if op.type != "MatMul" or not op.weights:
+        return False
+    f = next((w for w in op.weights if w.role == "filter"), None)
+    if f is None or len(f.shape) != 2:
+        return False
+    return all(w.shape and w.shape[-1] == f.shape[-1] for w in op.weights)
+
+
+def column_shape(shape: tuple[int, ...], cols: int | None) -> tuple[int, ...]:
+    """A constant's shape with its last axis cut to ``cols`` columns (unchanged when ``cols`` is None)."""
+    return shape if cols is None else tuple(shape[:-1]) + (cols,)
+
+
 @lru_cache(maxsize=1 << 14)
-def weight_bytes(chip: Chip, op: Op) -> int:
-    """One merged coefficient buffer per op (0 when it has no weights)."""
+def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
+    """One merged coefficient buffer per op (0 when it has no weights); with ``cols``, the buffer of a run of
+    ``cols`` output columns of a column-sliced MatMul's weights (:func:`column_weights`): the same layout
+    (N over lanes), N cut to ``cols``."""
     if not op.weights:
         return 0
     if op.type in ("Conv", "ConvTranspose"):
@@ -69,7 +89,8 @@ def weight_bytes(chip: Chip, op: Op) -> int:
     for w in op.weights:
         if w.role in ("mean", "var"):
             continue  # folded into scale/bias offline
-        n, c, h, ww = lane_shape_of(w.shape if len(w.shape) != 1 else (1, w.shape[0]))
+        shape = column_shape(w.shape, cols)
+        n, c, h, ww = lane_shape_of(shape if len(shape) != 1 else (1, shape[0]))
         total += align_up(n * channels_per_lane(c, chip.npu_num) * h * ww * dtype_bytes(w.dtype), 4)
     return align_up(total, chip.eu_bytes) if total else 0
 
@@ -111,7 +132,8 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
     Why: whatever the group and slicing, the row where ``op`` computes holds its
     weight and a buffer for its output and for each input, each at least the
     smallest window ``op`` can work on: the whole tensors when unsliced, one
-    output row (one batch) where the op lets H (N) be sliced.  Bytes grow with
+    output row (one batch) where the op lets H (N) be sliced, one output column (and that column of a MatMul's
+    weight) where a row op may be W-sliced.  Bytes grow with
     the window, so if this exceeds LMEM no such group packs, and the candidate
     space drops it without scheduling it (scratch is left out: the test stays
     a necessary condition).
@@ -121,12 +143,20 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
     out = net.tensor(op.outputs[0])
     o_n = 1 if sliced and op.n_split else out.n
     o_rows = [(r, r + 1) for r in range(out.h)] if sliced and op.h_split else [(0, out.h)]
-    total = weight_bytes(chip, op) + activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0])
+    # a row op (rank-3 operands, rows on the lanes) may be W-sliced: one output column, and a column-sliced
+    # MatMul (its weight reloaded a run of columns at a time) one column of its weight
+    spec = opsem.OP_SPECS.get(op.type)
+    by_cols = sliced and op.h_split and out.rows_on_lanes and spec is not None \
+        and spec.family is not opsem.Family.ROWWISE
+    cols = 1 if by_cols else None
+    total = weight_bytes(chip, op, cols if column_weights(op) else None) + \
+        activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0], cols)
     for k, t in enumerate(op.inputs):
         if t in op.inputs[:k]:
             continue
         ten = net.tensor(t)
         n0, n1 = opsem.backward_n(op, k, (0, o_n), ten.n)
         rows = min(b - a for a, b in (opsem.backward_h(op, k, w, ten.h, out.h) for w in o_rows))
-        total += activation_bytes(chip, ten, n1 - n0, max(1, rows))
+        c0, c1 = opsem.backward_w(op, k, (0, 1), ten.w, out.w) if by_cols else (0, ten.w)
+        total += activation_bytes(chip, ten, n1 - n0, max(1, rows), max(1, c1 - c0))
     return total

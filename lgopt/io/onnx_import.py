@@ -313,12 +313,14 @@ class _Builder:
             return
         if self.fuse and self._try_fuse(node, t, ins, outs):
             return
+        if t == "Split" and ins and ins[0] not in self.inits and self._split(node, name, ins, outs):
+            return
         acts = [i for i in ins if i and i not in self.inits]
         consts = [i for i in ins if i and i in self.inits]
         form = self._form(node, t, ins, acts, consts, outs)
         if isinstance(form, _Global):
             return self._global(node, name, form.acts, form.consts, form.outs, form.reason)
-        if t not in opsem.LOCAL_TYPES and t not in ("Upsample",):
+        if form.op_type not in opsem.LOCAL_TYPES:  # Upsample is a Resize, a run-of-indices Gather a Slice
             return self._global(node, name, form.acts, form.consts, form.outs, f"{t} is not a layer-group op")
         local, h_split, n_split, reason = opsem.classify(form.op_type, form.attrs, [self.shape(a) for a in form.acts],
                                                          [self.shape(o) for o in form.outs],
@@ -365,6 +367,14 @@ class _Builder:
                      "keepdims": int(_attr(node, "keepdims", 1))}
             if not attrs["keepdims"] and attrs["axes"] != (2, 3):  # over H and W, [N, C] folds to NC11 anyway
                 return _Global(acts, consts, outs, "ReduceMean without keepdims")
+        elif t == "Gather" and len(ins) > 1 and ins[0] not in self.inits and ins[1] in self.inits:
+            run = self._gather_attrs(node, ins)
+            if run is None:
+                return _Global(acts, consts, outs, "Gather of other than a run of constant indices")
+            attrs = run
+            op_type = "Slice"  # a run of one axis, like a Slice (classified, costed and simulated as one)
+            consts = []
+            acts = acts[:1]
         elif t == "Slice":
             attrs = self._slice_attrs(node, ins, len(self.shape(acts[0])) if acts else 0)
             consts = []  # starts, ends, axes, steps: indices, not weights
@@ -427,6 +437,56 @@ class _Builder:
             if not acts:
                 return _Global(acts, [c for c in ins if c], outs, "constant-only op")
         return _Form(op_type, attrs, weights, acts, consts, outs)
+
+    def _gather_attrs(self, node: onnx.NodeProto, ins: list[str]) -> dict[str, Any] | None:
+        """A Gather of constant indices that are one ascending run along its axis (``[4, 5, 6]``, negative ones
+        counted from the end), as Slice attributes; None for anything else (a scalar index drops the axis, a
+        permutation moves data)."""
+        init = self.inits[ins[1]]
+        if not _has_data(init) or len(init.dims) != 1:
+            return None
+        dims = self.shape(ins[0])
+        rank = len(dims)
+        axis = int(_attr(node, "axis", 0)) % rank
+        idx = [int(v) % dims[axis] for v in numpy_helper.to_array(init).reshape(-1)]
+        if not idx or idx != list(range(idx[0], idx[0] + len(idx))):
+            return None
+        return {"axis": -1 if axis == rank - 1 and rank >= 3 else axis, "start": idx[0], "end": idx[-1] + 1,
+                "step": 1}
+
+    def _split(self, node: onnx.NodeProto, name: str, ins: list[str], outs: list[str]) -> bool:
+        """A Split with constant sizes as one Slice per output (``name#k``, its source the Split): each output
+        is a run of the split axis, which is what a Slice is, so the channel and last-axis Slices' rules,
+        windows, costs and kernels apply unchanged (a multi-output op would not fit them).  False (the node
+        then runs as a global layer) when the sizes are not constants or do not add up."""
+        if len(node.output) != len(outs):  # an unused output left unnamed: keep the whole node global
+            return False
+        dims = self.shape(ins[0])
+        rank = len(dims)
+        axis = int(_attr(node, "axis", 0)) % rank
+        sizes = _attr(node, "split")
+        if sizes is None and len(ins) > 1 and ins[1]:
+            if ins[1] not in self.inits or not _has_data(self.inits[ins[1]]):
+                return False
+            sizes = numpy_helper.to_array(self.inits[ins[1]]).reshape(-1).tolist()
+        if sizes is None:  # equal parts (opset 18's num_outputs: the last one may be smaller)
+            part = -(-dims[axis] // len(outs))
+            sizes = [min(part, dims[axis] - k * part) for k in range(len(outs))]
+        sizes = [int(v) for v in sizes]
+        if len(sizes) != len(outs) or sum(sizes) != dims[axis] or min(sizes) <= 0:
+            return False
+        start = 0
+        for k, (out, size) in enumerate(zip(outs, sizes)):
+            attrs = {"axis": -1 if axis == rank - 1 and rank >= 3 else axis, "start": start, "end": start + size,
+                     "step": 1}
+            start += size
+            local, h_split, n_split, reason = opsem.classify("Slice", attrs, [dims], [self.shape(out)])
+            dts = {self._dt(self.info.get(a, (None, "f32"))[1]) for a in (ins[0], out)}
+            if local and not dts <= set(COMPUTE_DTYPES):
+                local, h_split, n_split, reason = False, False, False, f"dtype {sorted(dts)}"
+            self.add(Op(f"{name}#{k}", "Slice", (ins[0],), (out,), (), attrs, (), local, h_split, n_split,
+                        (node.name or outs[0],), reason))
+        return True
 
     def _slice_attrs(self, node: onnx.NodeProto, ins: list[str], rank: int) -> dict[str, Any]:
         """A Slice as ``axis, start, end, step`` when it cuts one axis with constant bounds (``axis`` -1: the

@@ -50,6 +50,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                     "w_windows": {t: [list(w) for w in ws] for t, ws in g.w_windows.items()},
                     "w_stores": {t: [list(w) for w in ws] for t, ws in g.w_stores.items()}}
                    if g.w_slices > 1 or g.w_windows or g.w_stores else {}),
+                **({"weight_cols": {o: [list(c) for c in cs] for o, cs in g.weight_cols.items()}}
+                   if g.weight_cols else {}),
             }
             for g in plan.groups
         ],
@@ -142,7 +144,8 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
                                 _names(g.get("kept_out", []), "kept_out", w),
                                 _int(g.get("w_slices", 1), "w_slices", w),
                                 _cols(g.get("w_windows", {}), w, "w_windows"),
-                                _cols(g.get("w_stores", {}), w, "w_stores")))
+                                _cols(g.get("w_stores", {}), w, "w_stores"),
+                                _cols(g.get("weight_cols", {}), w, "weight_cols")))
     steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):

@@ -231,6 +231,9 @@ def _group_span(k: int, g: Any, rm: _RefMap, group_of: dict[str, int], subs: lis
         return f"group {group_of[o]}" if o in group_of else "a global layer"
 
     tag = f"plan group {k} ({g.ops[0]} .. {g.ops[-1]})"
+    if getattr(g, "weight_cols", None):
+        raise LgoptError(f"cannot export {tag} to TPU-MLIR: it reloads the weights of {next(iter(g.weight_cols))} "
+                         "by columns per slice, which TPU-MLIR 1.30 has disabled (its cache cannot say it)")
     gone = [o for o in g.ops if o in unplaced]
     if gone:
         notes.append(f"{tag}: {', '.join(gone)} has no TPU-MLIR op (TPU-MLIR folded it away); nothing to place")

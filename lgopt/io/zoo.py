@@ -374,6 +374,15 @@ def llm_block(batch: int = 1, tokens: int = 128, dim: int = 512, heads: int = 8,
     return b.model()
 
 
+def llm_mlp(batch: int = 1, tokens: int = 256, dim: int = 2048, hidden: int = 5504) -> onnx.ModelProto:
+    """The MLP half of :func:`llm_block` on its own (RMSNorm, SwiGLU, residual): what issue 16's column-slicing
+    target measures, at a real LLM's size by default (weights of 22.5 MB each, far above any LMEM)."""
+    b = TransformerBuilder("llm_mlp", (batch, tokens, dim))
+    b.channels["input"] = dim
+    b.output(b.add("input", b.swiglu(b.rms_norm("input"), hidden)))
+    return b.model()
+
+
 BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnet18": lambda: resnet(18),
     "resnet50": lambda: resnet(50),
@@ -383,6 +392,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "yolov5s": yolov5s,
     "vit_block": vit_block,
     "llm_block": llm_block,
+    "llm_mlp": llm_mlp,
 }
 FIXTURES = {"fixture_resnet18": "resnet18.weightless.onnx", "fixture_yolov5s_like": "yolov5s_like.weightless.onnx"}
 

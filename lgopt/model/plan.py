@@ -140,6 +140,10 @@ class GroupPlan:
     w_slices: int = 1
     w_windows: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
     w_stores: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
+    # column (C/OC) slicing of a MatMul with a [K, N] weight (issue 16): op -> the weight columns each slice
+    # loads, for the ops whose weight is reloaded per W slice, one run of columns at a time (what lets a
+    # weight larger than LMEM run in a group).  Only W-sliced groups give it; ops not named load whole weights
+    weight_cols: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
 
     @property
     def num_slices(self) -> int:
@@ -154,6 +158,11 @@ class GroupPlan:
         """Columns of group output ``tensor`` that slice ``s`` writes back."""
         ws = self.w_stores.get(tensor)
         return ws[s] if ws is not None else (0, width)
+
+    def weight_columns(self, op: str, s: int) -> Cols | None:
+        """Columns of ``op``'s weights slice ``s`` loads, or None when it loads them whole."""
+        ws = self.weight_cols.get(op)
+        return ws[s] if ws is not None else None
 
     def with_offsets(self, offsets: Mapping[int, int]) -> GroupPlan:
         return replace(self, buffers=tuple(replace(b, offset=offsets.get(b.id, b.offset)) for b in self.buffers))

@@ -22,22 +22,25 @@ def group_table(net: Network, plan: Plan) -> pd.DataFrame:
     from lgopt.group.cost import global_layer_cost
 
     rows: list[dict[str, Any]] = []
+    w_col = any(g.w_slices > 1 for g in plan.groups)  # a W column only for plans that slice columns
     for kind, v in plan.steps:
         if kind == "group":
             g = plan.groups[v]
             rows.append({"step": f"group {v}", "ops": len(g.ops), "first op": _short(g.ops[0]),
                          "last op": _short(g.ops[-1]), "N": g.n_slices, "H": g.h_slices,
+                         **({"W": g.w_slices} if w_col else {}),
                          "LMEM %": round(100 * g.cost.get("lmem_peak", 0) / chip.lmem_bytes, 1),
                          "cycles": int(g.cost.get("cycles", 0)),
                          "traffic MB": round(g.cost.get("traffic_bytes", 0) / 1e6, 3),
                          "bank conflicts": int(g.cost.get("bank_conflicts", 0)),
-                         "LMEM hand-over": "in" if g.kept_in else ("out" if g.kept_out else "")})
+                         "LMEM hand-over": "/".join(k for k, x in (("in", g.kept_in), ("out", g.kept_out)) if x),
+                         **({"weights": "by columns" if g.weight_cols else ""} if w_col else {})})
         else:
             c = global_layer_cost(chip, net, net.op(v))
             rows.append({"step": "global", "ops": 1, "first op": _short(v), "last op": net.op(v).type, "N": 1,
-                         "H": 1, "LMEM %": float("nan"), "cycles": c["cycles"],
+                         "H": 1, **({"W": 1} if w_col else {}), "LMEM %": float("nan"), "cycles": c["cycles"],
                          "traffic MB": round(c["traffic_bytes"] / 1e6, 3), "bank conflicts": 0,
-                         "LMEM hand-over": ""})
+                         "LMEM hand-over": "", **({"weights": ""} if w_col else {})})
     return pd.DataFrame(rows)
 
 

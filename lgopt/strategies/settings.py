@@ -29,6 +29,7 @@ class SearchSettings:
     bank_rule: BankRule = "soft"
     max_h_slices: int = 64
     max_group_ops: int = 256  # longest run a group may have (bounds evaluation cost)
+    max_w_slices: int = 256  # most column (W) slices of a group with a column-sliced MatMul (lgopt.group.build)
     # runs of ops a group must stay within (a compiler's base groups, in its op order); None: any run of local ops
     runs: tuple[tuple[str, ...], ...] | None = None
 

@@ -211,7 +211,7 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             gp, searched = None, False
             if not why:
                 gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
-                                    f32_copies=f32)
+                                    f32_copies=f32, reload_columns=False)  # TPU-MLIR holds weights whole
             if gp is None:
                 why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
         if gp is not None:

@@ -75,7 +75,8 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
         (:func:`lgopt.strategies.cpsat.loadrows.whole_load_bound`), whichever is more; activation
         transfers only add;
       * sliced: all TIU work (slicing never reduces it, and a second slice issues
-        every op again) plus every weight, loaded once before the loop and resident;
+        every op again) plus every weight, loaded once before the loop and resident; with a column-sliced
+        MatMul (weight runs reloaded in the table), the larger of the TIU work and the weights' DMA;
     plus, in both modes, the pipeline's fill (the first op's inputs, loaded before
     any compute) and drain (the last op's stored outputs, after all of it): one
     transfer's latency each, and unsliced, the stored outputs whole (a strided
@@ -115,5 +116,9 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
     unsliced = unsliced if can_whole else INF
     sliced = (sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i) + sum(c for _, c in weights)
               + chip.gdma_latency_cycles * edges) if can_slice else INF
+    if can_slice and space.has_columns(i, j):
+        # column slices load weight runs in the table, under other ops' compute: no more than every row's TIU
+        # work or every weight's DMA (runs of columns cost at least the whole weight's), whichever is more
+        sliced = min(sliced, max(sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i), sum(c for _, c in weights)))
     stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
     return max(min(unsliced, sliced), stream)

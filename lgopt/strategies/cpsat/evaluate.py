@@ -49,6 +49,7 @@ class Evaluation:
     bound: int  # min objective over slicings not proven infeasible (<= cost)
     n: int = 0
     h: int = 0
+    w: int = 1  # W (column) slices
     loads: tuple[tuple[int, int, int], ...] | None = None  # (op position, row, stage) per weight, unsliced
     offsets: tuple[tuple[int, int], ...] | None = None  # by buffer id, when not the greedy allocator's
     tried: int = 0
@@ -243,8 +244,8 @@ class Evaluator:
         pchip = space.inner_chip(kin + kout)
         budget = self.pack_time * EFFORT_GROWTH ** min(effort, MAX_EFFORT)
         if pchip is None:  # the handed-over tensors leave no room: no slicing
-            return Evaluation(INF, INF, 0, 0, None, None, 0, 0, 0, True, effort)
-        cands = sorted(space.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h, c.n, c.h))
+            return Evaluation(INF, INF, 0, 0, 1, None, None, 0, 0, 0, True, effort)
+        cands = sorted(space.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h * c.w, c.n, c.h, c.w))
         best: Evaluation | None = None
         bound = INF
         exact = unknown = 0
@@ -266,13 +267,13 @@ class Evaluator:
                     assert lp.loads is not None and lp.offsets is not None  # a value comes with both
                     pos = {o: k for k, o in enumerate(ops)}
                     loads = tuple(sorted((pos[o], r, s) for o, (r, s) in lp.loads.items()))
-                    best = Evaluation(lp.value, 0, c.n, c.h, loads, tuple(sorted(lp.offsets.items())))
+                    best = Evaluation(lp.value, 0, c.n, c.h, 1, loads, tuple(sorted(lp.offsets.items())))
                 unknown += lp.value is None and lp.status != "infeasible"
                 continue
             inner = without_kept(c.table)
             alloc = multi_start_allocate(net, pchip, inner, st.bank_rule)
             if alloc is not None:
-                best = Evaluation(c.key, 0, c.n, c.h)
+                best = Evaluation(c.key, 0, c.n, c.h, c.w)
                 continue
             if not full:  # the quick evaluation leaves exact packing to the refinement: the key stays a bound
                 bound = min(bound, c.key)
@@ -287,9 +288,9 @@ class Evaluator:
                 bound = min(bound, c.key)
                 continue
             assert isinstance(res, dict)
-            best = Evaluation(c.key, 0, c.n, c.h, None, tuple(sorted(res.items())))
+            best = Evaluation(c.key, 0, c.n, c.h, c.w, None, tuple(sorted(res.items())))
         if best is None:
-            return Evaluation(INF, bound, 0, 0, None, None, len(cands), exact, unknown, not partial, effort)
+            return Evaluation(INF, bound, 0, 0, 1, None, None, len(cands), exact, unknown, not partial, effort)
         return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
                        full=not partial, effort=effort)
 
@@ -302,7 +303,8 @@ class Evaluator:
             raise ValueError(f"interval {i}..{j} {v} has no feasible slicing")
         ops = space.names[i:j + 1]
         kin, kout = space.kept(i, j, v)
-        g = schedule(space.net, space.chip, ops, ev.n, ev.h, space.settings.h_ratio, kept_in=kin, kept_out=kout)
+        g = schedule(space.net, space.chip, ops, ev.n, ev.h, space.settings.h_ratio, kept_in=kin, kept_out=kout,
+                     w_slices=ev.w)
         pinned = pin_kept(space.chip, g)
         assert pinned is not None
         g, pchip = pinned

@@ -1,13 +1,15 @@
 """The candidate space of the CP-SAT optimiser: which groups may be formed, and how each may be sliced.
 
 A candidate group is a contiguous run of local ops of the network's order (``[i, j]`` by op index) in
-a hand-over variant (:mod:`lgopt.strategies.cpsat.common`), with a slicing ``(n, h)``.  This module
+a hand-over variant (:mod:`lgopt.strategies.cpsat.common`), with a slicing ``(n, h)``, or for a group of row
+ops (a transformer's MatMuls and what lies between them), ``w`` column slices.  This module
 enumerates them and rules out, cheaply and exactly, what cannot fit in LMEM; it solves nothing
 (evaluation is :mod:`lgopt.strategies.cpsat.evaluate`, bounds :mod:`lgopt.strategies.cpsat.bounds`).
 
 Search space covered (what a proven bound is a bound over): contiguous runs of the given topological
 order up to ``max_group_ops`` ops; ``n`` from 1 to the batch in N units; ``h`` from 1 up to the first
-count that breaks a slicing rule (h/2, empty or non-advancing slices), at most ``max_h_slices``; the
+count that breaks a slicing rule (h/2, empty or non-advancing slices), at most ``max_h_slices``; for groups
+of row ops, the W (column) slice counts of :func:`lgopt.group.build.w_slice_options` with one N and H slice; the
 pipelined timestep table of :mod:`lgopt.group.timestep` with, in unsliced groups, any legal load row per
 weight (:mod:`lgopt.strategies.cpsat.loadtable`); any packing of the buffers; and, per interval, the
 variants of :mod:`lgopt.group.handover`: on its own, receiving a tensor in LMEM from the previous
@@ -20,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from lgopt.group.alloc import pack_items
-from lgopt.group.build import n_unit, schedule
+from lgopt.group.build import n_unit, schedule, w_slice_options
 from lgopt.group.cost import SliceShape, global_layer_cost, group_cost, tiu_cycles, weight_dma_cycles, weight_gmem_bytes
 from lgopt.group.handover import handover, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
 from lgopt.group.pack import peak_live_bytes
 from lgopt.group.slicing import SliceError, group_io
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
-from lgopt.hw.sizing import min_footprint, weight_bytes
+from lgopt.hw.sizing import column_weights, min_footprint, weight_bytes
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan
 from lgopt.strategies.cpsat.common import Key, Objective, objective_value
@@ -45,6 +47,7 @@ class Slicing:
     table: GroupPlan
     key: int
     free_loads: bool  # unsliced with weights: load rows are still to be chosen (key is a bound)
+    w: int = 1  # W (column) slices
 
 
 
@@ -83,8 +86,13 @@ class CandidateSpace:
         self.op_weight_gmem = [weight_gmem_bytes(op) for op in net.ops]
         self.op_weight_dma = [weight_dma_cycles(self.chip, op) if b and op.local and weight_bytes(self.chip, op) else 0
                       for b, op in zip(self.op_weight_gmem, net.ops)]
-        self.op_weight_lane = [-(-weight_bytes(self.chip, op) // self.chip.align_bytes) * self.chip.align_bytes
-                       if op.local else 0 for op in net.ops]
+        # a MatMul whose weight columns can be reloaded per W slice (column slicing) holds one column's worth
+        self.op_columns = [op.local and column_weights(op) for op in net.ops]
+        self.op_weight_lane = [-(-weight_bytes(self.chip, op, 1 if cols else None) // self.chip.align_bytes)
+                               * self.chip.align_bytes if op.local else 0 for op, cols in zip(net.ops, self.op_columns)]
+        self._columns_prefix = [0]
+        for cols in self.op_columns:
+            self._columns_prefix.append(self._columns_prefix[-1] + int(cols))
         # the fewest bytes each op's row holds unsliced / sliced (lgopt.hw.sizing.min_footprint)
         self.op_footprint = [(min_footprint(self.chip, net, op, False), min_footprint(self.chip, net, op, True))
                       if op.local else (0, 0) for op in net.ops]
@@ -97,8 +105,9 @@ class CandidateSpace:
         """(unsliced, sliced): whether ``[i, j]`` passes the necessary LMEM conditions of each mode.
 
         Every op's row must hold its smallest footprint, and a sliced group holds all its weights at
-        once.  Both only grow with the run, so a run that fails both has no longer run that passes:
-        on CV181X, three ResNet-50 intervals in four fail, and skip scheduling altogether.
+        once (a column-sliced MatMul's, one column of them).  Both only grow with the run, so a run that
+        fails both has no longer run that passes: on CV181X, three ResNet-50 intervals in four fail, and
+        skip scheduling altogether.
         """
         cap = self.chip.lmem_bytes if capacity is None else capacity
         over = self._over.get(cap)
@@ -109,6 +118,11 @@ class CandidateSpace:
                 over[1].append(over[1][-1] + (sliced > cap))
         weights = self._weight_prefix[j + 1] - self._weight_prefix[i]
         return over[0][j + 1] == over[0][i], over[1][j + 1] == over[1][i] and weights <= cap
+
+    def has_columns(self, i: int, j: int) -> bool:
+        """Whether ``[i, j]`` has a MatMul whose weight a column slicing reloads per slice (its weights are then
+        not all held, and their loads overlap compute: :func:`lgopt.strategies.cpsat.bounds.interval_lower_bound`)."""
+        return self._columns_prefix[j + 1] > self._columns_prefix[i]
 
     def intervals(self) -> list[Key]:
         """Every candidate: a run ``[i, j]`` on its own, and where a tensor can be handed over in LMEM,
@@ -220,4 +234,25 @@ class CandidateSpace:
                     out.append(Slicing(n, h, g, self.value(group_cost(chip, net, g)), False))
             if not slicing_possible:
                 break
+        if slicing_possible:
+            out += self._column_slicings(ops, kin, kout, pchip)
+        return out
+
+    def _column_slicings(self, ops: Sequence[str], kin: tuple[str, ...], kout: tuple[str, ...], pchip: Chip
+                         ) -> list[Slicing]:
+        """W (column) slicings of a group of row ops (:func:`lgopt.group.build.w_slice_options`), one N and H
+        slice: the counts the greedy baseline tries, so the optimiser chooses among them on cost."""
+        net, chip, st = self.net, self.chip, self.settings
+        out: list[Slicing] = []
+        for w in w_slice_options(net, chip, ops, st.max_w_slices):
+            try:
+                g = schedule(net, chip, ops, 1, 1, st.h_ratio, kept_in=kin, kept_out=kout, w_slices=w)
+            except SliceError:
+                break
+            pinned = pin_kept(chip, g)
+            assert pinned is not None  # pchip exists
+            g = pinned[0]
+            if peak_live_bytes(pack_items(without_kept(g)), chip.align_bytes) > pchip.lmem_bytes:
+                continue
+            out.append(Slicing(1, 1, g, self.value(group_cost(chip, net, g)), False, w))
         return out
