@@ -219,9 +219,7 @@ class CalibratedModel:
             return None
         total = 0
         for nbytes, runs, point, kind in transfers:  # a group's run costs, streaming at the global kernels' rate
-            fit = replace(k.gdma[kind], bw=k.glob_bw).cycles(nbytes, max(1, runs), point)
-            stream = nbytes * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)  # never faster than the chip's peak
-            total += max(chip.gdma_latency_cycles, int(math.ceil(fit)), int(math.ceil(stream)))
+            total += _within_chip(chip, nbytes, replace(k.gdma[kind], bw=k.glob_bw).cycles(nbytes, max(1, runs), point))
         return total
 
 
@@ -244,10 +242,13 @@ def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl
 @lru_cache(maxsize=1 << 16)
 def _calibrated_gdma(model: CalibratedModel, chip: Chip, nbytes: int, segments: int, kind: DmaKind,
                      point_runs: bool) -> int:
-    k = model.constants(chip)
-    fit = k.gdma[kind].cycles(nbytes, max(1, segments), point_runs)
+    return _within_chip(chip, nbytes, model.constants(chip).gdma[kind].cycles(nbytes, max(1, segments), point_runs))
+
+
+def _within_chip(chip: Chip, nbytes: int, fitted: float) -> int:
+    """A transfer's fitted cycles, never below the chip's latency nor faster than its peak bandwidth."""
     stream = nbytes * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
-    return max(chip.gdma_latency_cycles, int(math.ceil(fit)), int(math.ceil(stream)))
+    return max(chip.gdma_latency_cycles, int(math.ceil(fitted)), int(math.ceil(stream)))
 
 
 register_cost_model(CalibratedModel())

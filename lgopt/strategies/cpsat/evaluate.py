@@ -111,12 +111,16 @@ class Evaluator:
         results: list[tuple[tuple, Evaluation]] = []
         chunk = max(1, min(8, len(reps) // (processes * 8)))
 
+        def spent() -> bool:
+            """The budget is over: its wall-clock deadline passed, or its deterministic units are charged."""
+            return budget is not None and budget.expired()
+
         def take(batch: list[tuple[tuple, Evaluation]]) -> None:
             """Keep a batch's results, unless a deterministic budget was spent before it."""
             if det:
-                assert budget is not None
-                if budget.expired():
+                if spent():
                     return
+                assert budget is not None
                 budget.charge(sum(ev.work for _, ev in batch), sum(ev.capped for _, ev in batch))
             results.extend(batch)
 
@@ -137,13 +141,11 @@ class Evaluator:
                 send()
             while pending:
                 take(pending.popleft().get())  # in the order sent: the same results as in series
-                if not (det and budget is not None and budget.expired()) and (
-                        deadline is None or time.perf_counter() <= deadline):
+                if not spent():
                     send()
         else:
             for k in range(0, len(reps), chunk):
-                if det and budget is not None and budget.expired() or \
-                        deadline is not None and time.perf_counter() > deadline:
+                if spent():
                     break
                 done = []
                 for sig, iv in reps[k:k + chunk]:
