@@ -265,6 +265,8 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
             else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], out.c, out.h, out.w)[:, :, a:b]
     elif family is Family.MATMUL:
         y = matmul(xs[0], filt if filt is not None else xs[1], a, b)
+        if bias is not None:  # a linear layer's bias Add, folded in by the importer: one per output column
+            y = y + _const(bias, out.c)
     elif family is Family.ROWWISE:
         y = rowwise(op, rows(xs[0], a, b, np.nan), weights)
     elif family is Family.CONCAT:

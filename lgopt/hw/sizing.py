@@ -95,6 +95,20 @@ def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
     return align_up(total, chip.eu_bytes) if total else 0
 
 
+def kernel_n_bytes(chip: Chip, t: Tensor, in_slice: tuple[int, int, int]) -> int:
+    """Bytes per lane of the part of an input slice an elementwise kernel works on at once (TPU-MLIR's
+    ``in_lmem_bytes / in_nslice``: one batch), which its work buffers are sized by.
+
+    A rows-on-lanes tensor whose rows fill whole lane runs (ConvNeXt's 3,136 tokens: 49 x 64 on BM1684X,
+    98 x 32 on BM1688) is viewed by TPU-MLIR with its rows over N and the lanes (its codegen timeline slices
+    them ``nslice=49, cslice=64``), so one "batch" is one row per lane; ViT's 197 tokens stay on the lanes
+    as one batch (``nslice=1, cslice=197``)."""
+    n_len, h_len, w_len = in_slice
+    if t.rows_on_lanes and t.h % chip.npu_num == 0 and h_len >= chip.npu_num:
+        return activation_bytes(chip, t, 1, chip.npu_num, w_len)
+    return activation_bytes(chip, t, *in_slice) // max(1, n_len)
+
+
 def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, int],
                   out_slice: tuple[int, int, int]) -> int:
     """Op scratch for one slice (``(n_len, h_len, w_len)`` of input 0 and output), reference s6.
@@ -118,8 +132,13 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
         relaid = activation_bytes(chip, tin, *in_slice)
         return relaid + align_up(2 * channels_per_lane(tin.c, chip.npu_num) * dtype_bytes(tin.dtype), chip.eu_bytes)
     if op.type in opsem.TABLE_ACTIVATIONS:
-        per_slice = activation_bytes(chip, tin, *in_slice) // max(1, in_slice[0])
-        return 2 * align_up(per_slice, chip.eu_bytes) + align_up(32 * dtype_bytes(tin.dtype), chip.eu_bytes)
+        per_n = kernel_n_bytes(chip, tin, in_slice)
+        coeffs = align_up(32 * dtype_bytes(tin.dtype), chip.eu_bytes)
+        if op.type in ("Gelu", "Erf") and op.attrs.get("approximate", "none") != "tanh":
+            # erf by its series: GELU holds four work copies, Erf three, and 10 erf coefficients beside the 32
+            copies = 4 if op.type == "Gelu" else 3
+            return copies * per_n + coeffs + align_up(10 * dtype_bytes(tin.dtype), chip.eu_bytes)
+        return 2 * align_up(per_n, chip.eu_bytes) + coeffs
     if op.type == "Add" and is_integer(tout.dtype) and dtype_bytes(tout.dtype) == 1:
         return 2 * activation_lane_bytes((out_slice[0], tout.c, out_slice[1], out_slice[2]), "int16", chip.npu_num,
                                          chip.eu_bytes)

@@ -519,7 +519,12 @@ class _Builder:
                     (node.name or outs[0],), reason))
 
     def _try_fuse(self, node: onnx.NodeProto, t: str, ins: list[str], outs: list[str]) -> bool:
-        """Fold BN into Conv, an activation into its producer, Sigmoid(x)*x into SiLU."""
+        """Fold BN into Conv, an activation into its producer, Sigmoid(x)*x into SiLU, torch's LayerNorm and
+        GELU chains into one op, a constant scale or bias into a LayerNorm or MatMul."""
+        if t == "Div" and self._layernorm(node, ins, outs):
+            return True
+        if t in ("Mul", "Add") and self._affine_into(node, t, ins, outs):
+            return True
         if not ins or not ins[0] or ins[0] in self.inits:
             return False
         src = ins[0]
@@ -568,6 +573,90 @@ class _Builder:
                     self.add(replace(sig, name=node.name or outs[0], type="SiLU", outputs=(outs[0],),
                                      sources=sig.sources + ((node.name or outs[0]),)))
                     return True
+        return False
+
+    def _made_by(self, t: str, typ: str, uses: int = 1) -> int | None:
+        """The index of the local, unfused ``typ`` op producing ``t``, when ``t`` has exactly ``uses`` uses."""
+        i = self.producer.get(t)
+        if i is None or self.uses.get(t, 0) != uses or t in self.graph_outputs:
+            return None
+        op = self.ops[i]
+        return i if op.type == typ and op.local and not op.fused and op.name else None
+
+    def _layernorm(self, node: onnx.NodeProto, ins: list[str], outs: list[str]) -> bool:
+        """``(x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps)`` over the last axis, as torch exports
+        LayerNorm below opset 17 (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div), as one LayerNormalization
+        op: TPU-MLIR's front end makes it one ``tpu.LayerNorm`` (ConvNeXt's blocks), whose LMEM and cycles are
+        those of one op, not of seven.  A following per-feature Mul and Add become its scale and bias
+        (:meth:`_affine_into`)."""
+        if len(ins) != 2 or any(i in self.inits for i in ins):
+            return False
+        si, qi = self._made_by(ins[0], "Sub", uses=2), self._made_by(ins[1], "Sqrt")
+        if si is None or qi is None:
+            return False
+        sub, sqrt = self.ops[si], self.ops[qi]
+        ai = self._made_by(sqrt.inputs[0], "Add")
+        add = self.ops[ai] if ai is not None else None
+        if add is None or len(add.inputs) != 1 or len(add.weights) != 1:
+            return False
+        vi = self._made_by(add.inputs[0], "ReduceMean")
+        pi = self._made_by(self.ops[vi].inputs[0], "Pow") if vi is not None else None
+        if len(sub.inputs) != 2 or pi is None or self.ops[pi].inputs != (sub.outputs[0],) \
+                or (self._has(self.ops[pi].weights) and not self._const_is(self.ops[pi].weights[0].name, 2.0)):
+            return False
+        x = sub.inputs[0]
+        mi = self._made_by(sub.inputs[1], "ReduceMean")
+        rank = len(self.shape(x))
+        last = (rank - 1,)
+        assert vi is not None
+        if mi is None or self.ops[mi].inputs != (x,) or any(
+                self.ops[k].attrs.get("axes") != last or not self.ops[k].attrs.get("keepdims") for k in (mi, vi)):
+            return False
+        eps_w = add.weights[0].name
+        init = self.inits.get(eps_w)
+        eps = float(numpy_helper.to_array(init).reshape(-1)[0]) if init is not None and _has_data(init) else 1e-5
+        attrs = {"axis": -1, "epsilon": eps}
+        local, h, n, why = opsem.classify("LayerNormalization", attrs, [self.shape(x)], [self.shape(outs[0])])
+        parts = [k for k in (mi, si, pi, vi, ai, qi) if k is not None]
+        sources = tuple(src for i in parts for src in self.ops[i].sources) + ((node.name or outs[0]),)
+        for i in parts:
+            self.ops[i] = replace(self.ops[i], name="", outputs=())  # tombstones, removed at the end
+        self.add(Op(node.name or outs[0], "LayerNormalization", (x,), (outs[0],), (), attrs, (), local, h, n,
+                    sources, why))
+        return True
+
+    def _has(self, weights: tuple[Weight, ...]) -> bool:
+        return bool(weights) and all(w.name in self.inits and _has_data(self.inits[w.name]) for w in weights)
+
+    def _affine_into(self, node: onnx.NodeProto, t: str, ins: list[str], outs: list[str]) -> bool:
+        """A constant over the last axis folded into its producer, as TPU-MLIR's front end folds it: a Mul into
+        a LayerNormalization's scale, an Add into its bias (after the scale) or into a MatMul's bias (TPU-MLIR
+        names a linear layer after its bias Add: one op, no separate pass over the output)."""
+        acts = [i for i in ins if i and i not in self.inits]
+        consts = [i for i in ins if i and i in self.inits]
+        if len(acts) != 1 or len(consts) != 1:
+            return False
+        out_shape = self.shape(outs[0])
+        dims = tuple(int(d) for d in self.inits[consts[0]].dims)
+        if not dims or dims[-1] != out_shape[-1] or any(d != 1 for d in dims[:-1]) \
+                or tuple(self.shape(acts[0])) != tuple(out_shape):
+            return False
+        for typ in ("LayerNormalization", "MatMul"):
+            i = self._made_by(acts[0], typ)
+            if i is None:
+                continue
+            prod = self.ops[i]
+            roles = {w.role for w in prod.weights}
+            if typ == "LayerNormalization":
+                role = "scale" if t == "Mul" and not roles else "bias" if t == "Add" and "bias" not in roles else ""
+            else:
+                role = "bias" if t == "Add" and roles == {"filter"} else ""
+            if not role:
+                return False
+            w = self.weight(consts[0], role, len(out_shape))
+            self._replace(i, replace(prod, outputs=(outs[0],), weights=prod.weights + (w,),
+                                     sources=prod.sources + ((node.name or outs[0]),)))
+            return True
         return False
 
     def _const_is(self, name: str, value: float) -> bool:

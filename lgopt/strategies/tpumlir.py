@@ -61,6 +61,7 @@ class GroupResult:
     reason: str = ""  # why not, when plan is None and ops is not empty
     adjusted: tuple[str, ...] = ()
     peeled: tuple[str, ...] = ()  # ops run as global layers next to the group (exact=False only)
+    read_as: str = ""  # how slice counts were read when not literally (nsecs on a rows-on-lanes group's rows)
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,55 @@ def _f32_copies(net: Network, ops: tuple[str, ...], locs: tuple[str, ...]) -> tu
     touched = {t for o in ops for t in net.op(o).inputs}
     return tuple(t for t in cast_operands(net, locs) if t in net.inputs and t in touched
                  and net.tensor(t).dtype != "f32")
+
+
+def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int, ...], st: SearchSettings,
+                 f32: tuple[str, ...]) -> tuple[GroupPlan | None, tuple[int, int, int], str, str]:
+    """A group at the slice counts the cache forces: (plan or None, lgopt's n/h/w, why not, how the counts
+    were read when not literally)."""
+    n, c, d, h, w = secs
+    if c > 1 or d > 1:
+        return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, H and W, not C or D", ""
+    note = ""
+    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
+    if n > batch:
+        rows = rows_as_n(net, ops, n, h)
+        if rows is None:
+            return None, (n, h, w), (f"shape_secs {list(secs)}: nsecs={n} but lgopt's N of this group is {batch} "
+                                     "(TPU-MLIR slices a dimension lgopt folds elsewhere)"), ""
+        n, h = rows
+        note = (f"shape_secs {list(secs)} slice the rows of a rows-on-lanes group (TPU-MLIR views them as N): "
+                f"run as n={n} h={h}")
+    (h, w), why = compiled_sections(net, ops, h, w)
+    gp = None
+    if not why:
+        gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
+                            f32_copies=f32, reload_columns=False)  # TPU-MLIR holds weights whole
+    if gp is None:
+        why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
+    return gp, (n, h, w), why, note
+
+
+def rows_as_n(net: Network, ops: tuple[str, ...], n: int, h: int) -> tuple[int, int] | None:
+    """lgopt's (N, H) slice counts for ``nsecs=n, hsecs=h`` on a group whose tensors all lie rows on lanes
+    (rank-3 ``[B, M, K]`` and channels-last blocks, :attr:`~lgopt.model.network.Tensor.rows_on_lanes`), or
+    None when the counts do not read so.
+
+    TPU-MLIR runs such a group as ``GROUP_SMALL_C`` (reference s1): it views ``[n, c, h, w]`` as
+    ``[n*c, h, w, 1]``, so its N holds the batch and the outer rows (ConvNeXt's ``1x56x56x96`` LayerNorm-MLP
+    blocks on BM1688 compile at ``nsecs=2``, each slice 1,568 of the 3,136 tokens).  lgopt folds those rows
+    into H, so ``nsecs`` sections beyond the batch are row sections: ``n = batch`` and ``h = nsecs / batch *
+    hsecs``, when ``nsecs`` is a multiple of the batch and the rows divide into that many sections."""
+    tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
+    if not tensors or not all(net.tensor(t).rows_on_lanes for t in tensors):
+        return None
+    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
+    if n % batch:
+        return None
+    rows = h * (n // batch)
+    if rows > min(net.tensor(t).h for o in ops for t in net.op(o).outputs):
+        return None
+    return batch, rows
 
 
 def compiled_sections(net: Network, ops: tuple[str, ...], h: int, w: int) -> tuple[tuple[int, int], str]:
@@ -194,30 +244,18 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
         if reason:
             out.append(GroupResult(gi, tops, g.secs, reason=reason, adjusted=tuple(adjusted), peeled=tuple(peeled)))
             continue
-        n, c, d, h, w = g.secs
         f32 = _f32_copies(net, tops, g.locs)
+        note = ""
         if not any(g.secs):
             gp, n, h, why = _search(net, chip, tops, st, f32)
-            searched = True
-        elif c > 1 or d > 1:
-            gp, searched = None, False
-            why = f"shape_secs {list(g.secs)}: lgopt slices N, H and W, not C or D"
-        elif n > (batch := min(net.tensor(t).n for o in tops for t in net.op(o).outputs)):
-            gp, searched = None, False
-            why = (f"shape_secs {list(g.secs)}: nsecs={n} but lgopt's N of this group is {batch} (TPU-MLIR slices "
-                   "a dimension lgopt folds elsewhere)")
+            w, searched = 1, True
         else:
-            (h, w), why = compiled_sections(net, tops, h, w)
-            gp, searched = None, False
-            if not why:
-                gp, why = try_group(net, chip, tops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
-                                    f32_copies=f32, reload_columns=False)  # TPU-MLIR holds weights whole
-            if gp is None:
-                why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
+            gp, (n, h, w), why, note = _build_fixed(net, chip, tops, g.secs, st, f32)
+            searched = False
         if gp is not None:
             gp = with_cost(chip, net, gp)
         out.append(GroupResult(gi, tops, g.secs, n, h, max(1, w), searched, gp,
-                               why, tuple(adjusted), tuple(peeled)))
+                               why, tuple(adjusted), tuple(peeled), f"group {gi}: {note}" if note else ""))
     return Reading(cm, tuple(out))
 
 
@@ -290,7 +328,9 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
         "adjusted": [a for g in r.groups for a in g.adjusted],
         "sections": [f"group {g.index}: shape_secs {list(g.secs)} run as h={g.h_slices} w={g.w_slices}: TPU-MLIR drops "
                      "the empty sections of outputs with fewer rows or columns" for g in r.groups
-                     if g.plan is not None and not g.searched and (g.h_slices, g.w_slices) != (g.secs[3], g.secs[4])],
+                     if g.plan is not None and not g.searched and not g.read_as
+                     and (g.h_slices, g.w_slices) != (g.secs[3], g.secs[4])],
+        "rows_as_n": [g.read_as for g in r.groups if g.read_as],
         "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason],
         "fused": list(cm.fused), "split": {k: list(v) for k, v in cm.split.items()},
         "notes": list(cm.notes),
