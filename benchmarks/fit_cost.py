@@ -58,6 +58,7 @@ from lgopt.group.calibrated import (  # noqa: E402
 from lgopt.group.cost import AnalyticModel, SliceShape, global_layer_cost  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
+from lgopt.io.tpumlir_cache import anchor, is_cast, tensor_aliases  # noqa: E402
 from lgopt.model import ops as opsem  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "calibration"
@@ -75,11 +76,21 @@ class ModelMap:
         by_out = {t: op for op in net.ops for t in op.outputs}
         self.by_weight = {w.name: op for op in net.ops for w in op.weights}
         self.op: dict[str, object] = {}
+        aliases = tensor_aliases(net)
+        anchored: dict[str, list[str]] = {}
         for r in mops.itertuples(index=False):
-            if isinstance(r.onnx_outputs, str):
-                hits = [by_out[t] for t in r.onnx_outputs.split("|") if t in by_out]
-                if hits:
-                    self.op[r.name] = hits[-1]
+            hits = [by_out[t] for t in r.onnx_outputs.split("|") if t in by_out] \
+                if isinstance(r.onnx_outputs, str) else []
+            if hits:
+                self.op[r.name] = hits[-1]
+            elif not is_cast(r.name) and (name := anchor(r.name, aliases)) is not None:
+                anchored.setdefault(name, []).append(r.name)
+        # an op TPU-MLIR fused (a LayerNorm, a GELU) has no ONNX output of its own, and the pieces of an op it split
+        # (a MatMul's column halves ``_0``/``_1``, their ``_add_``) have none each: named after the op's last
+        # tensor, they are that op, and their cycles add up to its work
+        for name, locs in anchored.items():
+            for loc in locs:
+                self.op[loc] = net.op(name)
         self.names = sorted(self.op, key=len, reverse=True)
         self._cache: dict[str, object] = {}
 
@@ -148,8 +159,13 @@ def tiu_features(df: pd.DataFrame, nets: dict, chips: dict) -> pd.DataFrame:
         op = net.op(r.lg)
         o = net.tensor(op.outputs[0])
         ok = op.local and op.type in opsem.OP_SPECS and int(r.cslice) == o.c and int(r.wslice) == o.w
+        n, oh = int(r.nslice), int(r.hslice)
+        if op.local and op.type in opsem.OP_SPECS and o.rows_on_lanes and o.n == 1 \
+                and int(r.hslice) == o.w and int(r.wslice) == 1:
+            # TPU-MLIR's matmul-group view of a rows-on-lanes tensor: its rows over N x C (ConvNeXt's
+            # 49 x 64 tokens) or C alone (ViT's 197), the last axis on H
+            ok, n, oh = True, 1, int(r.nslice) * int(r.cslice)
         if ok:
-            n, oh = int(r.nslice), int(r.hslice)
             ih = o.h
             if op.inputs:
                 i = net.tensor(op.inputs[0])
@@ -242,10 +258,10 @@ def fit_tiu(df: pd.DataFrame) -> tuple[int, dict]:
     d = df.drop_duplicates(["model", "lg", "nslice", "hslice", "cycles"])  # one point per distinct op slice
     raw = {}
     for k, x in d.groupby("cat"):
-        if len(x) >= 3:
+        if x.work.nunique() >= 3:
             raw[k] = x
     for k, x in d.groupby("fam"):
-        if k not in raw and k not in PER_TYPE_FAMILIES and len(x) >= 3:
+        if k not in raw and k not in PER_TYPE_FAMILIES and x.work.nunique() >= 3:
             raw[k] = x
     fits = {k: wls(x.work.to_numpy(float), x.cycles.to_numpy(float), 0.0) for k, x in raw.items()}
     issue = max(1, int(min(a for a, _ in fits.values()))) if fits else 1
@@ -253,6 +269,12 @@ def fit_tiu(df: pd.DataFrame) -> tuple[int, dict]:
     for k, x in raw.items():
         a, b = wls(x.work.to_numpy(float), x.cycles.to_numpy(float), float(issue))
         tiu[k] = {"a": math.ceil(a), "b": round(b, 6), "n": int(len(x))}
+    # a type seen at one or two slice sizes only (ConvNeXt's GELU and LayerNorm run at the same shape in every
+    # grouping): a pure rate over the issue cost, a line needing more sizes than that
+    for k, x in d.groupby("cat"):
+        if k not in tiu and k and (x.work > 0).all():
+            b = float(np.median((x.cycles - issue).clip(lower=0) / x.work))
+            tiu[k] = {"a": issue, "b": round(b, 6), "n": int(len(x)), "note": "a rate: fewer than 3 slice sizes"}
     for k in (*PER_TYPE_FAMILIES, "default"):
         tiu.setdefault(k, {"a": issue, "b": 1.0, "n": 0, "note": "not fitted: the analytic work"})
     return issue, tiu

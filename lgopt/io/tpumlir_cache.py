@@ -123,7 +123,7 @@ def read_cache(path: str) -> list[CacheGroup]:
 
 # --- names -----------------------------------------------------------------------------------------
 
-def _aliases(net: Network) -> dict[str, str]:
+def tensor_aliases(net: Network) -> dict[str, str]:
     """Tensor name -> lgopt op: the op's outputs, and the outputs of ONNX nodes it fused."""
     out: dict[str, str] = {}
     for op in net.ops:
@@ -157,7 +157,7 @@ def cast_operands(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
     The operand is the shortest ``_``-cut prefix of the cast's name that names a tensor (the longest would be
     the consumer's), or a network input the name starts with (TPU-MLIR's graph input is f32 and the group loads
     it so, then casts it)."""
-    aliases = _aliases(net)
+    aliases = tensor_aliases(net)
     out: list[str] = []
     for loc in locs:
         if not is_cast(loc):
@@ -219,7 +219,7 @@ def _positions(cache: Cache) -> list[tuple[tuple[int, int], str, int]]:
 def map_cache(net: Network, cache: Cache) -> CacheMap:
     """The cache's grouping in lgopt's ops; raises LgoptError when it cannot be this model's."""
     path = cache.path
-    aliases = _aliases(net)
+    aliases = tensor_aliases(net)
     ops_pos = _positions(cache)
     casts = 0
     unmapped: list[str] = []
@@ -317,7 +317,7 @@ def tpu_mlir_fuses(net: Network, op: str, consumer: str) -> bool:
 
 def map_groups(net: Network, groups: Sequence[CacheGroup]) -> Mapping:
     """Lenient view for reports: lgopt ops per group, names that match no op (never raises on names)."""
-    aliases = _aliases(net)
+    aliases = tensor_aliases(net)
     mapped, unmapped = [], []
     casts = 0
     seen: set[str] = set()

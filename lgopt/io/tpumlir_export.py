@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json
-from lgopt.io.tpumlir_cache import _aliases, anchor, is_cast, load_cache, map_cache
+from lgopt.io.tpumlir_cache import anchor, is_cast, load_cache, map_cache, tensor_aliases
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 
@@ -191,7 +191,7 @@ class _RefMap:
 def _ref_map(net: Network, ref_ops: dict[int, list[Any]]) -> _RefMap:
     """Each TPU-MLIR op of the reference with the lgopt ops it runs: by name, and an lgopt op no name points at
     with its first consumer's op."""
-    aliases = _aliases(net)
+    aliases = tensor_aliases(net)
     covers: dict[tuple[int, int], list[str]] = {}
     where: dict[str, list[tuple[int, int]]] = {}
     casts: set[tuple[int, int]] = set()
