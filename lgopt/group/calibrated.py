@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lgopt.errors import LgoptError
-from lgopt.group.cost import AnalyticModel, DmaKind, SliceShape, Transfer, _analytic_tiu, gmem_view, register_cost_model
+from lgopt.group.cost import (
+    AnalyticModel,
+    Bound,
+    DmaKind,
+    SliceShape,
+    Transfer,
+    _analytic_tiu,
+    gmem_view,
+    register_cost_model,
+)
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
@@ -121,6 +130,7 @@ class ChipConstants:
     gdma: dict[str, DmaFit]  # transfer kind (load, store, weight) -> its constants
     glob: dict[str, tuple[float, float]]  # non-local op type -> (a, b): a + b * global_work
     glob_local: dict[str, float] = field(default_factory=dict)  # layer-group op type run globally -> scale
+    glob_local_a: dict[str, float] = field(default_factory=dict)  # ... -> cycles a global layer adds, beside it
     glob_bw: float | None = None  # bytes per cycle a global layer's transfers stream at (None: as in groups)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -132,9 +142,10 @@ class ChipConstants:
                  for k, v in g.items() if k in ("load", "store", "weight")}
         glob = {k: (float(v["a"]), float(v["b"])) for k, v in d.get("global", {}).items()}
         local = {k: float(v["scale"]) for k, v in d.get("global_local", {}).items()}
+        local_a = {k: float(v.get("a", 0.0)) for k, v in d.get("global_local", {}).items()}
         bw = d.get("global_gdma", {}).get("bw")
-        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, None if bw is None else float(bw),
-                             d.get("source", {}))
+        return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, local_a,
+                             None if bw is None else float(bw), d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -148,7 +159,7 @@ class ChipConstants:
             raise LgoptError(f"calibration {chip_name}: GDMA constants must be non-negative (bandwidth positive)")
         if self.glob_bw is not None and not self.glob_bw > 0:
             raise LgoptError(f"calibration {chip_name}: the global-layer GDMA rate must be positive")
-        if any(v <= 0 for v in self.glob_local.values()):
+        if any(v <= 0 for v in self.glob_local.values()) or any(v < 0 for v in self.glob_local_a.values()):
             raise LgoptError(f"calibration {chip_name}: global-layer scales must be positive")
         if "default" not in self.tiu:
             raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
@@ -210,8 +221,24 @@ class CalibratedModel:
             return AnalyticModel(issue_cycles=k.issue).global_compute(chip, net, op)
         return int(math.ceil(ab[0] + ab[1] * global_work(net, op)))
 
-    def global_scale(self, chip: Chip, net: Network, op: Op) -> float:
-        return self.constants(chip).glob_local.get(scale_key(net, op), 1.0)
+    def global_scale(self, chip: Chip, net: Network, op: Op, bound: Bound | None = None) -> float:
+        """The type's scale for the engine that bounds it (``Conv/tiu``: VGG's and UNet's big convs run at 1.04x
+        their compute, ``Conv/gdma`` the transfer-bound ones of the mobile networks well above their bytes'
+        time), else the type's own; with ``bound`` None the smaller of the two (a lower bound's)."""
+        local = self.constants(chip).glob_local
+        key = scale_key(net, op)
+        plain = local.get(key, 1.0)
+        if bound is None:
+            return min(local.get(f"{key}/tiu", plain), local.get(f"{key}/gdma", plain))
+        return local.get(f"{key}/{bound}", plain)
+
+    def global_overhead(self, chip: Chip, net: Network, op: Op, bound: Bound) -> int:
+        """Cycles a layer-group op type run as a global layer spends beside ``scale * max(compute, transfers)``
+        (launch and the first and last tile's unhidden transfer: it decides the small layers of the mobile
+        networks, not VGG's)."""
+        k = self.constants(chip)
+        key = scale_key(net, op)
+        return int(k.glob_local_a.get(f"{key}/{bound}", k.glob_local_a.get(key, 0.0)))
 
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         k = self.constants(chip)

@@ -41,6 +41,7 @@ from lgopt.model.network import Network, Op
 from lgopt.model.plan import GroupCost, GroupPlan, Stage
 
 DmaKind = Literal["load", "store", "weight"]  # activation load, activation store, weight load
+Bound = Literal["tiu", "gdma"]  # the engine a global layer's time is bound by
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,15 @@ class CostModel(Protocol):
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int: ...
 
-    def global_scale(self, chip: Chip, net: Network, op: Op) -> float:
+    def global_scale(self, chip: Chip, net: Network, op: Op, bound: Bound | None = None) -> float:
         """What a layer-group op type run as a global layer costs relative to ``max(compute, transfers)``
-        (the compiler's global kernels tile and overlap in their own way; 1 where the model knows no better)."""
+        (the compiler's global kernels tile and overlap in their own way; 1 where the model knows no better).
+        ``bound``: which of the two is larger ("tiu" or "gdma"); None: the smallest scale either may have."""
+        ...
+
+    def global_overhead(self, chip: Chip, net: Network, op: Op, bound: Bound) -> int:
+        """Cycles a layer-group op type run as a global layer adds to ``global_scale * max(compute, transfers)``
+        (0 where the model knows no better)."""
         ...
 
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
@@ -133,8 +140,11 @@ class AnalyticModel:
         elems = sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
         return self.issue_cycles + cdiv(elems, chip.npu_num * chip.eu_elems(dt))
 
-    def global_scale(self, chip: Chip, net: Network, op: Op) -> float:
+    def global_scale(self, chip: Chip, net: Network, op: Op, bound: Bound | None = None) -> float:
         return 1.0
+
+    def global_overhead(self, chip: Chip, net: Network, op: Op, bound: Bound) -> int:
+        return 0
 
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         return None
@@ -370,7 +380,9 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     cycles = max(compute, dma)
     if op.local:  # never below streaming its own bytes, so the lower bound's transfer term holds
         stream = cdiv(int(traffic * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
-        cycles = max(math.ceil(cycles * model.global_scale(chip, net, op)), stream)
+        bound: Bound = "tiu" if compute >= dma else "gdma"
+        cycles = max(model.global_overhead(chip, net, op, bound)
+                     + math.ceil(cycles * model.global_scale(chip, net, op, bound)), stream)
     return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
 
