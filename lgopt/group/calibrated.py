@@ -13,15 +13,17 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   ``max(chip.gdma_latency_cycles, c + max(bytes / bw, k * runs + k_point * point_runs), bytes / chip
   bandwidth)``: a transfer streams at ``bw`` bytes per cycle unless its contiguous GMEM runs are so short
   that their count decides (``k`` cycles each; ``k_point`` more for a run of one element, a bias or a 1 x 1
-  map).  On BM1684X a 1 x 512 store takes 12,794 cycles for 1 KiB, 25 per channel: a bytes-only model
-  cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs, subadditive, never cheaper
+  map), their count capped at ``point_cap`` where the fit finds one (BM1684X moves a 2,048-channel bias
+  in the time of a 1,024-channel one).  On BM1684X a 1 x 512 store takes 12,794 cycles for 1 KiB, 25 per
+  channel: a bytes-only model cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs, subadditive, never cheaper
   than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
 * a global layer: each operand's transfer its set-up as in a group plus its bytes at the rate TPU-MLIR's
   global kernels reach (``global_gdma``: about 25 bytes per cycle on BM1688, where a group's transfers
   reach 16.5, and 50 on BM1684X); local op types cost their TIU cycles at full size, and the layer
-  ``s_t * max(compute, transfers)`` with ``s_t`` fitted per type (``global_local``; TPU-MLIR's global
-  kernels tile and overlap their
-  own way), never below streaming its bytes (the lower bound takes ``min(1, s_t)`` of the compute); other
+  ``a_t + s_t * max(compute, transfers)`` with ``a_t, s_t`` fitted per type and, where the data tells them
+  apart, per bounding engine (``global_local``: ``Conv/tiu``, ``Conv/gdma``; TPU-MLIR's global kernels tile
+  and overlap their own way, and a layer pays fixed cycles the small ones of the mobile networks show),
+  never below streaming its bytes (the lower bound takes ``min(1, s_t)`` of the compute); other
   types ``a_t + b_t * X`` fitted on the timeline of TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul,
   elements read and written otherwise); a view of GMEM (a reshape, a run of channels of one batch:
   :func:`lgopt.group.cost.gmem_view`) nothing at all, as the timeline shows (``free_views``).
@@ -116,8 +118,11 @@ class DmaFit:
     bw: float  # bytes per cycle while streaming
     k: float  # cycles per contiguous run
     k_point: float = 0.0  # extra cycles per run of a single element
+    point_cap: int | None = None  # a transfer of single elements costs no more past this many runs
 
     def cycles(self, nbytes: int, runs: int, point: bool) -> float:
+        if point and self.point_cap is not None:
+            runs = min(runs, self.point_cap)
         return self.c + max(nbytes / self.bw, self.k * runs + (self.k_point * runs if point else 0.0))
 
 
@@ -138,7 +143,8 @@ class ChipConstants:
     def from_json(d: dict[str, Any]) -> ChipConstants:
         tiu = {k: (int(math.ceil(v["a"])), float(v["b"])) for k, v in d["tiu"].items()}
         g = d["gdma"]
-        kinds = {k: DmaFit(float(v["c"]), float(v["bw"]), float(v["k"]), float(v.get("k_point", 0.0)))
+        kinds = {k: DmaFit(float(v["c"]), float(v["bw"]), float(v["k"]), float(v.get("k_point", 0.0)),
+                           int(v["point_cap"]) if v.get("point_cap") else None)
                  for k, v in g.items() if k in ("load", "store", "weight")}
         glob = {k: (float(v["a"]), float(v["b"])) for k, v in d.get("global", {}).items()}
         local = {k: float(v["scale"]) for k, v in d.get("global_local", {}).items()}
