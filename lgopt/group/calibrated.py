@@ -15,8 +15,9 @@ on TPU-MLIR"), the constants in ``lgopt/group/calibration/<chip>.json`` (written
   that their count decides (``k`` cycles each; ``k_point`` more for a run of one element, a bias or a 1 x 1
   map), their count capped at ``point_cap`` where the fit finds one (BM1684X moves a 2,048-channel bias
   in the time of a 1,024-channel one).  On BM1684X a 1 x 512 store takes 12,794 cycles for 1 KiB, 25 per
-  channel: a bytes-only model cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs, subadditive, never cheaper
-  than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use ``chip.gdma_gbps``);
+  channel: a bytes-only model cannot see it.  ``c, bw, k, k_point >= 0``: non-decreasing in bytes and runs,
+  subadditive, never cheaper than the chip's latency or its peak bandwidth (the CP-SAT stream bounds use
+  ``chip.gdma_gbps``);
 * a global layer: each operand's transfer its set-up as in a group plus its bytes at the rate TPU-MLIR's
   global kernels reach (``global_gdma``: about 25 bytes per cycle on BM1688, where a group's transfers
   reach 16.5, and 50 on BM1684X); local op types cost their TIU cycles at full size, and the layer
