@@ -198,6 +198,7 @@ class CalibratedModel:
     name: str = MODEL_NAME
     directory: str | None = None  # where the per-chip JSON files are (None: lgopt/group/calibration)
     free_views: bool = True  # reshapes and one-batch channel slices run globally cost 0 on the timeline
+    rebalance_loads: bool = True  # TPU-MLIR moves a one-slice group's weight loads to rows with spare GDMA
 
     def constants(self, chip: Chip) -> ChipConstants:
         return load_constants(chip.name, Path(self.directory) if self.directory else None)
