@@ -557,11 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     ho_g["calibrated"] = [cal.gdma_cycles(chip_objs[r.chip], int(r.bytes), int(r.runs), r.kind, bool(r.point))
                           for r in ho_g.itertuples()]
     ho_gl = gl[gl.model.isin(hold)].copy() if len(gl) else pd.DataFrame()
-    if len(ho_gl):
-        ho_gl["analytic"] = [amodel.global_compute(chip_objs[r.chip], nets[r.model], nets[r.model].op(r.lg))
-                             for r in ho_gl.itertuples()]
-        ho_gl["calibrated"] = [cal.global_compute(chip_objs[r.chip], nets[r.model], nets[r.model].op(r.lg))
-                               for r in ho_gl.itertuples()]
+    if len(ho_gl):  # the layer's whole cost (compute and transfers), as a plan is charged it
+        for col, chip_of in (("analytic", lambda c: chip_objs[c]),
+                             ("calibrated", lambda c: get_chip(c, {"cost_model": MODEL_NAME}))):
+            ho_gl[col] = [global_layer_cost(chip_of(r.chip), nets[r.model], nets[r.model].op(r.lg))["cycles"]
+                          for r in ho_gl.itertuples()]
     # layer-group op types run as global layers: their whole cost (compute and transfers) per model
     ho_loc = global_rows(glob[glob.model.isin(hold)], maps, local=True)
     if len(ho_loc):
