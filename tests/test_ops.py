@@ -116,7 +116,7 @@ def test_a_problem_file_must_give_the_required_attributes(op_type):
 def test_rules_and_ranks_make_an_op_global_with_a_reason():
     s4 = (1, 8, 6, 6)
     assert classify("MaxPool", {"strides": (16, 16)}, [s4], [s4])[3] == "MaxPool stride above 15"
-    assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis nor on the last"
+    assert classify("Concat", {"axis": 2}, [s4, s4], [s4])[3] == "Concat not on the channel axis, the rows nor the last"
     assert classify("Concat", {"axis": -1}, [(1, 8, 6), (1, 8, 6)], [(1, 8, 12)])[0]  # within each row
     assert classify("Conv", {}, [(1, 8, 36)], [(1, 8, 36)])[3] == "Conv on non-4-D tensors"
     assert classify("Relu", {}, [(1, 2, 8, 6, 6)], [(1, 2, 8, 6, 6)])[3] == "Relu on rank-5 tensors (rank 3, 4 only)"

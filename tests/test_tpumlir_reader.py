@@ -112,10 +112,24 @@ def test_fused_conv_pair_mapped_and_ordered():
 
 
 def test_split_op_is_infeasible_when_exact():
-    net = cal_net("vit_b_16")
+    """TPU-MLIR runs the column halves of convnext_tiny's MLP (BM1684X) in different steps: lgopt holds each
+    MatMul and GELU whole, so the exact build is infeasible and says why."""
+    net = cal_net("convnext_tiny")
     with pytest.raises(GroupingInfeasible) as e:
-        score(net, get_chip("bm1684x"), cal_cache("vit_b_16", "bm1684x", "opt2"))
-    assert e.value.group_index == 0 and "splits" in e.value.reason
+        score(net, get_chip("bm1684x"), cal_cache("convnext_tiny", "bm1684x", "opt2"))
+    assert "splits" in e.value.reason and "different steps" in e.value.reason
+
+
+def test_vit_patch_embedding_and_class_token_load_as_tpu_mlir_groups_them():
+    """vit_b_16 / BM1684X opt2: TPU-MLIR's first group is the patch embedding's MatMul, the class token's
+    Concat, the position Add and a LayerNorm (its reshape and permute of the image run globally before it):
+    lgopt's Patchify runs globally and the rest is the group, exactly."""
+    net = cal_net("vit_b_16")
+    plan, info = score(net, get_chip("bm1684x"), cal_cache("vit_b_16", "bm1684x", "opt2"))
+    assert verify_plan(net, plan) == [] and info["adjusted"] == []
+    types = [net.op(o).type for o in plan.groups[0].ops]
+    assert types == ["MatMul", "Concat", "Add", "LayerNormalization"]
+    assert "/conv_proj/Conv/patches" in plan.global_layers
 
 
 @pytest.mark.parametrize("chip,variant,gi,hsecs", [("bm1684x", "v07_secs", 1, 2), ("bm1688", "v06_secs", 2, 2)])

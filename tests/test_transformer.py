@@ -240,3 +240,44 @@ def test_torchs_layernorm_chain_and_a_linear_layers_bias_are_one_op_each_as_tpu_
         assert verdict == f"the numpy reference agrees with onnxruntime on {len(model.ops)} tensors"
         plan = greedy(model, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
         assert verify_plan(model, plan) == [] and simulate(model, plan).ok
+
+
+def test_a_vit_patch_embedding_and_class_token_group_as_tpu_mlir_lowers_them(tmp_path):
+    """A ViT's patch embedding (a Conv with stride = kernel, flattened and transposed to tokens-first) is a
+    global Patchify (the image's pixels gathered into rows) and one local MatMul; the class token (an Expand of
+    a constant at batch 1) joins the patches' rows in a local Concat with the constant as its weight: the ops
+    of TPU-MLIR's first ViT group.  The group verifies and simulates; onnxruntime agrees on the Concat and
+    everything after it when the block starts at the tokens."""
+    import numpy as np
+    from onnx_graphs import G
+
+    g = G((1, 3, 8, 8), opset=17)
+    conv = g.n("Conv", ["x", g.w([16, 3, 4, 4]), g.w([16])], kernel_shape=[4, 4], strides=[4, 4], pads=[0] * 4)
+    flat = g.n("Reshape", [conv, g.w(None, np.array([1, 16, 4], dtype=np.int64))])
+    tokens = g.n("Transpose", [flat], perm=[0, 2, 1])
+    cls = g.n("Expand", [g.w([1, 1, 16]), g.w(None, np.array([1, 1, 1], dtype=np.int64))])
+    x = g.n("Concat", [cls, tokens], axis=1)
+    g.out(g.n("LayerNormalization", [g.n("Add", [x, g.w([1, 5, 16])]), g.w([16]), g.w([16])], axis=-1))
+    path, net = _import(tmp_path, "patchify", g.model())
+    assert [op.type for op in net.ops] == ["Patchify", "MatMul", "Concat", "Add", "LayerNormalization"]
+    patch, mm, cat = net.ops[:3]
+    assert not patch.local and "between lanes" in patch.reason
+    assert mm.local and {w.role: w.shape for w in mm.weights} == {"filter": (48, 16), "bias": (1, 1, 16)}
+    assert cat.local and not cat.h_split and cat.attrs["axis"] == -2 and tuple(cat.attrs["const_at"]) == (0,)
+    for chip in (BM1684X, get_chip("bm1684x", {"lmem_bytes": "1K"})):
+        plan = greedy(net, chip, SearchSettings())
+        assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+        assert any(("/Concat" in gr.ops or "Concat_" in " ".join(gr.ops)) and len(gr.ops) > 1 for gr in plan.groups)
+    # from the tokens on: the Concat's kernel (a constant row before the activation's rows) against onnxruntime
+    g = G((1, 4, 16), opset=17)
+    cls = g.n("Expand", [g.w([1, 1, 16]), g.w(None, np.array([1, 1, 1], dtype=np.int64))])
+    x = g.n("Concat", [cls, "x"], axis=1)
+    g.out(g.n("Softmax", [g.n("Add", [x, g.w([1, 5, 16])])], axis=-1))
+    path, net = _import(tmp_path, "clstoken", g.model())
+    assert all(op.local for op in net.ops)
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "1K"}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok

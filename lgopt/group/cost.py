@@ -283,15 +283,16 @@ def lane_crossing_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     shift to other lanes, one pixel per cycle per lane run instead of a vector copy (unet_small's last Concat of
     two 32-channel tensors measures 34,320 cycles for a 130 x 256 slice on 64-lane BM1684X, 1.03 per pixel, and
     a fraction of that on 32-lane BM1688, where both halves start on lane 0; held out of the fit)."""
-    if op.attrs.get("axis") != 1:
+    axis = op.attrs.get("axis")
+    if axis not in (1, -2):  # channels, or a rank-3 tensor's rows (over the lanes too: ViT's class token)
         return 0
     work, offset = 0, 0
     for t in op.inputs:
         ten = net.tensor(t)
         if offset % chip.npu_num:
-            _, lc, lh, lw = ten.lane_shape(sl.n, sl.out_h, sl.out_w)
+            _, lc, lh, lw = ten.lane_shape(sl.n, ten.h if axis == -2 else sl.out_h, sl.out_w)
             work += sl.n * cdiv(lc, chip.npu_num) * lh * lw
-        offset += ten.c
+        offset += ten.h if axis == -2 else ten.c
     return work
 
 

@@ -311,6 +311,11 @@ class _Builder:
             if outs[0] in self.graph_outputs:
                 self.graph_outputs.add(ins[0])
             return
+        if t == "Expand" and ins and ins[0] in self.inits and tuple(self.shape(outs[0])) == self.shape(ins[0]):
+            # an Expand that leaves its constant as it is (ViT's class token at batch 1): the constant itself
+            self.alias[outs[0]] = ins[0]
+            self.uses[ins[0]] = self.uses.get(ins[0], 0) + self.uses.get(outs[0], 0) - 1
+            return
         if self.fuse and self._try_fuse(node, t, ins, outs):
             return
         if t == "Split" and ins and ins[0] not in self.inits and self._split(node, name, ins, outs):
@@ -385,9 +390,14 @@ class _Builder:
         elif t == "Concat":
             rank = len(self.shape(outs[0]))
             axis = int(_attr(node, "axis", 1)) % rank
-            attrs = {"axis": -1 if axis == rank - 1 and rank >= 3 else axis}  # -1: within each row
-            if consts:
+            # -1: within each row; -2: the rows of a rank-3 [B, M, K] (lgopt's H, held across the lanes)
+            attrs = {"axis": -1 if axis == rank - 1 and rank >= 3 else -2 if rank == 3 and axis == 1 else axis}
+            if consts and attrs["axis"] != -2:
                 return _Global(acts, consts, outs, "Concat with a constant operand")
+            if consts:  # rows joined with a constant (ViT's class token): loaded like a weight, kept in place
+                attrs["const_at"] = tuple(k for k, i in enumerate(i for i in ins if i) if i in self.inits)
+                weights = [self.weight(c, "const", rank) for c in consts]
+                consts = []
         elif t in ("Resize", "Upsample"):
             op_type = "Resize"
             mode = _attr(node, "mode", "nearest")
@@ -523,6 +533,8 @@ class _Builder:
         GELU chains into one op, a constant scale or bias into a LayerNorm or MatMul."""
         if t == "Div" and self._layernorm(node, ins, outs):
             return True
+        if t == "Transpose" and self._patch_embedding(node, ins, outs):
+            return True
         if t in ("Mul", "Add") and self._affine_into(node, t, ins, outs):
             return True
         if not ins or not ins[0] or ins[0] in self.inits:
@@ -623,6 +635,45 @@ class _Builder:
             self.ops[i] = replace(self.ops[i], name="", outputs=())  # tombstones, removed at the end
         self.add(Op(node.name or outs[0], "LayerNormalization", (x,), (outs[0],), (), attrs, (), local, h, n,
                     sources, why))
+        return True
+
+    def _patch_embedding(self, node: onnx.NodeProto, ins: list[str], outs: list[str]) -> bool:
+        """A ViT's patch embedding -- a Conv whose stride is its kernel (no padding, one group), flattened to
+        ``[N, C, P]`` and transposed to tokens-first ``[N, P, C]`` -- as TPU-MLIR lowers it: the patches
+        gathered into ``[N, P, C_in * kh * kw]`` rows (a reshape and a permute of the image: a global layer,
+        ``Patchify``) and one MatMul with the filter as its ``[C_in * kh * kw, C]`` weight, rows over the
+        lanes.  Held as a conv, the image's 3 channels would sit on 3 lanes (98 KiB a lane at 224 x 224) and
+        its group could not fit LMEM; as rows, ViT-B/16's first group holds 6 KiB a lane."""
+        if tuple(_attr(node, "perm", ())) != (0, 2, 1) or len(ins) != 1:
+            return False
+        ri = self._made_by(ins[0], "Reshape")
+        ci = self._made_by(self.ops[ri].inputs[0], "Conv") if ri is not None else None
+        if ri is None or ci is None:
+            return False
+        conv = self.ops[ci]
+        a = conv.attrs
+        f = next((w for w in conv.weights if w.role == "filter"), None)
+        kh, kw = tuple(a.get("kernel", (0, 0)))
+        n, oc, oh, ow = (tuple(self.shape(conv.outputs[0])) + (0, 0, 0, 0))[:4]
+        if f is None or len(f.shape) != 4 or tuple(a.get("strides", ())) != (kh, kw) or any(a.get("pads", ())) \
+                or a.get("group", 1) != 1 or tuple(a.get("dilations", (1, 1))) != (1, 1) \
+                or tuple(self.shape(outs[0])) != (n, oh * ow, oc) or len(conv.inputs) != 1:
+            return False
+        k = f.shape[1] * kh * kw
+        patches = f"{conv.outputs[0]}#patches"
+        self.info[patches] = ((n, oh * ow, k), self.info.get(conv.outputs[0], (None, "f32"))[1])
+        self.ops[ci] = replace(conv, name=f"{conv.name}/patches", type="Patchify", outputs=(patches,), weights=(),
+                               attrs={"kernel": (kh, kw)},
+                               local=False, h_split=False, n_split=False,
+                               reason="Patchify gathers a patch embedding's pixels into rows (moves every pixel "
+                                      "between lanes): TPU-MLIR's reshape and permute, run as global layers")
+        self.producer[patches] = ci
+        weights = (Weight(f.name, (k, oc), f.dtype, "filter"),) + tuple(
+            Weight(w.name, (1, 1, oc), w.dtype, "bias") for w in conv.weights if w.role == "bias")
+        local, h, nn, why = opsem.classify("MatMul", {}, [(n, oh * ow, k)], [(n, oh * ow, oc)], True)
+        sources = self.ops[ri].sources + ((node.name or outs[0]),)
+        self.ops[ri] = replace(self.ops[ri], name="", outputs=())  # a tombstone, removed at the end
+        self.add(Op(conv.name, "MatMul", (patches,), (outs[0],), weights, {}, (), local, h, nn, sources, why))
         return True
 
     def _has(self, weights: tuple[Weight, ...]) -> bool:

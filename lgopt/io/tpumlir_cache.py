@@ -240,6 +240,22 @@ def map_cache(net: Network, cache: Cache) -> CacheMap:
     if unmapped:
         raise LgoptError(f"{path}: {len(unmapped)} op names are not in model {net.name}: "
                          f"{', '.join(unmapped[:3])}{' ...' if len(unmapped) > 3 else ''}")
+    # TPU-MLIR names every piece of an op it lowers after the op's output (a patch embedding's conv becomes
+    # reshape, permute, reshape and a MatMul, all ``/conv_proj/Conv_output_0_Conv_<k>``); lgopt holds that conv
+    # as a global layout op (Patchify) feeding a local MatMul no TPU-MLIR op names: the last piece, run in a
+    # group, is that MatMul
+    for name, pieces in list(anchored.items()):
+        if net.op(name).type != "Patchify" or max(pieces)[1] < 0:
+            continue
+        takers = [c for t in net.op(name).outputs for c in net.consumers.get(t, ())]
+        if len(takers) == 1 and takers[0].local and takers[0].name not in anchored:
+            final = max(pieces)
+            anchored[takers[0].name] = [final]
+            rest = [h for h in pieces if h != final]
+            if rest:
+                anchored[name] = rest
+            else:  # only the MatMul is named (a cache listing no global layers): the Patchify runs globally
+                del anchored[name]
     # position and owner of each lgopt op
     pos_of: dict[str, tuple[int, int]] = {}
     owner: dict[str, int] = {}

@@ -79,7 +79,9 @@ def _pool_rule(attrs: Mapping[str, Any]) -> str:
 
 
 def _concat_rule(attrs: Mapping[str, Any]) -> str:
-    return "not on the channel axis nor on the last" if attrs.get("axis") not in (1, -1) else ""
+    """A Concat joins channels (axis 1), each row's last axis (-1) or a rank-3 tensor's rows (-2: ViT's class
+    token before its 196 patches, rows over the lanes as everywhere in a transformer group)."""
+    return "not on the channel axis, the rows nor the last" if attrs.get("axis") not in (1, -1, -2) else ""
 
 
 def _resize_rule(attrs: Mapping[str, Any]) -> str:
@@ -207,6 +209,8 @@ def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[i
     ranks = {len(s) for s in in_shapes + out_shapes}
     if spec.family in (Family.CONCAT, Family.CHANNEL_SLICE) and attrs.get("axis") == -1:  # within each row
         return "" if len(ranks) == 1 and ranks <= {3, 4} else "on the last axis of other than one rank 3 or 4"
+    if spec.family is Family.CONCAT and attrs.get("axis") == -2:  # the rows of [B, M, K]
+        return "" if ranks == {3} else "on the rows of other than rank-3 tensors"
     if spec.type == "ReduceMean":  # over H and W of a 4-D tensor (any rank out), or each row's last axis
         axes, r = tuple(sorted(attrs.get("axes", ()))), len(in_shapes[0]) if in_shapes else 0
         if r == 4 and axes == (2, 3):
@@ -266,6 +270,8 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
         why = _matmul_reason(attrs, in_shapes, out_shapes, has_filter)
     if why:
         return False, False, False, f"{op_type} {why}"
+    if op_type == "Concat" and attrs.get("axis") == -2:  # rows joined: a row window would cut the inputs unevenly
+        return True, False, True, ""
     if op_type == "ReduceMean":  # keeps the rows (may be H-sliced) when it reduces the last axis alone
         return True, tuple(sorted(attrs.get("axes", ()))) == (len(in_shapes[0]) - 1,), True, ""
     return True, spec.h_split, True, ""
