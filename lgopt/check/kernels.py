@@ -270,16 +270,16 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     elif family is Family.ROWWISE:
         y = rowwise(op, rows(xs[0], a, b, np.nan), weights)
     elif family is Family.CONCAT and op.attrs["axis"] == -2:  # rows joined: every input whole, then the slice's
-        consts = iter(_const(weights[w.name], out.c) for w in op.weights)  # a constant's rows, on every batch
+        fixed = iter(_const(weights[w.name], out.c) for w in op.weights)  # a constant's rows, on every batch
         acts = iter(xs)
         parts = []
         for k in range(len(xs) + len(op.weights)):
             if k in op.attrs.get("const_at", ()):
-                v = next(consts)
+                v = next(fixed)
                 parts.append(np.broadcast_to(v, (n[1] - n[0],) + v.shape[1:]))
             else:
-                x = next(acts)
-                parts.append(rows(x, 0, x.H, np.nan))
+                src = next(acts)
+                parts.append(rows(src, 0, src.H, np.nan))
         y = np.concatenate(parts, axis=2)[:, :, a:b]
     elif family is Family.CONCAT:
         y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=3 if op.attrs["axis"] == -1 else 1)
