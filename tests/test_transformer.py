@@ -245,9 +245,9 @@ def test_torchs_layernorm_chain_and_a_linear_layers_bias_are_one_op_each_as_tpu_
 def test_a_vit_patch_embedding_and_class_token_group_as_tpu_mlir_lowers_them(tmp_path):
     """A ViT's patch embedding (a Conv with stride = kernel, flattened and transposed to tokens-first) is a
     global Patchify (the image's pixels gathered into rows) and one local MatMul; the class token (an Expand of
-    a constant at batch 1) joins the patches' rows in a local Concat with the constant as its weight: the ops
-    of TPU-MLIR's first ViT group.  The group verifies and simulates; onnxruntime agrees on the Concat and
-    everything after it when the block starts at the tokens."""
+    a constant at batch 1) joins the patches' rows in a local Concat with the constant as its weight, and
+    leaves them in a local row Slice: the ops of TPU-MLIR's first and last ViT groups.  The group verifies and
+    simulates; onnxruntime agrees on the Concat and everything after it when the block starts at the tokens."""
     import numpy as np
     from onnx_graphs import G
 
@@ -269,12 +269,18 @@ def test_a_vit_patch_embedding_and_class_token_group_as_tpu_mlir_lowers_them(tmp
         assert verify_plan(net, plan) == [] and simulate(net, plan).ok
         assert any(("/Concat" in gr.ops or "Concat_" in " ".join(gr.ops)) and len(gr.ops) > 1 for gr in plan.groups)
     # from the tokens on: the Concat's kernel (a constant row before the activation's rows) against onnxruntime
+    # ... and the class token's row taken back out at the end (``x[:, 0]``, a Gather of a scalar index): a row
+    # Slice whose [1, 16] output lies as one row
     g = G((1, 4, 16), opset=17)
     cls = g.n("Expand", [g.w([1, 1, 16]), g.w(None, np.array([1, 1, 1], dtype=np.int64))])
     x = g.n("Concat", [cls, "x"], axis=1)
-    g.out(g.n("Softmax", [g.n("Add", [x, g.w([1, 5, 16])])], axis=-1))
+    y = g.n("Softmax", [g.n("Add", [x, g.w([1, 5, 16])])], axis=-1)
+    g.out(g.n("Gather", [y, g.w(None, np.array(0, dtype=np.int64))], axis=1))
     path, net = _import(tmp_path, "clstoken", g.model())
     assert all(op.local for op in net.ops)
+    row = net.ops[-1]
+    assert row.type == "Slice" and (row.attrs["axis"], row.attrs["start"], row.attrs["end"]) == (-2, 0, 1)
+    assert net.tensor(row.outputs[0]).shape == (1, 1, 1, 16) and net.tensor(row.outputs[0]).rows_on_lanes
     verdict = check_with_onnxruntime(net, str(path))
     if "not installed" in verdict:
         pytest.skip(verdict)

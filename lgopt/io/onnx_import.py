@@ -453,11 +453,16 @@ class _Builder:
         counted from the end), as Slice attributes; None for anything else (a scalar index drops the axis, a
         permutation moves data)."""
         init = self.inits[ins[1]]
-        if not _has_data(init) or len(init.dims) != 1:
-            return None
         dims = self.shape(ins[0])
         rank = len(dims)
         axis = int(_attr(node, "axis", 0)) % rank
+        if _has_data(init) and len(init.dims) == 0 and rank == 3 and axis == 1:
+            # one row of a rank-3 [B, M, K], the axis dropped (ViT's class token, ``x[:, 0]``): a row Slice whose
+            # [B, K] output keeps lying as one row (TPU-MLIR's ``Gather_slice``, grouped with the last LayerNorm)
+            i = int(numpy_helper.to_array(init)) % dims[1]
+            return {"axis": -2, "start": i, "end": i + 1, "step": 1}
+        if not _has_data(init) or len(init.dims) != 1:
+            return None
         idx = [int(v) % dims[axis] for v in numpy_helper.to_array(init).reshape(-1)]
         if not idx or idx != list(range(idx[0], idx[0] + len(idx))):
             return None

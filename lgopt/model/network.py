@@ -32,7 +32,8 @@ class Tensor:
     shape: Shape4
     dtype: str
     orig_shape: tuple[int, ...] = ()
-    channels_last: bool = False  # a rank-4 [N, H, W, C] only row ops touch: folded as the rank-3 [N, H*W, C]
+    channels_last: bool = False  # rows on the lanes: a rank-4 [N, H, W, C] only row ops touch, as [N, H*W, C];
+    # a rank-2 [B, K] row taken out of a rank-3 tensor, as [B, 1, K]
 
     @property
     def n(self) -> int:
@@ -177,14 +178,17 @@ class Network:
 
 def to_nchw(shape: Iterable[int], channels_last: bool = False) -> Shape4:
     """Fold any rank into NCHW: () -> 1111, (C) -> 1C11, (N,C) -> NC11, (B,M,K) -> B1MK (but (S,1,K) -> 11SK),
-    (N,C,D...,W) -> (N, C, prod(D...), W).
+    (N,C,D...,W) -> (N, C, prod(D...), W).  ``channels_last`` (tensors held rows over the lanes): a rank-4
+    ``[N, H, W, C]`` folds as ``[N, H*W, C]`` would, a rank-2 ``[B, K]`` (one row) as ``[B, 1, K]``.
 
     A rank-3 tensor is a batch of matrices (a transformer's ``[batch, tokens, features]``): its rows M are
     the axis a group slices, so they fold onto H; LMEM still holds them across the lanes
-    (:meth:`Tensor.lane_shape`).  ``channels_last``: a rank-4 ``[N, H, W, C]`` folds as ``[N, H*W, C]`` would."""
+    (:meth:`Tensor.lane_shape`)."""
     s = tuple(int(d) for d in shape)
     if channels_last and len(s) == 4:
         return (s[0], 1, s[1] * s[2], s[3])
+    if channels_last and len(s) == 2:  # one row [B, K] taken out of a rank-3 tensor: as [B, 1, K] would
+        return (s[0], 1, 1, s[1])
     if len(s) == 0:
         return (1, 1, 1, 1)
     if len(s) == 1:

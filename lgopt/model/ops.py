@@ -106,8 +106,8 @@ RESHAPE_TYPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 def _slice_rule(attrs: Mapping[str, Any]) -> str:
-    if attrs.get("axis") not in (1, -1):
-        return "not on the channel axis alone nor on the last"
+    if attrs.get("axis") not in (1, -1, -2):  # channels, each row's last axis, or a rank-3 tensor's rows
+        return "not on the channel axis alone, the rows nor the last"
     if attrs.get("step", 1) != 1 or not 0 <= attrs.get("start", -1) < attrs.get("end", -1):
         return "with a step or an empty or reversed range"
     return ""
@@ -211,6 +211,10 @@ def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[i
         return "" if len(ranks) == 1 and ranks <= {3, 4} else "on the last axis of other than one rank 3 or 4"
     if spec.family is Family.CONCAT and attrs.get("axis") == -2:  # the rows of [B, M, K]
         return "" if ranks == {3} else "on the rows of other than rank-3 tensors"
+    if spec.family is Family.CHANNEL_SLICE and attrs.get("axis") == -2:  # rows of [B, M, K] out, [B, K] one row
+        ok = [len(s) for s in in_shapes] == [3] and len(out_shapes) == 1 and (
+            len(out_shapes[0]) == 3 or (len(out_shapes[0]) == 2 and attrs.get("end", 0) - attrs.get("start", 0) == 1))
+        return "" if ok else "on the rows of other than a rank-3 tensor"
     if spec.type == "ReduceMean":  # over H and W of a 4-D tensor (any rank out), or each row's last axis
         axes, r = tuple(sorted(attrs.get("axes", ()))), len(in_shapes[0]) if in_shapes else 0
         if r == 4 and axes == (2, 3):
@@ -270,7 +274,7 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
         why = _matmul_reason(attrs, in_shapes, out_shapes, has_filter)
     if why:
         return False, False, False, f"{op_type} {why}"
-    if op_type == "Concat" and attrs.get("axis") == -2:  # rows joined: a row window would cut the inputs unevenly
+    if op_type in ("Concat", "Slice") and attrs.get("axis") == -2:  # rows joined or cut: not H-sliced
         return True, False, True, ""
     if op_type == "ReduceMean":  # keeps the rows (may be H-sliced) when it reduces the last axis alone
         return True, tuple(sorted(attrs.get("axes", ()))) == (len(in_shapes[0]) - 1,), True, ""
@@ -310,7 +314,10 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
         for t in t4[1:]:
             parent[find(t)] = find(t4[0])
     bad_roots = {find(t) for t in bad}
-    return frozenset(t for t in parent if find(t) not in bad_roots)
+    # the [B, K] row a local row Slice takes out of a rank-3 tensor (ViT's class token): one row, held as one
+    rows = {op.outputs[0] for op in ops if op.local and _FAMILY.get(op.type) is Family.CHANNEL_SLICE
+            and op.attrs.get("axis") == -2 and len(shapes[op.outputs[0]]) == 2}
+    return frozenset(t for t in parent if find(t) not in bad_roots) | rows
 
 
 # --- backward windows ---------------------------------------------------------------------------
