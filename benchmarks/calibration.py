@@ -34,6 +34,7 @@ from lgopt.group.alloc import multi_start_allocate  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.io.tpumlir_cache import cast_operands, load_cache  # noqa: E402
+from lgopt.io.tpumlir_lowering import network_of  # noqa: E402
 from lgopt.strategies.tpumlir import GroupingInfeasible, build_groups, score  # noqa: E402
 
 CAL = ROOT.parent / "shared" / "calibration"
@@ -49,7 +50,7 @@ def run_one(net, chip, cache: str, exact: bool) -> tuple[str, str, float | None,
         return "infeasible", f"group {e.group_index}: {e.reason}", None, None
     except LgoptError as e:
         return "error", str(e), None, None
-    bad = verify_plan(net, plan)
+    bad = verify_plan(network_of(net, plan), plan)
     if bad:
         return "error", f"plan fails verification: {bad[0]}", None, None
     return "loaded", "", float(plan.cost["cycles"]), plan
@@ -60,6 +61,7 @@ def difference(net, chip, cache: str, plan, r) -> str:
     failed to allocate (``failed_group_pos``; the first searched group when it failed to cost one)."""
     info = plan.solver["tpu_mlir"]
     groups = load_cache(cache).groups
+    net = network_of(net, plan)
     if pd.isna(r.failed_group_pos):
         gi = next((k for k, g in enumerate(groups) if not any(g.secs)), None)
         if gi is None:

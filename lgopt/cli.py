@@ -308,6 +308,7 @@ RESERVE = 0.5  # seconds of a solve's time limit kept for what follows the searc
 def cmd_solve(args: argparse.Namespace) -> int:
     import time
 
+    from lgopt.io.tpumlir_lowering import network_of
     from lgopt.model.network import with_batch
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
     from lgopt.strategies.tpumlir import GroupingInfeasible
@@ -350,7 +351,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _clear_progress(progress)
         return keep.interrupted()
-    _print_solve(args, net, plan, extra, seconds)
+    _print_solve(args, network_of(net, plan), plan, extra, seconds)
     return 0
 
 
@@ -381,6 +382,10 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
         print(f"tpu-mlir: {extra['groups_scored']} of {extra['groups_in_cache']} cache groups built exactly, "
               f"{extra['ops_mapped']} ops mapped, {extra['casts_skipped']} inserted casts skipped, "
               f"{len(extra.get('fused', []))} lgopt ops folded into a TPU-MLIR op; cost model: {s['cost_model']}")
+        if extra.get("lowered"):
+            print(f"tpu-mlir: {len(extra['lowered'])} MatMul chains split into the column pieces the cache runs in "
+                  "different steps, as TPU-MLIR lowered them (lgopt.io.tpumlir_lowering; the plan is of the model "
+                  "so lowered, which verify, simulate and export rebuild from the cache it records)")
     sv = plan.solver
     if plan.strategy == "cpsat" and "value" in sv:
         print(f"cpsat: {sv.get('status', plan.status)} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, "
@@ -436,9 +441,11 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from lgopt.check.simulate import simulate
     from lgopt.io.planfile import load_plan
+    from lgopt.io.tpumlir_lowering import network_of
 
     plan = load_plan(args.plan)
-    net = _load_model(args, args.model)
+    model = _load_model(args, args.model)
+    net = network_of(model, plan)  # as the TPU-MLIR cache it was read from lowered it, where it split ops
     from lgopt.model.network import network_digest
 
     if plan.model_digest and plan.model_digest != network_digest(net):
@@ -446,7 +453,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     res = simulate(net, plan, args.seed)
     print(f"{res.summary()} ({time.perf_counter() - t0:.1f} s, seed {args.seed})")
-    if str(args.model).lower().endswith(".onnx"):
+    if net is not model:
+        print("the model as its TPU-MLIR cache lowered it (MatMul column pieces): not cross-checked with "
+              "onnxruntime, whose graph has no such pieces")
+    elif str(args.model).lower().endswith(".onnx"):
         from lgopt.check.simulate import check_with_onnxruntime
 
         verdict = check_with_onnxruntime(net, args.model, args.seed, _input_shapes(args.input_shape))
@@ -567,10 +577,11 @@ def cmd_chips(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from lgopt.io.exporters import export, get, write
     from lgopt.io.planfile import load_plan
+    from lgopt.io.tpumlir_lowering import network_of
 
     ex = get(args.format)
     plan = load_plan(args.plan)
-    net = _load_model(args, args.model)
+    net = network_of(_load_model(args, args.model), plan)
     opts = {"reference": args.reference, "base_groups": args.base_groups, "groups_only": args.groups_only or None,
             "edge_casts": args.edge_casts}
     if args.format == "tpu-mlir" and args.model.endswith(".onnx"):

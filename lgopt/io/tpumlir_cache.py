@@ -33,7 +33,7 @@ from lgopt.hw.chip import Chip
 from lgopt.io.jsonio import read_json
 from lgopt.model.network import Network, priority_order
 
-CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)$")
+CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)(_\d+)?$")  # `_<k>`: a piece's cast
 SECS = ("n", "c", "d", "h", "w")
 NOT_OPS = frozenset({"func.return"})  # listed among global layers, but no op
 
@@ -132,11 +132,16 @@ def tensor_aliases(net: Network) -> dict[str, str]:
     for op in net.ops:
         for t in op.outputs:
             out[t] = op.name
+        if any(src.startswith("tpu-mlir-lowered:") for src in op.sources):  # lgopt.io.tpumlir_lowering
+            out[op.name] = op.name  # named after the TPU-MLIR op it is
     return out
 
 
 def anchor(loc: str, aliases: dict[str, str]) -> str | None:
-    """The lgopt op a TPU-MLIR op name is named after: the longest ``_``-cut prefix that is a tensor."""
+    """The lgopt op a TPU-MLIR op name is named after: the op of that very name (one lgopt made for a TPU-MLIR
+    op, :mod:`lgopt.io.tpumlir_lowering`), else the longest ``_``-cut prefix that is a tensor."""
+    if loc in aliases:
+        return aliases[loc]
     i = len(loc)
     while True:
         i = loc.rfind("_", 0, i)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from lgopt.check.verify import CostFunctions, Violation, verify_plan
 from lgopt.group.cost import global_layer_cost, group_cost, lower_bound
+from lgopt.io.tpumlir_lowering import network_of
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 
@@ -18,5 +19,7 @@ def planner_costs() -> CostFunctions:
 
 
 def verify(net: Network, plan: Plan, stop_at_first: bool = False) -> list[Violation]:
-    """Every violation of ``plan``, its recorded costs included (empty when it holds)."""
-    return verify_plan(net, plan, stop_at_first, costs=planner_costs())
+    """Every violation of ``plan``, its recorded costs included (empty when it holds).  A plan read from a
+    TPU-MLIR cache that splits ops is checked against ``net`` lowered the same way (:func:`network_of`): the
+    network it was built on, rebuilt from the cache the plan records."""
+    return verify_plan(network_of(net, plan), plan, stop_at_first, costs=planner_costs())

@@ -31,6 +31,7 @@ from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache
+from lgopt.io.tpumlir_lowering import lower_like
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
@@ -68,6 +69,8 @@ class GroupResult:
 class Reading:
     cmap: CacheMap
     groups: tuple[GroupResult, ...]
+    net: Network  # what the groups are built on: the model, lowered like the cache where it splits ops
+    lowered: tuple[str, ...] = ()  # the ops split so (lgopt.io.tpumlir_lowering)
 
     @property
     def infeasible(self) -> list[GroupResult]:
@@ -200,6 +203,9 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
     """Every cache group built as given (or reported infeasible), without assembling a plan.
     Raises LgoptError for a bad cache."""
     cache = load_cache(cache_path)
+    lowered: tuple[str, ...] = ()
+    if exact:  # the ops the cache cuts into column pieces run in different steps, cut the same way
+        net, lowered = lower_like(net, cache)
     cm = map_cache(net, cache)
     out: list[GroupResult] = []
     for gi, g in enumerate(cache.groups):
@@ -256,7 +262,7 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             gp = with_cost(chip, net, gp)
         out.append(GroupResult(gi, tops, g.secs, n, h, max(1, w), searched, gp,
                                why, tuple(adjusted), tuple(peeled), f"group {gi}: {note}" if note else ""))
-    return Reading(cm, tuple(out))
+    return Reading(cm, tuple(out), net, lowered)
 
 
 def _steps(net: Network, cm: CacheMap, built: list[tuple[int, GroupPlan]]) -> tuple[tuple[str, Any], ...]:
@@ -311,6 +317,7 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
     bad = r.infeasible
     if bad:
         raise GroupingInfeasible(bad[0].index, bad[0].reason)
+    net = r.net
     built = [(g.index, g.plan) for g in r.groups if g.plan is not None]
     plan = assemble(net, chip, [gp for _, gp in built], "tpu-mlir", h_ratio=COMPILER_H_RATIO, bank_rule=st.bank_rule,
                     status="scored")
@@ -334,5 +341,6 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
         "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason],
         "fused": list(cm.fused), "split": {k: list(v) for k, v in cm.split.items()},
         "notes": list(cm.notes),
+        "lowered": list(r.lowered),
     }
     return replace(plan, solver={**plan.solver, "tpu_mlir": info}), info

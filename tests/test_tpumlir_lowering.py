@@ -1,0 +1,99 @@
+"""The network as TPU-MLIR lowered it for a cache (lgopt.io.tpumlir_lowering): an MLP's column pieces run in
+different steps become ops of their own, computing what the whole ops compute, and the plan of such a cache
+verifies and simulates on it."""
+
+import json
+
+import numpy as np
+from onnx_graphs import G
+
+from lgopt.check.simulate import _whole, make_inputs, make_weights, simulate
+from lgopt.check.verify import verify_plan
+from lgopt.hw.chip import get_chip
+from lgopt.io.onnx_import import import_onnx
+from lgopt.io.tpumlir_cache import load_cache
+from lgopt.io.tpumlir_lowering import lower_like, network_of
+from lgopt.report.verdict import verify
+from lgopt.strategies.tpumlir import score
+
+
+def _mlp(tmp_path):
+    """x [1, 8, 16] -> MatMul + bias -> GELU -> MatMul + bias, as torch exports a transformer's MLP."""
+    g = G((1, 8, 16), opset=20)
+    h = g.n("Add", [g.w([32]), g.n("MatMul", ["x", g.w([16, 32])])])
+    a = g.n("Gelu", [h])
+    y = g.n("Add", [g.w([16]), g.n("MatMul", [a, g.w([32, 16])])])
+    g.out(y)
+    path = tmp_path / "mlp.onnx"
+    import onnx
+
+    onnx.save(g.model(), str(path))
+    return import_onnx(path, dtype="f16"), h, a, y
+
+
+def _cache(tmp_path, h: str, a: str, y: str, grouped: tuple[int, ...]) -> str:
+    """A cache naming the pieces as TPU-MLIR 1.30 does on BM1684X (``<tensor>_<Type>_<k>``, the partial sums'
+    ``..._add_``), the GELU pieces ``grouped`` each in a group of its own, the rest global."""
+    order = [f"{h}_Add_1", f"{a}_GELU_1", f"{y}_Add_1", f"{h}_Add_0", f"{a}_GELU_0", f"{y}_Add_0", f"{y}_Add_1_add_"]
+    groups, globs = [], []
+    for i, loc in enumerate(order):
+        if i in grouped:
+            groups.append({"locs": [loc], "shape_secs": [1, 1, 1, 1, 1], "func_start_idx": i, "func_end_idx": i,
+                           "group_cost": 0})
+        else:
+            globs.append({"loc": loc, "func_idx": i})
+    p = tmp_path / "mlp.layer_group_cache.json"
+    p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": groups, "GlobalLayer": globs}}))
+    return str(p)
+
+
+def test_column_pieces_compute_what_the_whole_mlp_computes(tmp_path):
+    net, h, a, y = _mlp(tmp_path)
+    low, notes = lower_like(net, load_cache(_cache(tmp_path, h, a, y, (1, 4))))
+    assert len(notes) == 1 and [op.type for op in low.ops] == ["MatMul", "Gelu", "MatMul"] * 2 + ["Add"]
+    assert low.op(f"{y}_Add_1_add_").outputs == (y,) and set(low.outputs) == set(net.outputs)
+    # the pieces' weights cut from the whole ones: the same output, up to summation order
+    w = make_weights(net, 0)
+    first, second = (op for op in net.ops if op.type == "MatMul")
+    cut = {}
+    for op in low.ops:
+        for wt in op.weights:
+            base, _, tag = wt.name.partition("#")
+            arr = w[base]
+            if tag.startswith("cols"):
+                k = int(tag[4:])
+                cut[wt.name] = arr[..., 16 * k:16 * (k + 1)]
+            elif tag.startswith("rows"):
+                k = int(tag[4:])
+                cut[wt.name] = arr[16 * k:16 * (k + 1)]
+            else:
+                cut[wt.name] = arr
+    x = make_inputs(net, 0)
+
+    def run(n, weights):
+        vals = dict(x)
+        for op in n.ops:
+            vals[op.outputs[0]] = _whole(n, op, vals, weights)
+        return vals[y]
+
+    assert np.allclose(run(net, w), run(low, cut), rtol=1e-9, atol=1e-9)
+    assert first.name not in {op.name for op in low.ops} and second.name not in {op.name for op in low.ops}
+
+
+def test_a_cache_running_the_gelu_halves_in_two_groups_builds_verifies_and_simulates(tmp_path):
+    net, h, a, y = _mlp(tmp_path)
+    path = _cache(tmp_path, h, a, y, (1, 4))
+    plan, info = score(net, get_chip("bm1684x"), path)
+    low = network_of(net, plan)
+    assert info["lowered"] and [low.op(g.ops[0]).type for g in plan.groups] == ["Gelu", "Gelu"]
+    assert verify(net, plan) == [] and verify_plan(low, plan) == [] and verify_plan(net, plan)
+    assert simulate(low, plan).ok
+    # every piece in one group: nothing to lower, the whole ops are that group
+    one = tmp_path / "one.layer_group_cache.json"
+    d = json.loads(open(_cache(tmp_path, h, a, y, ())).read())
+    locs = [g["loc"] for g in sorted(d["subfunc_0"]["GlobalLayer"], key=lambda g: g["func_idx"])]
+    one.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [
+        {"locs": locs, "shape_secs": [1, 1, 1, 1, 1], "func_start_idx": 0, "func_end_idx": len(locs) - 1,
+         "group_cost": 0}], "GlobalLayer": []}}))
+    plan, info = score(net, get_chip("bm1684x"), str(one))
+    assert not info["lowered"] and network_of(net, plan) is net and verify_plan(net, plan) == []
