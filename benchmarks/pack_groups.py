@@ -192,7 +192,8 @@ def main() -> int:
                  "ms at most.")
     Path(f"{args.out}.md").write_text(
         "# The exact packer on lgopt's groups, before and after the search\n\n"
-        f"`python benchmarks/pack_groups.py --time-limit {args.time_limit:g} --repeat {args.repeat} --confirm {args.confirm}` (2 cores, "
+        f"`python benchmarks/pack_groups.py --time-limit {args.time_limit:g} --repeat {args.repeat} "
+        f"--confirm {args.confirm}` (2 cores, "
         f"shared; one CP-SAT worker; before and after in turn, the fastest of the repeats, and of {args.confirm} "
         "more of each where after looks slower).  Every group of the "
         "greedy plans of the bundled problems on bm1684x, bm1688 and cv181x, packed into the chip's LMEM, into "
