@@ -65,6 +65,17 @@ def _import(tmp_path, name, model):
     return path, import_onnx(path, dtype="f16")
 
 
+def _agrees_and_simulates(net, path, lmem: str = "2K") -> None:
+    """onnxruntime agrees with the numpy reference on every tensor, and a greedy plan on a chip of ``lmem`` a
+    lane verifies and simulates exactly."""
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": lmem}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+
+
 @pytest.mark.parametrize("build", [lambda: vit_block(tokens=20, dim=64, heads=4, mlp=128),
                                    lambda: llm_block(tokens=16, dim=64, heads=4, hidden=96)], ids=["vit", "llm"])
 def test_a_small_block_groups_verifies_slices_rows_and_simulates_like_onnxruntime(tmp_path, build):
@@ -152,12 +163,7 @@ def test_the_transformer_kernels_compute_what_onnxruntime_computes(tmp_path):
     g.out(g.n("MatMul", [seq_first, g.w([24, 8])]))
     path, net = _import(tmp_path, "kernels", g.model())
     assert all(op.local for op in net.ops), [op.reason for op in net.ops if not op.local]
-    verdict = check_with_onnxruntime(net, str(path))
-    if "not installed" in verdict:
-        pytest.skip(verdict)
-    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
-    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
-    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+    _agrees_and_simulates(net, path)
 
 
 def test_a_convnext_block_holds_its_channels_last_tensors_rows_on_lanes(tmp_path):
@@ -234,12 +240,7 @@ def test_torchs_layernorm_chain_and_a_linear_layers_bias_are_one_op_each_as_tpu_
     apart = import_onnx(path, dtype="f16", fuse=False)
     assert len(apart.ops) == 12
     for model in (net, apart):
-        verdict = check_with_onnxruntime(model, str(path))
-        if "not installed" in verdict:
-            pytest.skip(verdict)
-        assert verdict == f"the numpy reference agrees with onnxruntime on {len(model.ops)} tensors"
-        plan = greedy(model, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
-        assert verify_plan(model, plan) == [] and simulate(model, plan).ok
+        _agrees_and_simulates(model, path)
 
 
 def test_a_vit_patch_embedding_and_class_token_group_as_tpu_mlir_lowers_them(tmp_path):
@@ -281,9 +282,4 @@ def test_a_vit_patch_embedding_and_class_token_group_as_tpu_mlir_lowers_them(tmp
     row = net.ops[-1]
     assert row.type == "Slice" and (row.attrs["axis"], row.attrs["start"], row.attrs["end"]) == (-2, 0, 1)
     assert net.tensor(row.outputs[0]).shape == (1, 1, 1, 16) and net.tensor(row.outputs[0]).rows_on_lanes
-    verdict = check_with_onnxruntime(net, str(path))
-    if "not installed" in verdict:
-        pytest.skip(verdict)
-    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
-    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "1K"}), SearchSettings())
-    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+    _agrees_and_simulates(net, path, lmem="1K")
