@@ -95,7 +95,7 @@ def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
     return align_up(total, chip.eu_bytes) if total else 0
 
 
-def kernel_n_bytes(chip: Chip, t: Tensor, in_slice: tuple[int, int, int]) -> int:
+def kernel_n_bytes(chip: Chip, t: Tensor, in_slice: tuple[int, ...]) -> int:
     """Bytes per lane of the part of an input slice an elementwise kernel works on at once (TPU-MLIR's
     ``in_lmem_bytes / in_nslice``: one batch), which its work buffers are sized by.
 
@@ -103,7 +103,8 @@ def kernel_n_bytes(chip: Chip, t: Tensor, in_slice: tuple[int, int, int]) -> int
     98 x 32 on BM1688) is viewed by TPU-MLIR with its rows over N and the lanes (its codegen timeline slices
     them ``nslice=49, cslice=64``), so one "batch" is one row per lane; ViT's 197 tokens stay on the lanes
     as one batch (``nslice=1, cslice=197``)."""
-    n_len, h_len, w_len = in_slice
+    n_len, h_len = in_slice[0], in_slice[1]
+    w_len = in_slice[2] if len(in_slice) > 2 else None
     if t.rows_on_lanes and t.h % chip.npu_num == 0 and h_len >= chip.npu_num:
         return activation_bytes(chip, t, 1, chip.npu_num, w_len)
     return activation_bytes(chip, t, *in_slice) // max(1, n_len)
