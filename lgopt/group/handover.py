@@ -19,7 +19,9 @@ own (the decomposed optimiser evaluates intervals independently):
   offset in both groups; everything else of either group is packed below, so
   nothing shares a bank with it and the two packings need no coordination;
 * ``A`` skips the store when op ``b`` is the tensor's only reader and it is not
-  a network output (:func:`store_skipped`); otherwise only the reload is saved;
+  a network output (:func:`store_skipped`); otherwise only the reload is saved, and ``B`` may then not
+  hold every reader of the tensor (the store would serve nobody: the CP-SAT space leaves that pairing out,
+  :meth:`lgopt.strategies.cpsat.space.CandidateSpace.intervals`);
 * a group receives a tensor or hands one over, not both: both would claim the
   top of LMEM.  The one exception is a chain built with :func:`pin_below` (greedy's column-sliced groups,
   :mod:`lgopt.strategies.greedy`): the received tensors stay where the giver put them and the handed-over

@@ -134,11 +134,25 @@ class CandidateSpace:
                     if not any(self.fits(i, j)):
                         break  # no slicing of this run, or of any longer one, can pack
                     out.append((i, j, ""))
-                    if self.handover and self._can_keep(i):
+                    if self.handover and self._can_keep(i) and not self._receives_every_reader(i, j):
                         out.append((i, j, "in"))
                     if self.handover and self._can_keep(j + 1):
                         out.append((i, j, "out"))
         return out
+
+    def _receives_every_reader(self, i: int, j: int) -> bool:
+        """Whether ``[i, j]`` holds every reader of a tensor handed over at ``i`` that has readers besides op
+        ``i``.  The giver, evaluated on its own, stores such a tensor (another reader may need it from GMEM);
+        received by a group holding all its readers, that store would be traffic for nothing (the verifier
+        refuses it), so such a group is a candidate only without the hand-over."""
+        net = self.net
+        index = net.op_index
+        for t in handover(net, i):
+            if store_skipped(net, t, i) or t in net.outputs:
+                continue
+            if all(i <= index[c.name] <= j for c in net.consumers.get(t, ())):
+                return True
+        return False
 
     def _can_keep(self, b: int) -> bool:
         ts = handover(self.net, b)
