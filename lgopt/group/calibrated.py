@@ -239,20 +239,16 @@ class CalibratedModel:
         """The type's scale for the engine that bounds it (``Conv/tiu``: VGG's and UNet's big convs run at 1.04x
         their compute, ``Conv/gdma`` the transfer-bound ones of the mobile networks well above their bytes'
         time), else the type's own; with ``bound`` None the smaller of the two (a lower bound's)."""
-        local = self.constants(chip).glob_local
-        key = scale_key(net, op)
-        plain = local.get(key, 1.0)
+        local, key = self.constants(chip).glob_local, scale_key(net, op)
         if bound is None:
-            return min(local.get(f"{key}/tiu", plain), local.get(f"{key}/gdma", plain))
-        return local.get(f"{key}/{bound}", plain)
+            return min(_per_bound(local, key, "tiu", 1.0), _per_bound(local, key, "gdma", 1.0))
+        return _per_bound(local, key, bound, 1.0)
 
     def global_overhead(self, chip: Chip, net: Network, op: Op, bound: Bound) -> int:
         """Cycles a layer-group op type run as a global layer spends beside ``scale * max(compute, transfers)``
         (launch and the first and last tile's unhidden transfer: it decides the small layers of the mobile
         networks, not VGG's)."""
-        k = self.constants(chip)
-        key = scale_key(net, op)
-        return int(k.glob_local_a.get(f"{key}/{bound}", k.glob_local_a.get(key, 0.0)))
+        return int(_per_bound(self.constants(chip).glob_local_a, scale_key(net, op), bound, 0.0))
 
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         k = self.constants(chip)
@@ -262,6 +258,11 @@ class CalibratedModel:
         for nbytes, runs, point, kind in transfers:  # a group's run costs, streaming at the global kernels' rate
             total += _within_chip(chip, nbytes, replace(k.gdma[kind], bw=k.glob_bw).cycles(nbytes, max(1, runs), point))
         return total
+
+
+def _per_bound(table: dict[str, float], key: str, bound: str, default: float) -> float:
+    """A global layer's fitted constant for its type and bounding engine (``Conv/tiu``), else its type's."""
+    return table.get(f"{key}/{bound}", table.get(key, default))
 
 
 @lru_cache(maxsize=8)

@@ -731,13 +731,11 @@ class _Builder:
             return None
 
         def made_by(t: str, typ: str, const: float | None = None) -> int | None:
-            i = self.producer.get(t)
-            if i is None or not self.single_use(t):
-                return None
+            i = self._made_by(t, typ)
+            if i is None or const is None:
+                return i
             op = self.ops[i]
-            ok = op.type == typ and op.local and not op.fused and (
-                const is None or (len(op.inputs) == 1 and len(op.weights) == 1
-                                  and self._const_is(op.weights[0].name, const)))
+            ok = len(op.inputs) == 1 and len(op.weights) == 1 and self._const_is(op.weights[0].name, const)
             return i if ok else None
 
         mi = made_by(acts[0], "Mul")

@@ -36,6 +36,7 @@ from lgopt.model.network import Network, priority_order
 CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)(_\d+)?$")  # `_<k>`: a piece's cast
 SECS = ("n", "c", "d", "h", "w")
 NOT_OPS = frozenset({"func.return"})  # listed among global layers, but no op
+LOWERED = "tpu-mlir-lowered"  # source tag of an op lgopt.io.tpumlir_lowering made, named after a TPU-MLIR op
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def tensor_aliases(net: Network) -> dict[str, str]:
     for op in net.ops:
         for t in op.outputs:
             out[t] = op.name
-        if any(src.startswith("tpu-mlir-lowered:") for src in op.sources):  # lgopt.io.tpumlir_lowering
+        if any(src.startswith(f"{LOWERED}:") for src in op.sources):  # lgopt.io.tpumlir_lowering
             out[op.name] = op.name  # named after the TPU-MLIR op it is
     return out
 

@@ -25,12 +25,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from lgopt.io.tpumlir_cache import Cache, anchor, is_cast, load_cache, tensor_aliases
+from lgopt.io.tpumlir_cache import LOWERED, Cache, anchor, is_cast, load_cache, tensor_aliases
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, Op, Tensor, Weight, check_network, to_nchw
 
 PIECE = re.compile(r"_(\d+)(_add_)?$")
-LOWERED = "tpu-mlir-lowered"  # the source tag of an op lower_like made (named after a TPU-MLIR op)
 
 
 def _pieces(net: Network, cache: Cache) -> dict[str, list[tuple[str, int, bool, int]]]:
@@ -154,11 +153,10 @@ def _split_chain(net: Network, chain: list[Op], pieces: dict[str, list[tuple[str
         made.append(make(second, loc, (x,), p, ws, ()))  # a partial sum: its activation after the Add
         partials.append(p)
     bias = tuple(replace(w, role="const") for w in second.weights if w.role == "bias")
-    add = Op(add_loc, "Add", tuple(partials), second.outputs, bias, {}, second.fused, True, True, True,
-             (f"{LOWERED}:{add_loc}",) + second.sources, "")
     local, h, n, why = opsem.classify("Add", {}, [tensors[t].orig_shape for t in partials],
                                       [net.tensor(second.outputs[0]).orig_shape])
-    made.append(replace(add, local=local, h_split=h, n_split=n, reason=why))
+    made.append(Op(add_loc, "Add", tuple(partials), second.outputs, bias, {}, second.fused, local, h, n,
+                   (f"{LOWERED}:{add_loc}",) + second.sources, why))
     return made
 
 
