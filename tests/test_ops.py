@@ -140,7 +140,7 @@ def test_a_slice_is_local_on_the_channel_axis_or_within_each_row():
     s4 = (1, 8, 6, 6)
     assert classify("Slice", {"axis": 1, "start": 4, "end": 8, "step": 1}, [s4], [(1, 4, 6, 6)])[0]
     assert classify("Slice", {"axis": 2, "start": 0, "end": 3, "step": 1}, [s4], [(1, 8, 3, 6)])[3] == \
-        "Slice not on the channel axis alone, the rows nor the last"
+        "Slice not on the channel axis alone, the rows, the last axis nor the batches"
     assert classify("Slice", {"axis": -1, "start": 0, "end": 3, "step": 1}, [s4], [(1, 8, 6, 3)])[:2] == (True, True)
     assert "step" in classify("Slice", {"axis": 1, "start": 0, "end": 8, "step": 2}, [s4], [(1, 4, 6, 6)])[3]
 

@@ -79,7 +79,30 @@ def test_a_gather_of_a_run_of_constant_indices_is_a_local_slice(tmp_path, shape,
     assert simulate(net, plan).ok
 
 
-@pytest.mark.parametrize("idx", [[3, 1], 0])  # a permutation moves data; a scalar index drops the axis
+def test_a_gather_of_one_batch_is_a_local_batch_slice(tmp_path):
+    """ViT's attention takes Q, K and V out of one [3, T, 1, D] tensor with Gathers of a scalar index on axis 0
+    (TPU-MLIR's ``Gather_slice``, grouped): each batch lies over the lanes as the [T, 1, D] output does, so
+    the pick is a local batch Slice; its windows, kernel and verifier rule take batch ``start`` on."""
+    path, net = _gather(tmp_path, (3, 6, 1, 16), 0, 1)
+    op = net.op("gather")
+    assert (op.type, op.local, op.h_split, op.n_split) == ("Slice", True, False, False)
+    assert (op.attrs["axis"], op.attrs["start"], op.attrs["end"]) == (0, 1, 2)
+    assert net.tensor(op.outputs[0]).rows_on_lanes
+    msg = check_with_onnxruntime(net, str(path))
+    assert "agrees with onnxruntime" in msg or "not installed" in msg
+    plan = greedy(net, get_chip("bm1684x"))
+    assert verify(net, plan) == [] and plan.groups
+    assert plan.groups[0].windows["x"] == ((1, 2, 0, 1),)  # only the batch it takes is loaded
+    assert simulate(net, plan).ok
+
+
+def test_a_batch_slice_that_moves_data_between_lanes_stays_global(tmp_path):
+    _, net = _gather(tmp_path, (3, 6, 4, 16), 0, 1)  # [6, 4, 16] lies as 4 rows, not as 6 lanes of 4 x 16
+    op = net.op("gather")
+    assert not op.local and "changing how each batch lies over the lanes" in op.reason
+
+
+@pytest.mark.parametrize("idx", [[3, 1], 0])  # a permutation moves data; a scalar index of the last axis drops it
 def test_other_gathers_stay_global_with_the_reason(tmp_path, idx):
     _, net = _gather(tmp_path, (1, 16, 64), 2, idx)
     op = net.op("gather")

@@ -283,3 +283,37 @@ def test_a_vit_patch_embedding_and_class_token_group_as_tpu_mlir_lowers_them(tmp
     assert row.type == "Slice" and (row.attrs["axis"], row.attrs["start"], row.attrs["end"]) == (-2, 0, 1)
     assert net.tensor(row.outputs[0]).shape == (1, 1, 1, 16) and net.tensor(row.outputs[0]).rows_on_lanes
     _agrees_and_simulates(net, path, lmem="1K")
+
+
+def test_a_gemm_between_reshapes_of_a_sequence_is_a_local_row_matmul(tmp_path):
+    """torch's attention output projection: ``[S, 1, D] -> [S, D]``, a Gemm with a ``transB`` weight and a bias,
+    and back to ``[S, 1, D]``.  The Gemm is read as the row MatMul it computes (its filter [K, N], the ONNX
+    ``[N, K]`` transposed), the reshape after it is a view, and a greedy plan groups it with the residual Add and
+    LayerNorm after it; onnxruntime agrees, and the plan verifies and simulates.  A Gemm on a classifier's
+    ``[N, C]`` vectors stays global."""
+    import numpy as np
+    from onnx_graphs import G
+
+    g = G((6, 1, 16), opset=17)
+    flat = g.n("Reshape", ["x", g.w(None, np.array([6, 16], dtype=np.int64))])
+    y = g.n("Gemm", [flat, g.w([16, 16]), g.w([16])], transB=1)
+    rows = g.n("Reshape", [y, g.w(None, np.array([6, 1, 16], dtype=np.int64))])
+    g.out(g.n("LayerNormalization", [g.n("Add", [rows, "x"]), g.w([16]), g.w([16])], axis=-1))
+    path, net = _import(tmp_path, "outproj", g.model())
+    mm = next(op for op in net.ops if op.sources[0].startswith("Gemm"))
+    assert (mm.type, mm.local, mm.attrs.get("filter_transposed")) == ("MatMul", True, 1)
+    assert {w.role: w.shape for w in mm.weights} == {"filter": (16, 16), "bias": (1, 1, 16)}
+    assert net.tensor(mm.inputs[0]).shape == (1, 1, 6, 16) and net.tensor(mm.outputs[0]).rows_on_lanes
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert all(op.local for op in net.ops)  # the reshape to [S, D] is a view too, read as rows
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+    assert any(mm.name in gr.ops and any(net.op(o).type == "LayerNormalization" for o in gr.ops)
+               for gr in plan.groups)
+    g = G((2, 16), opset=17)
+    g.out(g.n("Gemm", ["x", g.w([8, 16]), g.w([8])], transB=1))
+    _, net = _import(tmp_path, "fc", g.model())
+    assert not net.ops[0].local and net.ops[0].type == "Gemm"

@@ -255,6 +255,10 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
     elif family is Family.RESIZE:
         y = resize(op, xs[0], a, b, out.h, out.w)
+    elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == 0:  # whole batches, re-folded as the output lies
+        whole, b0 = ins[0], op.attrs["start"] + n[0]
+        taken = replace(whole, data=whole.data[b0 - whole.n0:b0 - whole.n0 + n[1] - n[0]], n0=b0)
+        y = rows(taken, 0, whole.H, np.nan).reshape(n[1] - n[0], out.c, out.h, out.w)[:, :, a:b]
     elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -2:  # a run of rows (the input whole)
         y = rows(xs[0], 0, xs[0].H, np.nan)[:, :, op.attrs["start"]:op.attrs["end"]][:, :, a:b]
     elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -1:  # a run of each row's last axis

@@ -458,6 +458,9 @@ def check_with_onnxruntime(net: Network, model_path: str, seed: int = 0,
     model = onnx.load(model_path, load_external_data=False)
     weights = make_weights(net, seed)
     ours = {w.name for op in net.ops for w in op.weights}
+    # a Gemm read as a MatMul keeps lgopt's filter [K, N]; its ONNX initializer is stored [N, K]
+    transposed = {w.name for op in net.ops if op.attrs.get("filter_transposed") for w in op.weights
+                  if w.role == "filter"}
     bn_roles = {}
     for node in model.graph.node:
         if node.op_type == "BatchNormalization":
@@ -467,7 +470,9 @@ def check_with_onnxruntime(net: Network, model_path: str, seed: int = 0,
     inits = []
     for init in model.graph.initializer:
         dims = tuple(init.dims)
-        if init.name in ours:
+        if init.name in transposed:
+            arr = weights[init.name].T.reshape(dims)
+        elif init.name in ours:
             arr = weights[init.name].reshape(dims)
         elif init.name in bn_roles:  # a BatchNorm folded into its conv: make it the identity
             arr = {"scale": np.ones(dims), "bias": np.zeros(dims), "mean": np.zeros(dims),

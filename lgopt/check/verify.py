@@ -440,6 +440,8 @@ class Verifier:
                     rows = _receptive_rows(op, k, range(h0, h1), it.h, ot.h)
                     cols = _receptive_rows(op, k, range(c0, c1), it.w, ot.w, axis=1)
                     batches = {0} if it.n == 1 else set(range(n0, n1))
+                    if op.type == "Slice" and op.attrs.get("axis") == 0:  # the batches it takes, shifted
+                        batches = set(range(op.attrs["start"] + n0, op.attrs["start"] + n1))
                     w = g.windows[t][s]
                     x0, x1 = g.cols(t, s, it.w)
                     if not _contains((w[2], w[3]), rows):

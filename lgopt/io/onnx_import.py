@@ -257,6 +257,7 @@ class _Builder:
             self.uses[o.name] = self.uses.get(o.name, 0) + 1
         self.graph_outputs = {o.name for o in self.g.output}
         self.made_by = {o: n for n in self.g.node for o in n.output}  # tensor -> its node (for error messages)
+        self.row_gemms = self._row_gemms()
 
     def res(self, name: str) -> str:
         while name in self.alias:
@@ -282,6 +283,51 @@ class _Builder:
             raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown} after shape inference "
                              "(give static input shapes with --input-shape NAME=N,C,H,W)")
         return dims
+
+    def _row_gemms(self) -> frozenset[str]:
+        """Gemms that are a linear layer over the rows of a rank-3 sequence, their operands re-declared as rows.
+
+        torch exports ``nn.MultiheadAttention``'s output projection as ``Reshape [S, 1, D] -> [S, D]``, a
+        ``Gemm`` with a constant ``[D, D]`` weight, and ``Reshape [S, D] -> [S, 1, D]`` back.  As ``[S, D]`` the
+        Gemm's operands would fold like a classifier's ``[N, C]`` vectors (one batch per row, global); the
+        reshapes around it only say that the rows are the sequence's.  So the Gemm's input and output are read
+        with the rank-3 shape of the reshape after it, the Gemm becomes the row MatMul it computes (local, as
+        any linear layer of a transformer is) and the reshape after it the identity it then is.  Only when the
+        Gemm is plain (``transA`` 0, ``alpha``/``beta`` 1, constant ``B`` and bias), its input is a reshape used
+        once and every reader of its output reshapes it to ``[S, 1, D]`` or ``[1, S, D]``."""
+        readers: dict[str, list[onnx.NodeProto]] = {}
+        for n in self.g.node:
+            for i in n.input:
+                readers.setdefault(i, []).append(n)
+        found: set[str] = set()
+        for n in self.g.node:
+            if n.op_type != "Gemm" or len(n.input) < 2 or n.input[1] not in self.inits:
+                continue
+            if int(_attr(n, "transA", 0)) or float(_attr(n, "alpha", 1.0)) != 1.0 \
+                    or float(_attr(n, "beta", 1.0)) != 1.0 or len(self.inits[n.input[1]].dims) != 2:
+                continue
+            if len(n.input) > 2 and n.input[2] and (n.input[2] not in self.inits
+                                                    or len(self.inits[n.input[2]].dims) != 1):
+                continue
+            a, y = n.input[0], n.output[0]
+            made = self.made_by.get(a)
+            outs = readers.get(y, [])
+            a_dims, y_dims = self.info.get(a, (None, ""))[0], self.info.get(y, (None, ""))[0]
+            if made is None or made.op_type != "Reshape" or self.uses.get(a) != 1 or a in self.graph_outputs \
+                    or y in self.graph_outputs or not outs or a_dims is None or y_dims is None \
+                    or len(a_dims) != 2 or len(y_dims) != 2:
+                continue
+            targets = list({self.info.get(r.output[0], (None, ""))[0] for r in outs if r.op_type == "Reshape"})
+            m, k = a_dims
+            rows = {(m, 1, y_dims[1]), (1, m, y_dims[1])}
+            if len(outs) != self.uses.get(y, 0) or any(r.op_type != "Reshape" for r in outs) or len(targets) != 1 \
+                    or targets[0] not in rows:
+                continue
+            target = tuple(targets[0] or ())
+            self.info[a] = ((m, 1, k) if target[1] == 1 else (1, m, k), self.info[a][1])
+            self.info[y] = (target, self.info[y][1])
+            found.add(n.name or y)
+        return frozenset(found)
 
     def weight(self, name: str, role: str, rank: int = 0) -> Weight:
         """A constant operand; ``rank``: its shape right-aligned to that rank (ONNX broadcasting), so that it
@@ -419,6 +465,15 @@ class _Builder:
             weights = [self.weight(c, r) for c, r in zip(ins[1:5], ("scale", "bias", "mean", "var")) if c in self.inits]
             consts = []
             outs = outs[:1]
+        elif t == "Gemm" and (node.name or outs[0]) in self.row_gemms:  # a linear layer over rows (_row_gemms)
+            op_type = "MatMul"
+            f = self.weight(ins[1], "filter")
+            if int(_attr(node, "transB", 0)):  # stored [N, K]: lgopt's filter is [K, N], the check transposes
+                f = replace(f, shape=f.shape[::-1])
+                attrs = {"filter_transposed": 1}
+            weights = [f] + [self.weight(ins[2], "bias", len(self.shape(outs[0])))
+                             for _ in ins[2:3] if ins[2]]
+            consts = []
         elif t == "MatMul":
             if consts and (len(acts) != 1 or ins[0] != acts[0] or len(self.shape(consts[0])) != 2):
                 return _Global(acts, consts, outs, "MatMul with a constant operand other than a [K, N] weight")
@@ -450,8 +505,8 @@ class _Builder:
 
     def _gather_attrs(self, node: onnx.NodeProto, ins: list[str]) -> dict[str, Any] | None:
         """A Gather of constant indices that are one ascending run along its axis (``[4, 5, 6]``, negative ones
-        counted from the end), as Slice attributes; None for anything else (a scalar index drops the axis, a
-        permutation moves data)."""
+        counted from the end), as Slice attributes, and a scalar index of a rank-3 tensor's rows or of the batches
+        (the axis dropped); None for anything else (a permutation moves data)."""
         init = self.inits[ins[1]]
         dims = self.shape(ins[0])
         rank = len(dims)
@@ -461,6 +516,11 @@ class _Builder:
             # [B, K] output keeps lying as one row (TPU-MLIR's ``Gather_slice``, grouped with the last LayerNorm)
             i = int(numpy_helper.to_array(init)) % dims[1]
             return {"axis": -2, "start": i, "end": i + 1, "step": 1}
+        if _has_data(init) and len(init.dims) == 0 and axis == 0 and rank >= 2:
+            # one batch, the axis dropped (ViT's Q, K and V taken out of one [3, T, 1, D]): a batch Slice, local
+            # when the batch keeps lying over the lanes as it did (TPU-MLIR's ``Gather_slice``)
+            i = int(numpy_helper.to_array(init)) % dims[0]
+            return {"axis": 0, "start": i, "end": i + 1, "step": 1}
         if not _has_data(init) or len(init.dims) != 1:
             return None
         idx = [int(v) % dims[axis] for v in numpy_helper.to_array(init).reshape(-1)]

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from math import prod
 from typing import Any, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.io.jsonio import read_json
+from lgopt.model import ops as opsem
 from lgopt.model.network import Network, priority_order
 
 CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)(_\d+)?$")  # `_<k>`: a piece's cast
@@ -389,3 +391,69 @@ def check_secs(net: Network, chip: Chip, gi: int, secs: tuple[int, ...], ops: Se
     if prod > elems:
         raise LgoptError(f"{path}: group {gi}: shape_secs {list(secs)} make {prod} slices, more than the "
                          f"{elems} elements of the group's largest output")
+
+
+def flat_elementwise(net: Network, ops: Sequence[str]) -> bool:
+    """Whether TPU-MLIR runs this group flattened (``GROUP_SMALL_C`` on 4-D tensors, reference s1): every op
+    elementwise (an activation, or a binary op of equal shapes or with a scalar), every tensor 4-D, NCHW-style
+    and of one shape.  It views ``[n, c, h, w]`` as ``[n*c*h / lanes, lanes, w, 1]`` (``[n*c, h, w, 1]`` when
+    the lanes do not divide it), so its ``nsecs`` cut the rows of every channel and its ``hsecs`` the columns:
+    yolov5s's SiLU split off its conv (``1x64x160x160`` on BM1684X) compiles at ``[2, 1, 1, 15, 1]``, 30
+    slices of 80 x 64 x 11 elements, a half of H by a fifteenth of W in lgopt's terms."""
+    if not ops:
+        return False
+    shapes = set()
+    for o in ops:
+        op = net.op(o)
+        spec = opsem.OP_SPECS.get(op.type)
+        if spec is None or spec.family not in (opsem.Family.UNARY, opsem.Family.BINARY):
+            return False
+        if any(prod(w.shape) > 1 for w in op.weights):
+            return False
+        for t in op.inputs + op.outputs:
+            ten = net.tensor(t)
+            if ten.rows_on_lanes or len(ten.orig_shape or ten.shape) != 4:
+                return False
+            shapes.add(ten.shape)
+    return len(shapes) == 1
+
+
+def read_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int) -> tuple[tuple[int, int, int], str]:
+    """lgopt's (N, H, W) slice counts for a cache's ``nsecs, hsecs, wsecs`` on this group, and how they were
+    read when not literally ("" when they were).
+
+    TPU-MLIR's N is lgopt's N only where both see the same tensors.  A flattened elementwise group
+    (:func:`flat_elementwise`) cuts rows with ``nsecs`` beyond the batch and columns with ``hsecs``; a group
+    whose tensors lie rows on lanes (rank-3 ``[B, M, K]``, channels-last blocks) is viewed as ``[n*c, h, w,
+    1]``, so ``nsecs`` beyond the batch are row sections (ConvNeXt's ``1x56x56x96`` LayerNorm-MLP blocks on
+    BM1688 compile at ``nsecs=2``, each slice 1,568 of the 3,136 tokens).  Anything else is read literally;
+    the caller refuses an ``nsecs`` larger than lgopt's batch."""
+    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
+    outs = [net.tensor(t) for o in ops for t in net.op(o).outputs]
+    if flat_elementwise(net, ops) and (n > batch or h > 1) and n % min(n, batch) == 0:
+        rows, cols = max(1, n // batch), h * w
+        if rows <= min(t.h for t in outs) and cols <= min(t.w for t in outs):
+            return (min(n, batch), rows, cols), (f"TPU-MLIR flattens this elementwise group: nsecs={n} and "
+                                                  f"hsecs={h} read as n={min(n, batch)} h={rows} w={cols}")
+    tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
+    if n > batch and n % batch == 0 and tensors and all(net.tensor(t).rows_on_lanes for t in tensors):
+        rows = h * (n // batch)
+        if rows <= min(t.h for t in outs):
+            return (batch, rows, w), (f"nsecs={n} hsecs={h} slice the rows of a rows-on-lanes group (TPU-MLIR "
+                                      f"views them as N): run as n={batch} h={rows}")
+    return (n, h, w), ""
+
+
+def write_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int) -> list[int]:
+    """The ``shape_secs`` that make TPU-MLIR run lgopt's (N, H, W) slices of this group: :func:`read_secs`
+    inverted (a flattened elementwise group's rows go to ``nsecs``, its columns to ``hsecs``).
+
+    >>> from lgopt.model.network import Network, Op, Tensor
+    >>> t = {k: Tensor(k, (1, 64, 160, 160), "f16") for k in "xy"}
+    >>> net = Network("n", t, (Op("a", "Sigmoid", ("x",), ("y",)),), ("x",), ("y",))
+    >>> write_secs(net, ["a"], 1, 2, 15), read_secs(net, ["a"], 2, 15, 1)[0]
+    ([2, 1, 1, 15, 1], (1, 2, 15))
+    """
+    if flat_elementwise(net, ops):
+        return [n * h, 1, 1, w, 1]
+    return [n, 1, 1, h, w]

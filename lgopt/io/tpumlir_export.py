@@ -20,7 +20,8 @@ becomes the interval of TPU-MLIR's order from its first to its last op, with
   such casts in its own groups too (resnet18 ``[30-33]``).  Casts at the edges of the interval
   (before the group's first op or after its last) stay global layers, as TPU-MLIR's input cast does:
   they convert a tensor that crosses GMEM anyway, and it is always legal;
-* ``shape_secs`` = ``[n_slices, 1, 1, h_slices, w_slices]`` (lgopt slices N, H and W, never C or D);
+* ``shape_secs`` = ``[n_slices, 1, 1, h_slices, w_slices]`` (lgopt slices N, H and W, never C or D; a group
+  TPU-MLIR flattens writes its rows as ``nsecs`` and columns as ``hsecs``: ``tpumlir_cache.write_secs``);
 * ``index`` in load order over groups and global layers, ``func_start_idx``/``func_end_idx``,
   ``base_group_idx`` from the reference, ``group_cost`` 0 (the loader copies it and never uses it).
 
@@ -48,7 +49,7 @@ from typing import Any, Mapping, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json
-from lgopt.io.tpumlir_cache import anchor, is_cast, load_cache, map_cache, tensor_aliases
+from lgopt.io.tpumlir_cache import anchor, is_cast, load_cache, map_cache, tensor_aliases, write_secs
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 
@@ -355,7 +356,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
         base = span[0].base
         if base_groups is not None:
             base = next(i for i, (a, b) in enumerate(base_groups[subs[si]]) if a <= lo and hi <= b)
-        e = _entry(lo, [r.loc for r in span], [g.n_slices, 1, 1, g.h_slices, g.w_slices], base)
+        e = _entry(lo, [r.loc for r in span], write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices), base)
         groups.setdefault(si, []).append((lo, e))
     globs = {si: [(r.idx, r.loc) for r in ops if (si, r.idx) not in taken] for si, ops in ref_ops.items()}
     if any(g.kept_in or g.kept_out for g in plan.groups):
@@ -415,7 +416,7 @@ def _without_reference(plan: Plan, net: Network, onnx_model: str | Path | None
         if glob:
             raise LgoptError(f"cannot export plan group {k}: {glob[0]} ({net.op(glob[0]).type}) runs only as a "
                              "global layer")
-        secs = [g.n_slices, 1, 1, g.h_slices, g.w_slices]
+        secs = write_secs(net, ops, g.n_slices, g.h_slices, g.w_slices)
         groups.append((idx[ops[0]], _entry(idx[ops[0]], [names[o] for o in ops], secs, -1)))
         taken.update(ops)
     globs = [(idx[o], names[o]) for o in order if o not in taken]

@@ -32,7 +32,8 @@ class Family(Enum):
     BINARY = "binary"  # elementwise, two operands (one may broadcast)
     UNARY = "unary"  # elementwise activation
     RESHAPE = "reshape"  # a view: the same bytes in every lane, only the 4-D shape's H x W split changes
-    CHANNEL_SLICE = "channel_slice"  # a run of channels (ShuffleNet's split), or of each row's last axis (RoPE)
+    CHANNEL_SLICE = "channel_slice"  # a run of channels (ShuffleNet's split), of each row's last axis (RoPE), of
+    # a rank-3 tensor's rows (ViT's class token) or of whole batches (ViT's Q, K and V out of one [3, T, 1, D])
     MATMUL = "matmul"  # rows x [K, N] (a weight) or x a batch of [K, N] matrices: row m reads its own row of A
     ROWWISE = "rowwise"  # normalises each row over its last axis (Softmax, LayerNormalization): rows independent
 
@@ -106,8 +107,9 @@ RESHAPE_TYPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 def _slice_rule(attrs: Mapping[str, Any]) -> str:
-    if attrs.get("axis") not in (1, -1, -2):  # channels, each row's last axis, or a rank-3 tensor's rows
-        return "not on the channel axis alone, the rows nor the last"
+    # channels, each row's last axis, a rank-3 tensor's rows, or whole batches (ViT's Q/K/V out of [3, T, 1, D])
+    if attrs.get("axis") not in (0, 1, -1, -2):
+        return "not on the channel axis alone, the rows, the last axis nor the batches"
     if attrs.get("step", 1) != 1 or not 0 <= attrs.get("start", -1) < attrs.get("end", -1):
         return "with a step or an empty or reversed range"
     return ""
@@ -215,6 +217,10 @@ def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[i
         ok = [len(s) for s in in_shapes] == [3] and len(out_shapes) == 1 and (
             len(out_shapes[0]) == 3 or (len(out_shapes[0]) == 2 and attrs.get("end", 0) - attrs.get("start", 0) == 1))
         return "" if ok else "on the rows of other than a rank-3 tensor"
+    if spec.family is Family.CHANNEL_SLICE and attrs.get("axis") == 0:  # batches, each laid out as it was
+        want = (attrs.get("end", 0) - attrs.get("start", 0),) + lane_form(in_shapes[0])[1:] if in_shapes else ()
+        ok = len(in_shapes) == 1 and len(out_shapes) == 1 and lane_form(out_shapes[0]) == want
+        return "" if ok else "on the batches, changing how each batch lies over the lanes"
     if spec.type == "ReduceMean":  # over H and W of a 4-D tensor (any rank out), or each row's last axis
         axes, r = tuple(sorted(attrs.get("axes", ()))), len(in_shapes[0]) if in_shapes else 0
         if r == 4 and axes == (2, 3):
@@ -276,6 +282,8 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
         return False, False, False, f"{op_type} {why}"
     if op_type in ("Concat", "Slice") and attrs.get("axis") == -2:  # rows joined or cut: not H-sliced
         return True, False, True, ""
+    if op_type == "Slice" and attrs.get("axis") == 0:  # whole batches taken out: a group with it is not sliced
+        return True, False, False, ""
     if op_type == "ReduceMean":  # keeps the rows (may be H-sliced) when it reduces the last axis alone
         return True, tuple(sorted(attrs.get("axes", ()))) == (len(in_shapes[0]) - 1,), True, ""
     return True, spec.h_split, True, ""
@@ -444,9 +452,17 @@ def _backward_axis(op: Op, k: int, out: Window, in_size: int, out_size: int, axi
 
 
 def backward_n(op: Op, k: int, out: Window, in_n: int) -> Window:
-    """Batches of input ``k`` that output batches ``out`` need (identity, or a broadcast batch)."""
+    """Batches of input ``k`` that output batches ``out`` need (identity, a broadcast batch, or the batches a
+    batch Slice takes).
+
+    >>> backward_n(Op("q", "Slice", ("qkv",), ("q",), attrs={"axis": 0, "start": 1, "end": 2}), 0, (0, 1), 3)
+    (1, 2)
+    """
     if out[0] >= out[1]:
         return (0, 0)
+    if op.type == "Slice" and op.attrs.get("axis") == 0:
+        start = op.attrs["start"]
+        return (start + out[0], start + out[1])
     if in_n == 1:
         return (0, 1)
     return out

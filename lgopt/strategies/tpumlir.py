@@ -30,7 +30,7 @@ from lgopt.group.build import assemble, n_unit, try_group
 from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
-from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache
+from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache, read_secs
 from lgopt.io.tpumlir_lowering import lower_like
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
@@ -62,7 +62,7 @@ class GroupResult:
     reason: str = ""  # why not, when plan is None and ops is not empty
     adjusted: tuple[str, ...] = ()
     peeled: tuple[str, ...] = ()  # ops run as global layers next to the group (exact=False only)
-    read_as: str = ""  # how slice counts were read when not literally (nsecs on a rows-on-lanes group's rows)
+    read_as: str = ""  # how slice counts were read when not literally (lgopt.io.tpumlir_cache.read_secs)
 
 
 @dataclass(frozen=True)
@@ -137,16 +137,11 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     n, c, d, h, w = secs
     if c > 1 or d > 1:
         return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, H and W, not C or D", ""
-    note = ""
+    (n, h, w), note = read_secs(net, ops, n, h, w)
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
     if n > batch:
-        rows = rows_as_n(net, ops, n, h)
-        if rows is None:
-            return None, (n, h, w), (f"shape_secs {list(secs)}: nsecs={n} but lgopt's N of this group is {batch} "
-                                     "(TPU-MLIR slices a dimension lgopt folds elsewhere)"), ""
-        n, h = rows
-        note = (f"shape_secs {list(secs)} slice the rows of a rows-on-lanes group (TPU-MLIR views them as N): "
-                f"run as n={n} h={h}")
+        return None, (n, h, w), (f"shape_secs {list(secs)}: nsecs={n} but lgopt's N of this group is {batch} "
+                                 "(TPU-MLIR slices a dimension lgopt folds elsewhere)"), ""
     (h, w), why = compiled_sections(net, ops, h, w)
     gp = None
     if not why:
@@ -155,28 +150,6 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     if gp is None:
         why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
     return gp, (n, h, w), why, note
-
-
-def rows_as_n(net: Network, ops: tuple[str, ...], n: int, h: int) -> tuple[int, int] | None:
-    """lgopt's (N, H) slice counts for ``nsecs=n, hsecs=h`` on a group whose tensors all lie rows on lanes
-    (rank-3 ``[B, M, K]`` and channels-last blocks, :attr:`~lgopt.model.network.Tensor.rows_on_lanes`), or
-    None when the counts do not read so.
-
-    TPU-MLIR runs such a group as ``GROUP_SMALL_C`` (reference s1): it views ``[n, c, h, w]`` as
-    ``[n*c, h, w, 1]``, so its N holds the batch and the outer rows (ConvNeXt's ``1x56x56x96`` LayerNorm-MLP
-    blocks on BM1688 compile at ``nsecs=2``, each slice 1,568 of the 3,136 tokens).  lgopt folds those rows
-    into H, so ``nsecs`` sections beyond the batch are row sections: ``n = batch`` and ``h = nsecs / batch *
-    hsecs``, when ``nsecs`` is a multiple of the batch and the rows divide into that many sections."""
-    tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
-    if not tensors or not all(net.tensor(t).rows_on_lanes for t in tensors):
-        return None
-    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
-    if n % batch:
-        return None
-    rows = h * (n // batch)
-    if rows > min(net.tensor(t).h for o in ops for t in net.op(o).outputs):
-        return None
-    return batch, rows
 
 
 def compiled_sections(net: Network, ops: tuple[str, ...], h: int, w: int) -> tuple[tuple[int, int], str]:
@@ -337,7 +310,7 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
                      "the empty sections of outputs with fewer rows or columns" for g in r.groups
                      if g.plan is not None and not g.searched and not g.read_as
                      and (g.h_slices, g.w_slices) != (g.secs[3], g.secs[4])],
-        "rows_as_n": [g.read_as for g in r.groups if g.read_as],
+        "read_as": [g.read_as for g in r.groups if g.read_as],
         "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason],
         "fused": list(cm.fused), "split": {k: list(v) for k, v in cm.split.items()},
         "notes": list(cm.notes),
