@@ -74,6 +74,19 @@ def test_three_stage_pipeline_shape():
     assert (buf["t1"].start, buf["t1"].end) == (1, 2)
 
 
+def test_a_group_output_read_inside_the_group_is_stored_the_row_after_its_producer():
+    """TPU-MLIR's nearest assignment stores a group output one row after it is produced, also when an op of
+    that row reads it (reference s4.1): t2 (read by op3 in T3) is stored in T3, not pushed into the next slice's
+    first row, so it is not live across the wrap."""
+    net = _chain("crrc")
+    net = check_network(Network("chain", net.tensors, net.ops, ("x",), ("t2", "t3")))
+    g = schedule(net, CHIP, [op.name for op in net.ops], 1, 2)
+    stores = {t.name: (r, t.stage) for r, row in enumerate(g.rows) for t in row.stores}
+    assert stores == {"t2": (3, 1), "t3": (0, 2)}
+    buf = {b.name: b for b in g.buffers}
+    assert (buf["t2"].start, buf["t2"].end) == (2, 3)
+
+
 def test_single_op_group_gets_a_tail_row():
     net = _chain("c")
     g = schedule(net, CHIP, ["op0"], 1, 2)

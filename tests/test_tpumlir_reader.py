@@ -126,6 +126,22 @@ def test_calibration_sample(model, chip, variant):
         check(net, chip, path, exact)
 
 
+@pytest.mark.parametrize("model,chip,variant", [
+    ("vit_b_16", "bm1684x", "opt1"),  # the attention's Q/K/V picks: batch Slices
+    ("yolov5s_like", "bm1684x", "v03_split"),  # a flattened SiLU: nsecs=2 cuts rows, hsecs=15 columns
+    ("resnet50", "bm1688", "v01_split"),  # packs only with the downsample conv in TPU-MLIR's place
+    ("resnet50", "bm1688", "v12_merge"),  # 144 bytes over with the stores pushed past their readers
+    ("yolov5s_like", "bm1688", "v12_merge")])  # needs both: TPU-MLIR's op order and its store rows
+def test_groupings_that_once_did_not_load_build_exactly(model, chip, variant):
+    """Each built exactly (no group adjusted), verified, with every compiled calibration grouping."""
+    net = cal_net(model)
+    plan, info = score(net, get_chip(chip), cal_cache(model, chip, variant))
+    assert verify_plan(network_of(net, plan), plan) == [] and info["adjusted"] == []
+    if variant == "v03_split":
+        assert any("flattens this elementwise group" in r for r in info["read_as"])
+        assert any(g.h_slices == 2 and g.w_slices == 15 for g in plan.groups)
+
+
 def test_fused_conv_pair_mapped_and_ordered():
     """TPU-MLIR folds mobilenet_v2's linear 1x1 conv into the next block's 1x1 conv: one op, two of lgopt's;
     both land in the same group and the plan runs in TPU-MLIR's order."""

@@ -71,15 +71,17 @@ def _breadth_first_ops(net: Network, ops: tuple[str, ...]) -> list[str]:
 
 def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], num_rows: int
                   ) -> dict[str, tuple[int, int]] | None:
-    """Store row and stage per group output; None when a wrap needs one more row."""
-    users = {t: {i for i, o in enumerate(ops) if t in net.op(o).inputs} for t in outputs}
+    """Store row and stage per group output; None when a wrap needs one more row.
+
+    Each store goes one row after its producer, as TPU-MLIR's nearest assignment puts it (reference s4.1),
+    also when an op of that row reads the tensor (the store and the op only read the buffer): yolov5s's
+    ``Concat_1`` on BM1688, stored in the row of the conv that reads it, is not live into the next slice's
+    first row, which its group's allocation needs."""
     prod = {t: i for i, o in enumerate(ops) for t in net.op(o).outputs}
     placed: dict[str, tuple[int, int]] = {}
     for t in outputs:
         j = prod[t]
         r = j + 1
-        while r < len(ops) and r in users[t]:
-            r += 1
         if r < num_rows:
             placed[t] = (r, 1)
         else:

@@ -32,7 +32,7 @@ from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache, read_secs
 from lgopt.io.tpumlir_lowering import lower_like
-from lgopt.model.network import Network
+from lgopt.model.network import Network, reorder
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
 
@@ -180,6 +180,9 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
     if exact:  # the ops the cache cuts into column pieces run in different steps, cut the same way
         net, lowered = lower_like(net, cache)
     cm = map_cache(net, cache)
+    # each group's ops run in TPU-MLIR's order (its timestep table follows it: resnet50's downsample conv runs
+    # before the block's first conv, which decides whether a bm1688 group packs); plans keep the given network
+    onet = reorder(net, list(cm.order))
     out: list[GroupResult] = []
     for gi, g in enumerate(cache.groups):
         ops = list(cm.group_ops[gi])
@@ -225,11 +228,12 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             continue
         f32 = _f32_copies(net, tops, g.locs)
         note = ""
+        run = tuple(sorted(tops, key=onet.op_index.__getitem__))
         if not any(g.secs):
-            gp, n, h, why = _search(net, chip, tops, st, f32)
+            gp, n, h, why = _search(onet, chip, run, st, f32)
             w, searched = 1, True
         else:
-            gp, (n, h, w), why, note = _build_fixed(net, chip, tops, g.secs, st, f32)
+            gp, (n, h, w), why, note = _build_fixed(onet, chip, run, g.secs, st, f32)
             searched = False
         if gp is not None:
             gp = with_cost(chip, net, gp)
