@@ -390,6 +390,8 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
     if plan.strategy == "cpsat" and "value" in sv:
         print(f"cpsat: {sv.get('status', plan.status)} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, "
               f"best bound {sv['bound']:,}, gap {100 * sv['gap']:.2f}% over {sv.get('space', 'the candidate space')}")
+        if sv.get("outside_space"):
+            print(f"cpsat: {sv['outside_space']}")
     if sv.get("judge"):
         j = sv["judge"]
         ref = j.get("reference_measured_cycles")

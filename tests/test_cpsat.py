@@ -222,3 +222,30 @@ def test_a_group_holding_every_reader_of_a_handed_over_tensor_does_not_receive_i
     keys = set(space.intervals())
     assert (b, last, "in") not in keys and (b, last, "") in keys
     assert any(k[0] == b and k[2] == "in" and k[1] < last for k in keys)  # fewer readers: received still
+
+
+def test_a_greedy_warm_start_with_a_hand_over_chain_keeps_each_group_once():
+    """llm_mlp / BM1684X with the calibrated model: greedy chains three groups in LMEM (the middle one receives
+    the normalised input and hands the SwiGLU product on), a plan outside cpsat's space (a group there receives
+    or hands over, not both).  The steps cpsat gives its warm start run each group once, the chain back to back,
+    and the plan it returns says the warm start is outside the space when it beats the space's bound."""
+    from dataclasses import replace
+
+    from lgopt.strategies.cpsat.optimise import _topo_steps
+    from lgopt.strategies.settings import SearchSettings
+
+    net = load_problem(PROBLEMS / "llm_mlp.json")
+    chip = get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"})
+    base = greedy(net, chip)
+    middle = [k for k, g in enumerate(base.groups) if g.kept_in and g.kept_out]
+    assert middle
+    steps = _topo_steps(net, base)
+    groups = [v for kind, v in steps if kind == "group"]
+    assert sorted(groups) == list(range(len(base.groups)))
+    k = groups.index(middle[0])
+    assert groups[k - 1] == middle[0] - 1 and groups[k + 1] == middle[0] + 1
+    assert verify_plan(net, replace(base, steps=steps)) == []
+    plan = optimise(net, chip, SearchSettings(), CpsatSettings(time_limit=10, workers=2))
+    assert verify_plan(net, plan) == []
+    if plan.solver["value"] < plan.solver["bound"]:
+        assert "outside the searched space" in plan.solver["outside_space"]

@@ -98,11 +98,16 @@ def _topo_steps(net: Network, plan: Plan) -> tuple[tuple[str, object], ...]:
     owner = {}
     group_of = {o: k for k, g in enumerate(plan.groups) for o in g.ops}
     hands_to = {group_of[net.producer[g.kept_in[0]].name]: k for k, g in enumerate(plan.groups) if g.kept_in}
-    receiver = set(hands_to.values())
-    for k, g in enumerate(plan.groups):  # a group that receives in LMEM runs right after its giver: one node
-        giver = next((a for a, r in hands_to.items() if r == k), k) if k in receiver else k
+    given_by = {r: a for a, r in hands_to.items()}
+
+    def root(k: int) -> int:  # the first group of a hand-over chain (a middle group both receives and gives)
+        while k in given_by:
+            k = given_by[k]
+        return k
+
+    for k, g in enumerate(plan.groups):  # a chain of groups meeting in LMEM runs back to back: one node
         for o in g.ops:
-            owner[o] = ("group", giver)
+            owner[o] = ("group", root(k))
     for kind, v in plan.steps:
         if kind == "global":
             owner[v] = ("global", v)
@@ -116,8 +121,10 @@ def _topo_steps(net: Network, plan: Plan) -> tuple[tuple[str, object], ...]:
     steps: list[tuple[str, object]] = []
     for s in nx.lexicographical_topological_sort(dag, key=lambda s: first[s]):
         steps.append(s)
-        if s[0] == "group" and s[1] in hands_to:
-            steps.append(("group", hands_to[s[1]]))
+        k = s[1]
+        while s[0] == "group" and k in hands_to:
+            k = hands_to[k]
+            steps.append(("group", k))
     return tuple(steps)
 
 

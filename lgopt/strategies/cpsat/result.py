@@ -24,6 +24,9 @@ def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, 
     if value > objective_value(base.cost, st.objective):  # never worse than greedy
         plan, value = base, objective_value(base.cost, st.objective)
         status = "feasible" if status == "optimal" else status
+        if value < bound:  # greedy reaches plans the space leaves out (a group both receiving and handing over)
+            extra = {**extra, "outside_space": (f"the plan is the greedy one cpsat started from, outside the searched "
+                                                f"space and {100 * (1 - value / bound):.2f}% below its best bound")}
     gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
     if status == "optimal" and gap > 1e-9:  # a gap left when time ran out is the time limit's doing
         status = "time_limit" if budget.expired() else "feasible"
