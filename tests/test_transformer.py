@@ -317,3 +317,30 @@ def test_a_gemm_between_reshapes_of_a_sequence_is_a_local_row_matmul(tmp_path):
     g.out(g.n("Gemm", ["x", g.w([8, 16]), g.w([8])], transB=1))
     _, net = _import(tmp_path, "fc", g.model())
     assert not net.ops[0].local and net.ops[0].type == "Gemm"
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 6, 8), (2, 4, 8, 8)], ids=["oblong", "square"])
+def test_a_transpose_of_each_lanes_planes_is_local(tmp_path, shape):
+    """The attention's K transposed (``perm [0, 1, 3, 2]`` of ``[B, heads, T, D]``): each lane keeps its channels
+    and transposes their planes, so it runs in a group (not H-sliced: output rows are input columns).  Its kernel
+    agrees with onnxruntime and a greedy plan on a small chip verifies and simulates; a square plane, whose rows
+    and columns have the same count, reads its input whole all the same."""
+    from onnx_graphs import G
+
+    g = G(shape, opset=17)
+    g.out(g.n("Sigmoid", [g.n("Transpose", ["x"], perm=[0, 1, 3, 2])]))
+    path, net = _import(tmp_path, "kt", g.model())
+    tr = net.ops[0]
+    assert (tr.type, tr.local, tr.h_split, tr.n_split) == ("Transpose", True, False, True)
+    verdict = check_with_onnxruntime(net, str(path))
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
+    for lmem in ("64K", "1K"):
+        plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": lmem}), SearchSettings())
+        assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+        assert any(tr.name in gr.ops for gr in plan.groups)
+    g = G((1, 4, 6, 8), opset=17)
+    g.out(g.n("Transpose", ["x"], perm=[0, 2, 1, 3]))  # heads and rows swapped: across the lanes
+    _, net = _import(tmp_path, "heads", g.model())
+    assert not net.ops[0].local and "between lanes" in net.ops[0].reason

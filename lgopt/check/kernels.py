@@ -265,6 +265,8 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = rows(xs[0], a, b, np.nan)[..., op.attrs["start"]:op.attrs["end"]]
     elif family is Family.CHANNEL_SLICE:
         y = rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
+    elif t == "Transpose" and tuple(op.attrs.get("perm", ()))[-2:] == (3, 2):  # each lane's planes transposed
+        y = rows(xs[0], 0, xs[0].H, np.nan).transpose(0, 1, 3, 2)[:, :, a:b]
     elif family is Family.RESHAPE:  # a view: the rows re-split when the shape changes (then never H-sliced)
         src = xs[0]
         y = rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, out.c, out.w) \

@@ -64,7 +64,7 @@ GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
 
 
 ROW_NORMALISERS = ("Softmax", "LayerNormalization")  # every output column reads every column of its row
-VIEW_TYPES = RESHAPE_TYPES + ("Transpose",)  # a Transpose is local only when it moves no axis longer than 1
+VIEW_TYPES = RESHAPE_TYPES + ("Transpose",)  # a local Transpose moves no axis longer than 1, or swaps H and W
 
 
 def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: int = 0) -> set[int]:
@@ -87,6 +87,7 @@ def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: in
     elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") and in_h == out_h:  # reduces each row's W
         need.update(rows)
     elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") or (t in VIEW_TYPES and in_h != out_h) \
+            or (t == "Transpose" and tuple(a.get("perm", ()))[-2:] == (3, 2)) \
             or (t in ROW_NORMALISERS and axis == 1) \
             or (t == "MatMul" and (k == 1 or axis == 1)):  # B's rows and A's columns are the contracted K
         need.update(range(in_h)) if len(rows) else None

@@ -93,12 +93,29 @@ def _last_axis_rule(attrs: Mapping[str, Any]) -> str:
     return "not over the last axis alone" if attrs.get("axis") != -1 else ""
 
 
+def lane_permute(attrs: Mapping[str, Any]) -> bool:
+    """Whether a Transpose swaps the last two axes of a rank-4 ``[N, C, H, W]`` tensor, both longer than 1:
+    each lane keeps its channels and transposes their H x W planes in place (the attention's K transposed,
+    ``[1, 12, 197, 64] -> [1, 12, 64, 197]``), a copy on the vector unit, no data crossing lanes.
+
+    >>> lane_permute({"perm": (0, 1, 3, 2), "in_dims": (1, 12, 197, 64)})
+    True
+    >>> lane_permute({"perm": (0, 2, 1, 3), "in_dims": (1, 12, 197, 64)})
+    False
+    """
+    dims = tuple(attrs.get("in_dims", ()))
+    return tuple(attrs.get("perm", ())) == (0, 1, 3, 2) and len(dims) == 4 and min(dims[2:]) > 1
+
+
 def _transpose_rule(attrs: Mapping[str, Any]) -> str:
     """A permutation is layout-only when the axes it moves are all of size 1 (the others keep their order):
-    then it is a reshape, judged as one.  ``in_dims`` is the input's shape (the importer records it)."""
+    then it is a reshape, judged as one; or a lane permute (:func:`lane_permute`).  ``in_dims`` is the
+    input's shape (the importer records it)."""
     perm, dims = tuple(attrs.get("perm", ())), tuple(attrs.get("in_dims", ()))
     if len(perm) != len(dims):
         return "without its permutation"
+    if lane_permute(attrs):
+        return ""
     kept = [p for p in perm if dims[p] != 1]
     return "" if kept == sorted(kept) else "permutes axes (moves data between lanes)"
 
@@ -270,6 +287,8 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
     if spec.family is Family.RESHAPE:  # judged on its layout in LMEM
         if len(in_shapes) != 1 or len(out_shapes) != 1:
             return False, False, False, f"{op_type} with {len(in_shapes)} data inputs"
+        if op_type == "Transpose" and lane_permute(attrs):  # rows become columns: a group with it is not H-sliced
+            return True, False, True, ""
         why = why or reshape_is_view(in_shapes[0], out_shapes[0])
         if not why:  # H may be sliced when the view keeps it, lying the same way (then it keeps W too)
             a, b = in_shapes[0], out_shapes[0]
@@ -435,8 +454,8 @@ def _backward_axis(op: Op, k: int, out: Window, in_size: int, out_size: int, axi
         return (0, in_size)
     if family is Family.MATMUL and (k == 1 or axis == 1):  # B's rows are the contracted K; A's columns are K
         return (0, in_size)
-    if family is Family.RESHAPE and in_size != out_size:  # a view that re-splits H x W: only whole (never sliced)
-        return (0, in_size)
+    if family is Family.RESHAPE and (in_size != out_size or (op.type == "Transpose" and lane_permute(a))):
+        return (0, in_size)  # a view that re-splits H x W, or rows turned into columns: only whole (never sliced)
     if family is Family.RESIZE:
         coord = a.get("coord_h", a.get("coord")) if axis == 0 else a.get("coord")
         lo, _ = resize_source(out[0], in_size, out_size, {**a, "coord": coord})
