@@ -105,7 +105,8 @@ def test_nothing_grouped_says_so_and_why(capsys, tmp_path):
     f.write_text(json.dumps(d))
     code, out, err = run(capsys, "solve", str(f), "--strategy", "cpsat", "--time-limit", "5")
     assert code == 0, err
-    assert "nothing grouped: all 1 ops run as global layers:\n     1 Gemm is not a layer-group op" in out
+    assert ("nothing grouped: all 1 ops run as global layers:\n"
+            "     1 Gemm on rank-2 [N, C] vectors runs as a global layer, as in TPU-MLIR") in out
 
 
 # --- impossible networks ---------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def test_rules_and_ranks_make_an_op_global_with_a_reason():
     assert classify("Conv", {}, [(1, 8, 36)], [(1, 8, 36)])[3] == "Conv on non-4-D tensors"
     assert classify("Relu", {}, [(1, 2, 8, 6, 6)], [(1, 2, 8, 6, 6)])[3] == "Relu on rank-5 tensors (rank 3, 4 only)"
     assert classify("Relu", {}, [(1, 4096)], [(1, 4096)])[3] == "Relu on rank-2 tensors (rank 3, 4 only)"
-    assert classify("Gemm", {}, [s4], [s4])[3] == "Gemm is not a layer-group op"
+    assert classify("Gemm", {}, [s4], [s4])[3] == "Gemm on rank-2 [N, C] vectors runs as a global layer, as in TPU-MLIR"
     assert classify("ReduceMean", {"axes": (1,)}, [s4], [s4])[3] == \
         "ReduceMean not over H and W, nor over the last axis with keepdims"
     assert classify("ReduceMean", {"axes": (2, 3)}, [s4], [(1, 8)])[:3] == (True, False, True)  # keepdims=0

@@ -372,7 +372,7 @@ class _Builder:
         if isinstance(form, _Global):
             return self._global(node, name, form.acts, form.consts, form.outs, form.reason)
         if form.op_type not in opsem.LOCAL_TYPES:  # Upsample is a Resize, a run-of-indices Gather a Slice
-            return self._global(node, name, form.acts, form.consts, form.outs, f"{t} is not a layer-group op")
+            return self._global(node, name, form.acts, form.consts, form.outs, opsem.global_type_reason(t))
         local, h_split, n_split, reason = opsem.classify(form.op_type, form.attrs, [self.shape(a) for a in form.acts],
                                                          [self.shape(o) for o in form.outs],
                                                          any(w.role == "filter" for w in form.weights))

@@ -270,6 +270,20 @@ def _matmul_reason(attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]], o
     return ""
 
 
+# why a type lgopt never groups is global, where more can be said than that (a Gemm between reshapes of a
+# sequence's rows is imported as the row MatMul it is: lgopt.io.onnx_import's _row_gemms)
+GLOBAL_TYPE_REASONS = {"Gemm": "Gemm on rank-2 [N, C] vectors runs as a global layer, as in TPU-MLIR"}
+
+
+def global_type_reason(op_type: str) -> str:
+    """Why an op of a type that has no local form runs as a global layer.
+
+    >>> global_type_reason("NonMaxSuppression")
+    'NonMaxSuppression is not a layer-group op'
+    """
+    return GLOBAL_TYPE_REASONS.get(op_type, f"{op_type} is not a layer-group op")
+
+
 def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]],
              out_shapes: list[tuple[int, ...]], has_filter: bool = False) -> tuple[bool, bool, bool, str]:
     """(local, h_split, n_split, reason-if-global) for an op of this type and attributes on operands of
@@ -282,7 +296,7 @@ def classify(op_type: str, attrs: Mapping[str, Any], in_shapes: list[tuple[int, 
     """
     spec = OP_SPECS.get(op_type)
     if spec is None:
-        return False, False, False, f"{op_type} is not a layer-group op"
+        return False, False, False, global_type_reason(op_type)
     why = spec.rule(attrs) if spec.rule is not None else ""
     if spec.family is Family.RESHAPE:  # judged on its layout in LMEM
         if len(in_shapes) != 1 or len(out_shapes) != 1:

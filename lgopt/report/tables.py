@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from lgopt.hw.chip import changes, chip_from_dict
+from lgopt.model import ops as opsem
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 
@@ -79,7 +80,7 @@ def global_reasons(net: Network, plan: Plan) -> list[str]:
     example: dict[str, str] = {}
     for v in layers:
         op = net.op(v)
-        reason = (op.reason or f"{op.type} is not a layer-group op") if not op.local else \
+        reason = (op.reason or opsem.global_type_reason(op.type)) if not op.local else \
             chip.group_rule(op.type) or f"{op.type}, a local op, fits in no group on this chip"
         cause, _, detail = reason.partition(": ")
         causes[cause] += 1
