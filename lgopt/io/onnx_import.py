@@ -471,8 +471,9 @@ class _Builder:
             if int(_attr(node, "transB", 0)):  # stored [N, K]: lgopt's filter is [K, N], the check transposes
                 f = replace(f, shape=f.shape[::-1])
                 attrs = {"filter_transposed": 1}
-            weights = [f] + [self.weight(ins[2], "bias", len(self.shape(outs[0])))
-                             for _ in ins[2:3] if ins[2]]
+            weights = [f]
+            if len(ins) > 2 and ins[2]:
+                weights.append(self.weight(ins[2], "bias", len(self.shape(outs[0]))))
             consts = []
         elif t == "MatMul":
             if consts and (len(acts) != 1 or ins[0] != acts[0] or len(self.shape(consts[0])) != 2):

@@ -428,15 +428,16 @@ def read_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int) -> tuple
     1]``, so ``nsecs`` beyond the batch are row sections (ConvNeXt's ``1x56x56x96`` LayerNorm-MLP blocks on
     BM1688 compile at ``nsecs=2``, each slice 1,568 of the 3,136 tokens).  Anything else is read literally;
     the caller refuses an ``nsecs`` larger than lgopt's batch."""
-    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
     outs = [net.tensor(t) for o in ops for t in net.op(o).outputs]
-    if flat_elementwise(net, ops) and (n > batch or h > 1) and n % min(n, batch) == 0:
-        rows, cols = max(1, n // batch), h * w
+    batch = min(t.n for t in outs)
+    beyond = n > batch and n % batch == 0  # whole batches, each cut into n / batch row sections
+    if flat_elementwise(net, ops) and (beyond or (n <= batch and h > 1)):
+        nn, rows, cols = min(n, batch), (n // batch if beyond else 1), h * w
         if rows <= min(t.h for t in outs) and cols <= min(t.w for t in outs):
-            return (min(n, batch), rows, cols), (f"TPU-MLIR flattens this elementwise group: nsecs={n} and "
-                                                  f"hsecs={h} read as n={min(n, batch)} h={rows} w={cols}")
+            return (nn, rows, cols), (f"TPU-MLIR flattens this elementwise group: nsecs={n} and hsecs={h} read as "
+                                      f"n={nn} h={rows} w={cols}")
     tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
-    if n > batch and n % batch == 0 and tensors and all(net.tensor(t).rows_on_lanes for t in tensors):
+    if beyond and tensors and all(net.tensor(t).rows_on_lanes for t in tensors):
         rows = h * (n // batch)
         if rows <= min(t.h for t in outs):
             return (batch, rows, w), (f"nsecs={n} hsecs={h} slice the rows of a rows-on-lanes group (TPU-MLIR "
