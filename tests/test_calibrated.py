@@ -194,3 +194,105 @@ def test_views_of_gmem_run_globally_for_free():
     assert all(global_layer_cost(chip, net, op)["cycles"] == 0 for op in views)
     assert all(global_layer_cost(plain, net, op)["cycles"] > 0 for op in views)
     assert lower_bound(chip, net)["cycles"] <= plan.cost["cycles"] and verify(net, plan) == []
+
+
+def _split_net(c_first: int, c_second: int, hw: int = 28):
+    """A Concat of two channel runs and a Slice taking the second run back, ShuffleNet's split."""
+    from lgopt.model.network import Network, Op, Tensor
+
+    t = {n: Tensor(n, (1, c, hw, hw), "f16") for n, c in (("a", c_first), ("b", c_second),
+                                                          ("y", c_first + c_second), ("z", c_second))}
+    cat = Op("cat", "Concat", ("a", "b"), ("y",), attrs={"axis": 1}, local=True, h_split=True, n_split=True)
+    sl = Op("sl", "Slice", ("y",), ("z",), attrs={"axis": 1, "start": c_first, "end": c_first + c_second, "step": 1},
+            local=True, h_split=True, n_split=True)
+    return Network("split", t, (cat, sl), ("a", "b"), ("z",)), cat, sl
+
+
+def test_a_concat_or_slice_off_a_lane_boundary_is_a_lane_copy():
+    """Channels that start off a lane boundary move between lanes (TPU-MLIR's LANE_COPY): within a run of lanes
+    ("shift": UNet's 32 + 32 on 64 lanes) or wrapping past the last lane ("wrap": ShuffleNet's 58 + 58); a
+    split on lane boundaries is vector copies.  The calibrated model charges a wrapping copy its fitted fixed
+    cost on top of the copy, and a global layer (a copy in GMEM) none of it."""
+    from lgopt.group.calibrated import tiu_category
+    from lgopt.group.cost import lane_copy
+
+    x = get_chip("bm1684x", {"cost_model": NAME})  # 64 lanes
+    for (c1, c2), want in {(58, 58): "wrap", (32, 32): "shift", (64, 64): "", (128, 32): ""}.items():
+        net, cat, sl = _split_net(c1, c2)
+        assert lane_copy(x, net, cat) == want and lane_copy(x, net, sl) == want, (c1, c2)
+    net, cat, sl = _split_net(58, 58)
+    assert tiu_category(x, net, cat) == ("concat_wrap", "concat")
+    assert tiu_category(x, net, sl) == ("channel_slice_wrap", "channel_slice")
+    aligned, _, _ = _split_net(64, 64)
+    s = SliceShape(1, 28, 28)
+    k = cost_model(x).constants(x).tiu
+    assert tiu_cycles(x, net, cat, s) >= k["concat_wrap"][0] > tiu_cycles(x, aligned, aligned.op("cat"), s)
+    model = cost_model(x)
+    assert model.global_compute(x, net, cat) < k["concat_wrap"][0]  # a global Concat crosses no lane
+    assert lane_copy(get_chip("bm1688"), *_split_net(32, 32)[:2]) == ""  # 32 lanes: both halves on lane 0
+
+
+@needs_data
+def test_lane_copies_are_predicted_within_15_percent_of_the_timeline():
+    """Every Concat and Slice TPU-MLIR ran as a LANE_COPY in a group of ShuffleNet (the wrapping kind: a fixed
+    2,000 / 11,600 cycles on BM1684X / BM1688 beside the copy) and UNet (shifts within a run of lanes):
+    the calibrated TIU cycles against the timeline's, per op slice."""
+    import pandas as pd
+    from conftest import net_of
+
+    from lgopt.group.calibrated import tiu_category
+    from lgopt.model import ops as opsem
+
+    ops = pd.read_csv(CAL / "ops.csv.gz")
+    lc = ops[ops.kinds.astype(str).str.contains("LANE_COPY") & ops.model.isin(["shufflenet_v2_x1_0", "unet_small"])
+             & ops.op_type.isin(["Concat", "Slice"]) & (ops.group_pos >= 0)]
+    lc = lc.drop_duplicates(["model", "chip", "op_name", "hslice", "cycles"])
+    errs = {}
+    for r in lc.itertuples(index=False):
+        net = net_of(str(CAL / "onnx" / f"{r.model}.weightless.onnx"))
+        name = r.op_name.rsplit("_output_0_", 1)[0]  # TPU-MLIR names an op after its output
+        op = next(o for o in net.ops if o.name == name)
+        chip = get_chip(r.chip, {"cost_model": NAME})
+        lo, hi = opsem.backward_h(op, 0, (0, int(r.hslice)), net.tensor(op.inputs[0]).h, net.tensor(op.outputs[0]).h)
+        pred = tiu_cycles(chip, net, op, SliceShape(1, int(r.hslice), hi - lo))
+        assert tiu_category(chip, net, op)[0].endswith(("_wrap", "_shift")), r.op_name
+        errs.setdefault((r.model, r.chip), []).append(abs(pred / r.cycles - 1))
+    assert set(errs) >= {("shufflenet_v2_x1_0", "bm1684x"), ("shufflenet_v2_x1_0", "bm1688"),
+                         ("unet_small", "bm1684x")}
+    med = {k: sorted(v)[len(v) // 2] for k, v in errs.items()}
+    assert all(m <= 0.15 for m in med.values()), med
+
+
+def test_io_casts_run_globally_unless_a_group_converts_them():
+    """TPU-MLIR's F16 deployment keeps the graph's inputs and outputs f32: a plan pays a global Cast (f32 one
+    way, f16 the other, whole tensors) for each, counted in its total and recomputed by the verifier, unless
+    the group next to it converts it (``f32_in`` / ``f32_out``: its load or store charged at f32 bytes).  The
+    compiler-space pass pulls the Casts into those groups where they fit and pay; the analytic model has no
+    such casts."""
+    from lgopt.group.cost import io_cast_cost
+    from lgopt.io.problem import load_problem
+    from lgopt.report.verdict import verify
+    from lgopt.strategies.greedy import greedy
+    from lgopt.strategies.io_casts import convert_io_in_groups
+    from lgopt.strategies.settings import SearchSettings
+
+    net = load_problem(str(PROBLEMS / "unet.json"))
+    st = SearchSettings(h_ratio=None)
+    chip = get_chip("bm1684x", {"cost_model": NAME})
+    plan = greedy(net, chip, st)
+    cast = io_cast_cost(chip, net, plan)
+    io = net.inputs + net.outputs
+    assert cast["cycles"] > 0 and cast["traffic_bytes"] == sum(6 * net.tensor(t).elems for t in io)
+    assert verify(net, plan) == []
+    pulled = convert_io_in_groups(net, chip, plan, st)
+    converted = [t for g in pulled.groups for t in g.f32_in + g.f32_out]
+    assert converted and pulled.solver["io_converted_in_groups"] == converted
+    assert io_cast_cost(chip, net, pulled)["cycles"] < cast["cycles"]
+    assert pulled.cost["cycles"] < plan.cost["cycles"] and verify(net, pulled) == []
+    first = next(g for g in pulled.groups if g.f32_in or g.f32_out)
+    old = next(g for g in plan.groups if g.ops == first.ops)
+    assert first.cost["traffic_bytes"] > old.cost["traffic_bytes"]  # the f32 slices cross GMEM
+    analytic = get_chip("bm1684x")
+    plain = greedy(net, analytic, st)
+    assert io_cast_cost(analytic, net, plain)["cycles"] == 0
+    assert convert_io_in_groups(net, analytic, plain, st) is plain

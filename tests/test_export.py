@@ -95,7 +95,8 @@ def test_round_trip_is_tpumlirs_own_cache_where_lgopt_agrees():
 def test_interior_cast_included_edge_cast_by_reference():
     """resnet18 / bm1684x: a group from the last Add to the Flatten takes the f32 cast between the Add and
     GlobalAveragePool, and (by the reference) the f16 cast after the Flatten that ends TPU-MLIR's own group;
-    with edge_casts='global' the casts TPU-MLIR grouped at a group's edge stay global."""
+    with edge_casts='global' the casts TPU-MLIR grouped at a group's edge stay global, except the input's
+    Cast of a group that converts the input itself."""
     net, ref = fix("resnet18", "resnet18_bm1684x_f16")
     plan, _ = score(net, get_chip("bm1684x"), ref, exact=False)
     g0 = plan.groups[0]
@@ -109,8 +110,14 @@ def test_interior_cast_included_edge_cast_by_reference():
     net2, ref2 = fix("yolov5s_like", "yolov5s_like_bm1684x_f16")
     plan2, _ = score(net2, get_chip("bm1684x"), ref2, exact=False)
     by_ref = export_tpumlir(plan2, net2, ref2)["subfunc_0"]["GroupLayer"]
-    glob = export_tpumlir(plan2, net2, ref2, edge_casts="global")["subfunc_0"]["GroupLayer"]
     assert by_ref[0]["locs"][0].startswith("input") and by_ref[0]["func_start_idx"] == 0
+    # the group converts the network input itself (it holds the f32 slice): its Cast goes with it, whatever
+    # the edge rule; a group that does not leaves it global under edge_casts='global'
+    assert plan2.groups[0].f32_in == tuple(net2.inputs)
+    same = export_tpumlir(plan2, net2, ref2, edge_casts="global")["subfunc_0"]["GroupLayer"]
+    assert same[0]["func_start_idx"] == 0 and same[0]["locs"][0] == by_ref[0]["locs"][0]
+    plain = replace(plan2, groups=(replace(plan2.groups[0], f32_in=()),) + plan2.groups[1:])
+    glob = export_tpumlir(plain, net2, ref2, edge_casts="global")["subfunc_0"]["GroupLayer"]
     assert glob[0]["func_start_idx"] == 1 and not glob[0]["locs"][0].endswith("_f16")
 
 

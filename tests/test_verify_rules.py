@@ -182,3 +182,36 @@ def test_every_corruption_is_rejected(valid_plans, which, kind, k, rnd):
     if bad is None or bad == plan:
         return
     assert verify(net, bad), (kind, k, rnd)
+
+
+def test_an_input_converted_in_a_group_needs_both_slices_and_must_be_a_loaded_network_input():
+    """``f32_in``: the group holds the f32 slice beside the converted one (a buffer of the f16 slice alone is
+    too small), names only network inputs it loads, and a plan whose input no group converts pays the global
+    Cast in its total (an edited total is caught)."""
+    from conftest import PROBLEMS
+
+    from lgopt.hw.chip import get_chip
+    from lgopt.io.problem import load_problem
+    from lgopt.strategies.greedy import greedy
+    from lgopt.strategies.io_casts import convert_io_in_groups
+    from lgopt.strategies.settings import SearchSettings
+
+    net = load_problem(str(PROBLEMS / "unet.json"))
+    chip = get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"})
+    st_ = SearchSettings(h_ratio=None)
+    plain = greedy(net, chip, st_)
+    plan = convert_io_in_groups(net, chip, plain, st_)
+    k, g = next((k, g) for k, g in enumerate(plan.groups) if g.f32_in)
+    assert verify(net, plan) == []
+    (t,) = g.f32_in
+    narrow = replace(g, buffers=tuple(replace(b, size=b.size // 3) if (b.kind, b.name) == ("activation", t) else b
+                                      for b in g.buffers))
+    assert any(f"for {t} has" in m for m in _msgs(net, _group(plan, k, buffers=narrow.buffers)))
+    other = next(x for x in g.windows if x != t)
+    assert any("f32_in" in m for m in _msgs(net, _group(plan, k, f32_in=(other,))))
+    from lgopt.group.cost import io_cast_cost
+
+    cast = io_cast_cost(chip, net, plain)["cycles"]
+    assert cast > 0 and verify(net, plain) == []
+    cheap = replace(plain, cost={**plain.cost, "cycles": plain.cost["cycles"] - cast})  # the Cast left out
+    assert any("records total cycles" in m for m in _msgs(net, cheap))

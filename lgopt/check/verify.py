@@ -58,6 +58,8 @@ class CostFunctions:
     group: Callable[[Chip, Network, GroupPlan], GroupCost]
     global_layer: Callable[[Chip, Network, Op], GroupCost]
     lower_bound: Callable[[Chip, Network], Mapping[str, int]] | None = None
+    # what a plan costs besides its steps (the global Cast of a network input no group converts), if anything
+    besides: Callable[[Chip, Network, Plan], GroupCost] | None = None
 
 
 GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
@@ -161,6 +163,9 @@ class Verifier:
         the network's lower bound)."""
         net, chip, plan = self.net, self.chip, self.plan
         cycles = traffic = 0
+        if costs.besides is not None:
+            extra = costs.besides(chip, net, plan)
+            cycles, traffic = int(extra["cycles"]), int(extra["traffic_bytes"])
         for kind, v in plan.steps:
             if kind == "group":
                 g = plan.groups[v]
@@ -352,6 +357,12 @@ class Verifier:
             if name not in members:
                 self.fail(where, f"preloads the weights of {name}, which is not in the group")
                 raise _Fail
+        for t in g.f32_in:
+            if t not in net.inputs or t not in inputs or t in g.kept_in:
+                self.fail(where, f"converts {t} from f32 itself (f32_in), which is not a network input it loads")
+        for t in g.f32_out:
+            if t not in net.outputs or t not in outputs:
+                self.fail(where, f"converts {t} to f32 itself (f32_out), which is not a network output it stores")
         S = g.n_slices * g.h_slices * g.w_slices
         for t in tensors:
             ws = g.windows.get(t)
@@ -661,8 +672,9 @@ class Verifier:
             if ab is None:
                 self.fail(where, f"no buffer holds {t}")
                 raise _Fail
-            need = max(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0), ten.dtype,
-                                             chip.npu_num, chip.eu_bytes, chip.align_4n)
+            dtypes = (ten.dtype, "f32") if t in g.f32_in else (ten.dtype,)  # an input converted here: both slices
+            need = max(sum(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0), dt,
+                                                 chip.npu_num, chip.eu_bytes, chip.align_4n) for dt in dtypes)
                        for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)])
             if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
                 need = activation_lane_bytes(ten.lane_shape(ten.n, ten.h), ten.dtype, chip.npu_num, chip.eu_bytes,

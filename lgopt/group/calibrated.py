@@ -48,6 +48,8 @@ from lgopt.group.cost import (
     Transfer,
     _analytic_tiu,
     gmem_view,
+    lane_copy,
+    lane_crossing_work,
     register_cost_model,
 )
 from lgopt.hw.chip import Chip
@@ -59,8 +61,11 @@ CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
 MODEL_NAME = "tpu-mlir-1.30"
 
 
-def tiu_category(op: Op) -> tuple[str, str]:
-    """(category, family fallback) an op's TIU constants are looked up by."""
+def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:
+    """(category, family fallback) an op's TIU constants are looked up by.  A Concat or Slice that moves data
+    between lanes is a category of its own (``concat_wrap``, ``channel_slice_shift``: :func:`lane_copy`): on
+    TPU-MLIR's timeline its LANE_COPY is a fixed cost plus a per-pixel one, where an aligned one is vector
+    copies at a fraction of a cycle per element."""
     spec = opsem.OP_SPECS.get(op.type)
     if spec is None:
         return op.type, "default"
@@ -78,6 +83,10 @@ def tiu_category(op: Op) -> tuple[str, str]:
         return "matmul", "conv"
     if fam is opsem.Family.ROWWISE:  # vector work per element, as an activation's
         return op.type, "unary"
+    if fam in (opsem.Family.CONCAT, opsem.Family.CHANNEL_SLICE):
+        kind = lane_copy(chip, net, op)
+        if kind:
+            return f"{fam.value}_{kind}", fam.value
     return fam.value, fam.value
 
 
@@ -100,6 +109,18 @@ def scale_key(net: Network, op: Op) -> str:
 def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     """The analytic model's TIU cycles of the slice without its issue cost (lane/EU/IC-rounded work)."""
     return _analytic_tiu(chip, net, op, sl, 0)
+
+
+def permute_runs(net: Network, op: Op) -> int:
+    """The runs a global Transpose reads and writes when it keeps a run of at least two elements in place
+    (:func:`lgopt.model.ops.permute_run`), else 0.  TPU-MLIR's timeline shows such a Permute at the larger of
+    its bytes over the global layers' GDMA rate and the DMA engine's cost per run (the fitted load constant
+    ``k``): ShuffleNet's channel shuffles and ViT's head transposes within 5 %, where the per-element line of
+    the true transposes (ConvNeXt's NCHW <-> NHWC) charged them twice that."""
+    if op.type != "Transpose" or not op.inputs:
+        return 0
+    run = opsem.permute_run(op.attrs)
+    return 2 * net.tensor(op.inputs[0]).elems // run if run >= 2 else 0
 
 
 def global_work(net: Network, op: Op) -> int:
@@ -199,6 +220,7 @@ class CalibratedModel:
     directory: str | None = None  # where the per-chip JSON files are (None: lgopt/group/calibration)
     free_views: bool = True  # reshapes and one-batch channel slices run globally cost 0 on the timeline
     rebalance_loads: bool = True  # TPU-MLIR moves a one-slice group's weight loads to rows with spare GDMA
+    f32_io: bool = True  # TPU-MLIR's F16 deployment keeps the graph's inputs and outputs f32 and converts them
 
     def constants(self, chip: Chip) -> ChipConstants:
         return load_constants(chip.name, Path(self.directory) if self.directory else None)
@@ -219,11 +241,17 @@ class CalibratedModel:
         outs = [net.tensor(t) for t in op.outputs]
         if gmem_view(net, op):
             return 0
+        k = self.constants(chip)
         if chip.local(op):
             o = outs[0]
-            i_h = net.tensor(op.inputs[0]).h if op.inputs else o.h
-            return self.tiu_cycles(chip, net, op, SliceShape(o.n, o.h, i_h))
-        k = self.constants(chip)
+            sl = SliceShape(o.n, o.h, net.tensor(op.inputs[0]).h if op.inputs else o.h)
+            if lane_copy(chip, net, op):  # a global Concat or Slice copies in GMEM: no lane is crossed
+                a, b = k.tiu.get(tiu_category(chip, net, op)[1]) or k.tiu["default"]
+                return a + int(math.ceil(b * (work_term(chip, net, op, sl) - lane_crossing_work(chip, net, op, sl))))
+            return self.tiu_cycles(chip, net, op, sl)
+        runs = permute_runs(net, op)
+        if runs:  # a Transpose keeping its innermost axis: a strided copy, a GDMA descriptor per run
+            return int(math.ceil(k.gdma["load"].k * runs))
         if op.type not in k.glob and op.type in opsem.OP_SPECS and op.outputs and op.inputs:
             # a layer-group op type lgopt runs globally only for its shape (mobilenet_v3's [1, 1024] hard-swish
             # Mul) and the fit never saw global: its kernel's cycles, not the line over every global layer
@@ -275,7 +303,7 @@ def _min_issue(directory: str | None) -> int:
 @lru_cache(maxsize=1 << 16)
 def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     k = model.constants(chip)
-    cat, fam = tiu_category(op)
+    cat, fam = tiu_category(chip, net, op)
     a, b = k.tiu.get(cat) or k.tiu.get(fam) or k.tiu["default"]
     w = work_term(chip, net, op, sl) if op.type in opsem.OP_SPECS else 0
     return a + int(math.ceil(b * w))

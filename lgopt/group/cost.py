@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol, Sequence, cast
 
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
@@ -38,7 +38,7 @@ from lgopt.hw.sizing import column_shape, is_depthwise
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
-from lgopt.model.plan import GroupCost, GroupPlan, Stage
+from lgopt.model.plan import GroupCost, GroupPlan, Plan, Stage
 
 DmaKind = Literal["load", "store", "weight"]  # activation load, activation store, weight load
 Bound = Literal["tiu", "gdma"]  # the engine a global layer's time is bound by
@@ -74,6 +74,10 @@ class CostModel(Protocol):
     * ``rebalance_loads``: whether a one-slice group's weight loads move to earlier rows with spare GDMA time
       the way TPU-MLIR's timestep pass moves them (:func:`rebalance_weight_loads`); a row still costs the
       larger of its TIU and GDMA cycles, so the bounds hold.
+    * ``f32_io``: whether the deployment keeps the graph's inputs and outputs f32 (TPU-MLIR's F16 flow): each
+      is converted by a global Cast (:func:`io_cast_cost`) unless the group next to it converts it itself
+      (``GroupPlan.f32_in`` / ``f32_out``, its load or store charged at f32); the lower bound counts them at
+      f32, which they cross GMEM as either way.
 
     :class:`AnalyticModel` is lgopt's documented analytic model (``docs/cost-model.md``).
     """
@@ -89,6 +93,9 @@ class CostModel(Protocol):
 
     @property
     def rebalance_loads(self) -> bool: ...
+
+    @property
+    def f32_io(self) -> bool: ...
 
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int: ...
 
@@ -122,6 +129,7 @@ class AnalyticModel:
     issue_cycles: int = 30  # assumption: fixed cost to issue one TIU instruction (docs/cost-model.md)
     free_views: bool = False  # every global layer moves its operands (docs/cost-model.md)
     rebalance_loads: bool = False  # weight loads stay in the rows the timestep table gives them
+    f32_io: bool = False  # the network inputs and outputs are the dtype the plan computes in
 
     def tiu_cycles(self, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
         return _analytic_tiu(chip, net, op, sl, self.issue_cycles)
@@ -275,24 +283,72 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
     per = spec.eu_ops + sum(opsem.eu_ops(a) for a in op.fused)
     if family is opsem.Family.CONCAT:
         return issue + cdiv(sl.n * cpl_out * ohw, eu) + lane_crossing_work(chip, net, op, sl)
+    if family is opsem.Family.CHANNEL_SLICE:
+        return issue + cdiv(sl.n * cpl_out * ohw * per, eu) + lane_crossing_work(chip, net, op, sl)
     return issue + cdiv(sl.n * cpl_out * ohw * per, eu)
 
 
-def lane_crossing_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
-    """Cycles a channel Concat spends moving inputs that start off a lane boundary: each such input's channels
-    shift to other lanes, one pixel per cycle per lane run instead of a vector copy (unet_small's last Concat of
-    two 32-channel tensors measures 34,320 cycles for a 130 x 256 slice on 64-lane BM1684X, 1.03 per pixel, and
-    a fraction of that on 32-lane BM1688, where both halves start on lane 0; held out of the fit)."""
+LaneCopy = Literal["", "shift", "wrap"]
+
+
+def _lane_parts(net: Network, op: Op) -> list[tuple[int, int, str | None]]:
+    """(offset, length, activation or None for a constant) of each part an op moves along its lane axis: a
+    channel Concat's or Slice's channels, a row Concat's or Slice's rows when rows lie over the lanes; [] when
+    the op moves nothing across lanes (a batch or a last-axis Slice, a Concat within each row)."""
+    fam = opsem.OP_SPECS[op.type].family if op.type in opsem.OP_SPECS else None
     axis = op.attrs.get("axis")
-    if axis not in (1, -2):  # channels, or a rank-3 tensor's rows (over the lanes too: ViT's class token)
-        return 0
-    work, offset = 0, 0
-    for t in op.inputs:
-        ten = net.tensor(t)
-        if offset % chip.npu_num:
+    if fam is opsem.Family.CONCAT and axis in (1, -2):
+        consts = iter(op.weights)
+        acts = iter(op.inputs)
+        parts: list[tuple[int, int, str | None]] = []
+        offset = 0
+        for k in range(len(op.inputs) + len(op.weights)):
+            if k in op.attrs.get("const_at", ()):
+                shape = next(consts).shape
+                n = shape[-2] if axis == -2 else (shape[1] if len(shape) > 1 else 1)
+                parts.append((offset, n, None))
+            else:
+                t = next(acts)
+                n = net.tensor(t).h if axis == -2 else net.tensor(t).c
+                parts.append((offset, n, t))
+            offset += n
+        return parts
+    if fam is opsem.Family.CHANNEL_SLICE and axis in (1, -2) and op.outputs:
+        out = net.tensor(op.outputs[0])
+        if axis == -2 and not out.rows_on_lanes:
+            return []
+        return [(int(op.attrs.get("start", 0)), out.h if axis == -2 else out.c, op.outputs[0])]
+    return []
+
+
+def lane_copy(chip: Chip, net: Network, op: Op) -> LaneCopy:
+    """How a channel Concat or Slice moves data between lanes: ``""`` when every part starts on a lane boundary
+    (vector copies), ``"shift"`` when a part starts off one but stays within a run of lanes (UNet's 32 channels
+    onto lanes 32-63: TPU-MLIR's LANE_COPY at about a cycle per pixel), ``"wrap"`` when a part's lanes wrap
+    past the last lane (ShuffleNet's 58 channels at channel 58: the LANE_COPY costs some 2,100 cycles more on
+    BM1684X and 11,600 on BM1688 whatever its size, the bulk of a small group's time)."""
+    L = chip.npu_num
+    kind: LaneCopy = ""
+    for offset, n, _ in _lane_parts(net, op):
+        if offset % L:
+            if offset % L + n > L:
+                return "wrap"
+            kind = "shift"
+    return kind
+
+
+def lane_crossing_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """Cycles a channel Concat or Slice spends moving parts that start off a lane boundary: each such part's
+    channels shift to other lanes, one pixel per cycle per lane run instead of a vector copy (unet_small's last
+    Concat of two 32-channel tensors measures 34,320 cycles for a 130 x 256 slice on 64-lane BM1684X, 1.03 per
+    pixel, and a fraction of that on 32-lane BM1688, where both halves start on lane 0; held out of the fit)."""
+    work = 0
+    axis = op.attrs.get("axis")
+    for offset, _, t in _lane_parts(net, op):
+        if offset % chip.npu_num and t is not None:
+            ten = net.tensor(t)  # a Concat's input, a Slice's output
             _, lc, lh, lw = ten.lane_shape(sl.n, ten.h if axis == -2 else sl.out_h, sl.out_w)
             work += sl.n * cdiv(lc, chip.npu_num) * lh * lw
-        offset += ten.h if axis == -2 else ten.c
     return work
 
 
@@ -348,8 +404,49 @@ def gmem_view(net: Network, op: Op) -> bool:
     if op.type in opsem.RESHAPE_TYPES:
         return True
     a = op.attrs
+    if op.type == "Concat":
+        return merged_concat(net, op)
     return (op.type == "Slice" and a.get("axis") == 1 and a.get("step", 1) == 1 and len(op.inputs) == 1
             and net.tensor(op.inputs[0]).n == 1)
+
+
+def merged_concat(net: Network, op: Op) -> bool:
+    """Whether a Concat run as a global layer costs nothing because its inputs are written straight into its
+    output: TPU-MLIR's ``only_merge`` (``ConcatOp::supportInplace``), which holds when everything before the
+    concatenated axis is one (the parts are contiguous ranges of the output), no input is a constant, another
+    Concat's output, a channel view (a Slice run in GMEM) or a tensor with more than one reader besides
+    (at most two such inputs), and no activation is fused.  ShuffleNet's first Concat of each stage, whose
+    inputs are two groups' outputs, runs in 0 cycles on the timeline; the next ones, fed by a view, copy.
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> t = {n: Tensor(n, (1, c, 4, 4), "f16") for n, c in (("a", 8), ("b", 8), ("y", 16))}
+    >>> net = Network("n", t, (Op("cat", "Concat", ("a", "b"), ("y",), attrs={"axis": 1}),), ("a", "b"), ("y",))
+    >>> merged_concat(net, net.op("cat"))
+    True
+    """
+    if op.type != "Concat" or op.weights or op.fused or not op.outputs:
+        return False
+    out = net.tensor(op.outputs[0])
+    shape = out.orig_shape or out.shape
+    axis = op.attrs.get("axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis
+    if math.prod(shape[:axis]) != 1:
+        return False
+    shared = 0
+    for t in op.inputs:
+        readers = net.consumers.get(t, ())
+        if len(readers) > 1:
+            shared += 1
+            if op.inputs.count(t) > 1 or any(r.type == "Concat" and r.name != op.name for r in readers):
+                return False
+        src = net.producer.get(t)
+        if src is not None and (src.type == "Concat" or gmem_view(net, src) and src.type == "Slice"):
+            return False
+        if src is not None and src.type in opsem.RESHAPE_TYPES:
+            inner = src.inputs[0] if src.inputs else None
+            if inner is None or net.producer.get(inner) is None or len(net.consumers.get(inner, ())) != 1:
+                return False
+    return shared <= 2
 
 
 Transfer = tuple[int, int, bool, DmaKind]
@@ -394,6 +491,46 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
 
+def io_cast_cost(chip: Chip, net: Network, plan: Plan) -> GroupCost:
+    """The global Casts a plan runs besides its steps.  Where the deployment keeps the graph's inputs and outputs
+    f32 (``f32_io``), each network input no group converts itself (``GroupPlan.f32_in``) is converted by a
+    global layer that loads it as f32 and stores it as the plan's dtype, and each network output no group
+    converts (``f32_out``) by one that loads it and stores it as f32.  ShuffleNet's ``[1, 3, 224, 224]`` input:
+    17,219 cycles on BM1684X's timeline as a global Cast, about 5,000 more (its f32 bytes) in the first group;
+    unet_small's output: 16,432 cycles as a global Cast.  TPU-MLIR's own groupings take both casts in."""
+    zero: GroupCost = {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
+    model = cost_model(chip)
+    if not model.f32_io:
+        return zero
+    ins = {t for g in plan.groups for t in g.f32_in}
+    outs = {t for g in plan.groups for t in g.f32_out}
+    total: dict[str, int] = dict.fromkeys(zero, 0)
+    todo = [(t, True) for t in net.inputs if t not in ins] + [(t, False) for t in net.outputs if t not in outs]
+    for t, is_input in todo:
+        ten = net.tensor(t)
+        if ten.dtype == "f32":
+            continue
+        b = gmem_bytes(net, t, ten.n, ten.h)
+        wide = b * 4 // dtype_bytes(ten.dtype)
+        # one run each: a global Cast moves the whole tensor contiguously (a [1, 1000] output: 639 cycles)
+        transfers: list[Transfer] = ([(wide, 1, False, "load"), (b, 1, False, "store")] if is_input
+                                     else [(b, 1, False, "load"), (wide, 1, False, "store")])
+        dma = model.global_dma_cycles(chip, transfers)
+        if dma is None:
+            dma = sum(gdma_cycles(chip, x, r, k, p) for x, r, p, k in transfers)
+        total["cycles"] += dma
+        total["gdma_cycles"] += dma
+        total["traffic_bytes"] += wide + b
+    return cast(GroupCost, total)
+
+
+def io_bytes(chip: Chip, net: Network, t: str) -> int:
+    """GMEM bytes of network input or output ``t`` as the deployment moves it (f32 where it keeps them f32)."""
+    ten = net.tensor(t)
+    b = gmem_bytes(net, t, ten.n, ten.h)
+    return b * 4 // dtype_bytes(ten.dtype) if cost_model(chip).f32_io else b
+
+
 # --- groups ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -419,6 +556,9 @@ STAGE_SERVES = {int(s): s.serves for s in Stage}  # a stage-k transfer in iterat
 
 def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     S = g.num_slices
+    f32_io = cost_model(chip).f32_io
+    f32_in = frozenset(g.f32_in) if f32_io else frozenset()
+    f32_out = frozenset(g.f32_out) if f32_io else frozenset()
     windows = g.windows
     wsl = g.w_slices > 1
 
@@ -447,6 +587,8 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         hit = dma.get(key)
         if hit is None:
             b, segs, point = activation_transfer(net, name, n, h, w)
+            if name in (f32_out if store else f32_in):  # a network input or output the group converts itself
+                b = b * 4 // dtype_bytes(net.tensor(name).dtype)
             hit = dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
         return hit
 
@@ -544,7 +686,7 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     # scale (below 1 where the compiler's global kernel beats the model's full-size compute)
     compute = sum(math.floor(model.global_compute(chip, net, op) * (min(1.0, model.global_scale(chip, net, op))
                                                                      if op.local else 1.0)) for op in net.ops)
-    must = sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in set(net.inputs) | set(net.outputs))
+    must = sum(io_bytes(chip, net, t) for t in set(net.inputs) | set(net.outputs))
     must += sum(weight_gmem_bytes(op) for op in net.ops)
     # global layers move all their operands no matter what (views of GMEM nothing, where the model says so)
     free = cost_model(chip).free_views

@@ -149,7 +149,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
                      w_windows={t: tuple(w.w for w in ws) for t, ws in sl.windows.items()} if wsl else {},
                      w_stores={t: tuple(w.w for w in ws) for t, ws in sl.stores.items() if t not in skipped}
                      if wsl else {},
-                     weight_cols={o: tuple(w.w for w in sl.windows[net.op(o).outputs[0]]) for o in ops if o in by_cols})
+                     weight_cols={o: tuple(w.w for w in sl.windows[net.op(o).outputs[0]]) for o in ops if o in by_cols},
+                     f32_in=tuple(t for t in loaded if t in f32_copies and t in net.inputs),
+                     f32_out=tuple(t for t in stored if t in f32_copies and t in net.outputs))
 
 
 def column_sliced_ops(net: Network, sl: GroupSlicing) -> frozenset[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lgopt.group.cost import global_layer_cost, group_cost, lower_bound
+from lgopt.group.cost import global_layer_cost, group_cost, io_cast_cost, lower_bound
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan, PlanCost
@@ -19,7 +19,8 @@ def with_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupPlan:
 
 def finish(chip: Chip, net: Network, plan: Plan) -> Plan:
     """Attach plan totals (cycles, traffic, peak LMEM, bank conflicts) and the network's lower bound."""
-    cycles = traffic = 0
+    extra = io_cast_cost(chip, net, plan)  # the network input's global Cast, where the model has one
+    cycles, traffic = extra["cycles"], extra["traffic_bytes"]
     for kind, v in plan.steps:
         c = plan.groups[v].cost if kind == "group" else global_layer_cost(chip, net, net.op(v))
         cycles += c["cycles"]

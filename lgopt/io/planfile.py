@@ -52,6 +52,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                    if g.w_slices > 1 or g.w_windows or g.w_stores else {}),
                 **({"weight_cols": {o: [list(c) for c in cs] for o, cs in g.weight_cols.items()}}
                    if g.weight_cols else {}),
+                **({"f32_in": list(g.f32_in)} if g.f32_in else {}),
+                **({"f32_out": list(g.f32_out)} if g.f32_out else {}),
             }
             for g in plan.groups
         ],
@@ -145,7 +147,9 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
                                 _int(g.get("w_slices", 1), "w_slices", w),
                                 _cols(g.get("w_windows", {}), w, "w_windows"),
                                 _cols(g.get("w_stores", {}), w, "w_stores"),
-                                _cols(g.get("weight_cols", {}), w, "weight_cols")))
+                                _cols(g.get("weight_cols", {}), w, "weight_cols"),
+                                _names(g.get("f32_in", []), "f32_in", w),
+                                _names(g.get("f32_out", []), "f32_out", w)))
     steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):

@@ -19,7 +19,9 @@ becomes the interval of TPU-MLIR's order from its first to its last op, with
   leaving it out makes the group non-contiguous (dominance error in the loader).  TPU-MLIR puts
   such casts in its own groups too (resnet18 ``[30-33]``).  Casts at the edges of the interval
   (before the group's first op or after its last) stay global layers, as TPU-MLIR's input cast does:
-  they convert a tensor that crosses GMEM anyway, and it is always legal;
+  they convert a tensor that crosses GMEM anyway, and it is always legal; except the Cast of a network
+  input or output a group converts itself (``GroupPlan.f32_in`` / ``f32_out``: its LMEM holds the f32
+  slice), which joins it;
 * ``shape_secs`` = ``[n_slices, 1, 1, h_slices, w_slices]`` (lgopt slices N, H and W, never C or D; a group
   TPU-MLIR flattens writes its rows as ``nsecs`` and columns as ``hsecs``: ``tpumlir_cache.write_secs``);
 * ``index`` in load order over groups and global layers, ``func_start_idx``/``func_end_idx``,
@@ -49,7 +51,7 @@ from typing import Any, Mapping, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json
-from lgopt.io.tpumlir_cache import anchor, is_cast, load_cache, map_cache, tensor_aliases, write_secs
+from lgopt.io.tpumlir_cache import anchor, cast_operands, is_cast, load_cache, map_cache, tensor_aliases, write_secs
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
 
@@ -308,6 +310,25 @@ def _take_edge_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, 
     return edge
 
 
+def _take_io_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]], net: Network) -> int:
+    """The Cast of a network input or output joins the group that converts it itself (``GroupPlan.f32_in`` /
+    ``f32_out``): the cast TPU-MLIR's lowering put just before the group's first op or just after its last,
+    whatever the reference did with it."""
+    took = 0
+    for sp in spans:
+        g = sp[3]
+        for step_, names in ((-1, set(g.f32_in)), (1, set(g.f32_out))):
+            si = sp[0]
+            i = (sp[1] if step_ < 0 else sp[2]) + step_
+            while names and ((si, i) in rm.casts and (si, i) not in taken
+                             and set(cast_operands(net, [rm.byidx[(si, i)].loc])) & names):
+                taken.add((si, i))
+                sp[1 if step_ < 0 else 2] = i
+                took += 1
+                i += step_
+    return took
+
+
 def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseGroups | None,
                     edge_casts: str) -> tuple[OrderedDict[str, Any], list[str], dict[str, Any]]:
     ref_ops, subs = _reference_ops(reference)
@@ -333,9 +354,9 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
         interior_casts += sum(1 for i in range(lo, hi + 1) if (si, i) in rm.casts)
         spans.append([si, lo, hi, g])
         taken.update((si, i) for i in range(lo, hi + 1))
-    edge = 0
+    edge = _take_io_casts(spans, rm, taken, net)
     if edge_casts == "reference":
-        edge = _take_edge_casts(spans, rm, taken)
+        edge += _take_edge_casts(spans, rm, taken)
         for sp in singles:  # TPU-MLIR's [input cast, conv] stem group is one lgopt op with its cast
             if (sp[0], sp[1]) in taken:
                 continue

@@ -107,6 +107,30 @@ def lane_permute(attrs: Mapping[str, Any]) -> bool:
     return tuple(attrs.get("perm", ())) == (0, 1, 3, 2) and len(dims) == 4 and min(dims[2:]) > 1
 
 
+def permute_run(attrs: Mapping[str, Any]) -> int:
+    """Elements of the contiguous run a Transpose copies whole: the product of the trailing axes it leaves in
+    place (axes of size 1 aside).  A permutation that keeps the innermost axis moves runs a GDMA streams; one
+    that moves it (run 1) transposes elements.
+
+    >>> permute_run({"perm": (0, 2, 1, 3, 4), "in_dims": (1, 2, 58, 28, 28)})  # ShuffleNet's channel shuffle
+    784
+    >>> permute_run({"perm": (0, 2, 1, 3), "in_dims": (1, 197, 12, 64)})  # attention heads out of the rows
+    64
+    >>> permute_run({"perm": (0, 2, 3, 1), "in_dims": (1, 96, 56, 56)})  # NCHW -> NHWC
+    1
+    """
+    perm, dims = tuple(attrs.get("perm", ())), tuple(attrs.get("in_dims", ()))
+    if len(perm) != len(dims):
+        return 1
+    moved = [p for p in perm if dims[p] != 1]
+    run = 1
+    for a, b in zip(reversed(moved), reversed(sorted(moved))):
+        if a != b:
+            break
+        run *= dims[a]
+    return run
+
+
 def _transpose_rule(attrs: Mapping[str, Any]) -> str:
     """A permutation is layout-only when the axes it moves are all of size 1 (the others keep their order):
     then it is a reshape, judged as one; or a lane permute (:func:`lane_permute`).  ``in_dims`` is the

@@ -144,6 +144,11 @@ class GroupPlan:
     # loads, for the ops whose weight is reloaded per W slice, one run of columns at a time (what lets a
     # weight larger than LMEM run in a group).  Only W-sliced groups give it; ops not named load whole weights
     weight_cols: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
+    # network inputs the group loads as f32 and converts itself, network outputs it converts to f32 and stores so
+    # (TPU-MLIR's F16 deployment keeps the graph's inputs and outputs f32: each Cast runs in the group next to
+    # it, or as a global layer)
+    f32_in: tuple[str, ...] = ()
+    f32_out: tuple[str, ...] = ()
 
     @property
     def num_slices(self) -> int:

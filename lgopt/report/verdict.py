@@ -7,7 +7,7 @@ the first layer that sees both (``docs/plan-format.md`` states what the verifier
 from __future__ import annotations
 
 from lgopt.check.verify import CostFunctions, Violation, verify_plan
-from lgopt.group.cost import global_layer_cost, group_cost, lower_bound
+from lgopt.group.cost import global_layer_cost, group_cost, io_cast_cost, lower_bound
 from lgopt.io.tpumlir_lowering import network_of
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
@@ -15,7 +15,7 @@ from lgopt.model.plan import Plan
 
 def planner_costs() -> CostFunctions:
     """lgopt's cost functions (whichever model the plan's chip names), for the verifier to recompute with."""
-    return CostFunctions(group_cost, global_layer_cost, lower_bound)
+    return CostFunctions(group_cost, global_layer_cost, lower_bound, io_cast_cost)
 
 
 def verify(net: Network, plan: Plan, stop_at_first: bool = False) -> list[Violation]:

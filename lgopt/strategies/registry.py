@@ -93,6 +93,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     """``spec`` over what TPU-MLIR can compile: the network in its op order, groups within its base groups,
     weights loaded by the table's own rule, no hand-over (the cache it loads can say none of these)."""
     from lgopt.io.tpumlir_export import compiler_space
+    from lgopt.strategies.io_casts import convert_io_in_groups
 
     space = compiler_space(net, str(o.reference), o.base_groups)
     onet = reorder(net, list(space.order))
@@ -101,6 +102,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
                     incumbent=None if outer is None else lambda p: outer(replace(p, model_digest=network_digest(net))))
     plan, extra = spec.solve(onet, chip, inner)
+    plan = convert_io_in_groups(onet, chip, plan, inner.search)
     described = COMPILER_SPACE.format(ref=Path(str(o.reference)).name)
     solver = {**plan.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
               "compiler_notes": list(space.notes)}

@@ -130,6 +130,16 @@ def _f32_copies(net: Network, ops: tuple[str, ...], locs: tuple[str, ...]) -> tu
                  and net.tensor(t).dtype != "f32")
 
 
+def _f32_outputs(net: Network, g: GroupPlan, locs: tuple[str, ...]) -> tuple[str, ...]:
+    """Network outputs a cache group casts to f32 itself before storing them (their store moves f32 bytes).
+    Their f32 copy is not budgeted in LMEM: TPU-MLIR's cast is a row of its own, after which the f16 result
+    is dead, where lgopt's one buffer per tensor would hold both for the whole lifetime (unet_small's last
+    group on BM1684X, which compiles, would need 278,080 of 262,144 bytes)."""
+    stored = set(g.stores)
+    return tuple(t for t in cast_operands(net, locs) if t in net.outputs and t in stored
+                 and net.tensor(t).dtype != "f32")
+
+
 def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int, ...], st: SearchSettings,
                  f32: tuple[str, ...]) -> tuple[GroupPlan | None, tuple[int, int, int], str, str]:
     """A group at the slice counts the cache forces: (plan or None, lgopt's n/h/w, why not, how the counts
@@ -236,7 +246,8 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             gp, (n, h, w), why, note = _build_fixed(onet, chip, run, g.secs, st, f32)
             searched = False
         if gp is not None:
-            gp = with_cost(chip, net, gp)
+            outs = _f32_outputs(net, gp, g.locs)
+            gp = with_cost(chip, net, replace(gp, f32_out=outs) if outs else gp)
         out.append(GroupResult(gi, tops, g.secs, n, h, max(1, w), searched, gp,
                                why, tuple(adjusted), tuple(peeled), f"group {gi}: {note}" if note else ""))
     return Reading(cm, tuple(out), net, lowered)
