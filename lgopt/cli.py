@@ -405,6 +405,9 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
     elif sv.get("reference_cycles"):
         print(f"reference: its own grouping is predicted at {sv['reference_cycles']:,.0f} cycles; this plan is "
               f"{100 * (1 - s['cycles'] / sv['reference_cycles']):.1f}% faster by the {s['cost_model']} cost model")
+    if sv.get("io_converted_in_groups"):
+        print(f"f32 casts: {', '.join(sv['io_converted_in_groups'])} converted in the group next to it (TPU-MLIR "
+              "keeps the graph's inputs and outputs f32; the exporter puts those Casts in the group)")
     print(f"lower bound {s['lower_bound_cycles']:,} cycles, {s['lower_bound_traffic_bytes'] / 1e6:.2f} MB: "
           f"plan is {s['ratio_to_lower_bound']:.3f}x the bound; verified OK; {seconds:.2f} s"
           + (f"; plan written to {args.output}" if args.output else ""))

@@ -108,3 +108,20 @@ def test_margin_on_the_command_line(capsys):
                  "--margin", "0.99"]) == 0
     assert "reference: greedy's best grouping is predicted at" in capsys.readouterr().out
     assert main(["solve", model, "--dtype", "f16", "--reference", ref, "--margin", "1.5"]) == 2
+
+
+def test_the_f32_input_cast_goes_into_the_first_group_where_it_fits(capsys):
+    """mobilenet_v2 / bm1688: TPU-MLIR keeps the graph input f32.  Solved in the compiler's space with the
+    calibrated model, the plan's first group converts the input itself (``f32_in``: its LMEM holds the f32
+    slice), the command says so, and the exported cache puts the input's Cast in that group."""
+    net, chip, ref = _case("mobilenet_v2", "bm1688")
+    chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
+    plan, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(reference=ref, margin=0.0))
+    first = next(g for g in plan.groups if g.f32_in)
+    assert first.f32_in == tuple(net.inputs) and verify_plan(net, plan) == []
+    g0 = export_tpumlir(plan, net, ref, edge_casts="global")["subfunc_0"]["GroupLayer"][0]
+    assert g0["func_start_idx"] == 0 and g0["locs"][0].startswith("input")
+    model = str(CAL / "onnx" / "mobilenet_v2.weightless.onnx")
+    assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--set", "cost_model=tpu-mlir-1.30",
+                 "--strategy", "greedy", "--reference", ref, "--margin", "0"]) == 0
+    assert "f32 casts: input converted in the group next to it" in capsys.readouterr().out

@@ -255,3 +255,19 @@ def test_a_stem_group_of_one_lgopt_op_and_its_input_cast_exports_as_tpu_mlir_wro
     assert out["lgopt"]["warnings"] == []
     alone = export_tpumlir(plan, net, str(ref), edge_casts="global")  # without its cast it is one op: global
     assert len(alone["subfunc_0"]["GroupLayer"]) == len(want) - 1
+
+
+def test_a_group_converting_a_network_output_takes_its_cast():
+    """unet_small's opt2 ends with a group holding the output's f32 Cast: read back, that group converts the
+    output itself (``f32_out``) and exports with the Cast again under edge_casts='global'; cleared, the Cast
+    stays a global layer."""
+    net, ref = cal("unet_small", "bm1684x")
+    plan, _ = score(net, get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"}), ref)
+    last = plan.groups[-1]
+    assert last.f32_out == tuple(net.outputs)
+    want = json.loads(Path(ref).read_text())["subfunc_0"]["GroupLayer"][-1]
+    got = export_tpumlir(plan, net, ref, edge_casts="global")["subfunc_0"]["GroupLayer"][-1]
+    assert got["locs"] == want["locs"] and got["locs"][-1].endswith("_f32")
+    plain = replace(plan, groups=plan.groups[:-1] + (replace(last, f32_out=()),))
+    cut = export_tpumlir(plain, net, ref, edge_casts="global")["subfunc_0"]["GroupLayer"][-1]
+    assert cut["func_end_idx"] == want["func_end_idx"] - 1

@@ -160,6 +160,10 @@ def _against_reference(net: Network, chip: Chip, o: StrategyOptions, plan: Plan)
     solver = {**plan.solver, "reference_cycles": theirs, "margin": o.margin}
     if ours <= theirs * (1 - o.margin):
         return replace(plan, solver=solver)
+    solver.pop("io_converted_in_groups", None)  # that was our plan's; the reference's are its own
+    theirs_io = [t for g in ref.groups for t in g.f32_in + g.f32_out]
+    if theirs_io:
+        solver["io_converted_in_groups"] = theirs_io
     why = (f"{plan.strategy}'s best grouping is predicted at {ours:,.0f} cycles, the reference's at {theirs:,.0f}: "
            f"not {100 * o.margin:g}% faster, so the reference grouping is kept")
     return replace(ref, strategy=plan.strategy, model_digest=plan.model_digest,
