@@ -284,6 +284,10 @@ def test_io_casts_run_globally_unless_a_group_converts_them():
     io = net.inputs + net.outputs
     assert cast["cycles"] > 0 and cast["traffic_bytes"] == sum(6 * net.tensor(t).elems for t in io)
     assert verify(net, plan) == []
+    from lgopt.report.tables import group_table
+
+    rows = group_table(net, plan)  # the Casts are a row of their own: the rows add up to the total
+    assert rows.cycles.sum() == plan.cost["cycles"] and rows.step.iloc[-1] == "global casts"
     pulled = convert_io_in_groups(net, chip, plan, st)
     converted = [t for g in pulled.groups for t in g.f32_in + g.f32_out]
     assert converted and pulled.solver["io_converted_in_groups"] == converted

@@ -18,9 +18,11 @@ def _short(name: str, width: int = 28) -> str:
 
 
 def group_table(net: Network, plan: Plan) -> pd.DataFrame:
-    """One row per step (group or global layer), in execution order."""
+    """One row per step (group or global layer), in execution order; then, where the cost model has them, the
+    global Casts of the graph's f32 inputs and outputs (:func:`lgopt.group.cost.io_cast_cost`), so that the
+    rows add up to the plan's total."""
     chip = chip_from_dict(plan.chip)
-    from lgopt.group.cost import global_layer_cost
+    from lgopt.group.cost import global_layer_cost, io_cast_cost
 
     rows: list[dict[str, Any]] = []
     w_col = any(g.w_slices > 1 for g in plan.groups)  # a W column only for plans that slice columns
@@ -42,6 +44,12 @@ def group_table(net: Network, plan: Plan) -> pd.DataFrame:
                          "H": 1, **({"W": 1} if w_col else {}), "LMEM %": float("nan"), "cycles": c["cycles"],
                          "traffic MB": round(c["traffic_bytes"] / 1e6, 3), "bank conflicts": 0,
                          "LMEM hand-over": "", **({"weights": ""} if w_col else {})})
+    casts = io_cast_cost(chip, net, plan)
+    if casts["cycles"]:  # the graph's f32 inputs and outputs no group converts: global Casts beside the steps
+        rows.append({"step": "global casts", "ops": 0, "first op": "(f32 inputs / outputs)", "last op": "Cast",
+                     "N": 1, "H": 1, **({"W": 1} if w_col else {}), "LMEM %": float("nan"),
+                     "cycles": casts["cycles"], "traffic MB": round(casts["traffic_bytes"] / 1e6, 3),
+                     "bank conflicts": 0, "LMEM hand-over": "", **({"weights": ""} if w_col else {})})
     return pd.DataFrame(rows)
 
 
