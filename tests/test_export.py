@@ -271,3 +271,13 @@ def test_a_group_converting_a_network_output_takes_its_cast():
     plain = replace(plan, groups=plan.groups[:-1] + (replace(last, f32_out=()),))
     cut = export_tpumlir(plain, net, ref, edge_casts="global")["subfunc_0"]["GroupLayer"][-1]
     assert cut["func_end_idx"] == want["func_end_idx"] - 1
+
+
+def test_without_a_reference_a_group_converting_the_input_says_the_cast_stays_global():
+    """A plan whose group converts the f32 input itself, exported without a reference: the cache cannot name the
+    Cast, and the warnings say so."""
+    net, ref = cal("unet_small", "bm1684x")
+    plan, _ = score(net, get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"}), ref)
+    assert any(g.f32_in for g in plan.groups)
+    out = export_tpumlir(plan, net)
+    assert any("Casts are not named" in w for w in out["lgopt"]["warnings"])

@@ -457,6 +457,10 @@ def _without_reference(plan: Plan, net: Network, onnx_model: str | Path | None
     ]
     if missing:
         warnings.append(f"{len(missing)} ops are in no step of the plan: listed as global layers")
+    converted = [t for g in plan.groups for t in g.f32_in + g.f32_out]
+    if converted:
+        warnings.append(f"the plan converts {', '.join(converted)} between f32 and its dtype inside groups; "
+                        "without a reference the Casts are not named, so TPU-MLIR runs them as global layers")
     return _assemble(["subfunc_0"], {0: groups}, {0: globs}), notes + warnings, {"reference": None}
 
 
