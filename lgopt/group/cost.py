@@ -392,8 +392,9 @@ def weight_transfers(op: Op, cols: int | None = None) -> list[tuple[int, int, bo
 
 def gmem_view(net: Network, op: Op) -> bool:
     """Whether ``op`` run as a global layer only re-reads GMEM bytes in place: a reshape (NCHW is contiguous,
-    whatever the shape), or a run of channels of a one-batch tensor (a contiguous range).  TPU-MLIR's
-    timeline shows such ops (ShuffleNet's 32 Reshapes and 20 channel Slices) at 0 cycles.
+    whatever the shape), a run of channels of a one-batch tensor (a contiguous range), or a Concat whose inputs
+    are written straight into it (:func:`merged_concat`).  TPU-MLIR's timeline shows such ops (ShuffleNet's 32
+    Reshapes, 20 channel Slices and each stage's first Concat) at 0 cycles.
 
     >>> from lgopt.model.network import Network, Tensor
     >>> x, y = Tensor("x", (1, 8, 4, 4), "f16"), Tensor("y", (1, 4, 4, 4), "f16")
