@@ -49,8 +49,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lgopt.errors import LgoptError  # noqa: E402
 from lgopt.group.calibrated import (  # noqa: E402
+    FUSED_PASS_RATE,
     MODEL_NAME,
     CalibratedModel,
+    fused_rate,
+    fused_work,
     global_work,
     load_constants,
     permute_runs,
@@ -159,7 +162,7 @@ MATMULS = ("MatMul", "Gemm")
 
 def tiu_features(df: pd.DataFrame, nets: dict, chips: dict) -> pd.DataFrame:
     """Add category, work term W, the analytic prediction; drop slices lgopt cannot express (C or W cut)."""
-    cats, work, ana, keep = [], [], [], []
+    cats, work, ana, keep, fused = [], [], [], [], []
     amodel = AnalyticModel()
     for r in df.itertuples(index=False):
         net = nets[r.model]
@@ -192,12 +195,14 @@ def tiu_features(df: pd.DataFrame, nets: dict, chips: dict) -> pd.DataFrame:
             cats.append(tiu_category(chip, net, op))
             work.append(work_term(chip, net, op, sl))
             ana.append(amodel.tiu_cycles(chip, net, op, sl))
+            fused.append(fused_work(chip, net, op, sl))
         else:
             cats.append(("", ""))
             work.append(0)
             ana.append(0)
+            fused.append(0)
         keep.append(ok)
-    df = df.assign(cat=[c for c, _ in cats], fam=[f for _, f in cats], work=work, analytic=ana)
+    df = df.assign(cat=[c for c, _ in cats], fam=[f for _, f in cats], work=work, analytic=ana, fused=fused)
     return df[keep].reset_index(drop=True)
 
 
@@ -282,6 +287,11 @@ def fit_tiu(df: pd.DataFrame) -> tuple[int, dict]:
     """Per category a + b*W.  Types the data never shows keep the analytic work (b = 1): the conv family
     falls back to the fit over all its convs, an elementwise or pool type to its analytic ops per element."""
     d = df.drop_duplicates(["model", "lg", "nslice", "hslice", "cycles"])  # one point per distinct op slice
+    # a conv's fused activations run as AR passes at an Add's rate (calibrated.fused_work): fitted first, they
+    # are taken off the conv's cycles, so that its own line is the MAC array's
+    adds = d[d.cat == FUSED_PASS_RATE]
+    rate = wls(adds.work.to_numpy(float), adds.cycles.to_numpy(float), 0.0)[1] if adds.work.nunique() >= 3 else 1.0
+    d = d.assign(cycles=np.maximum(d.cycles - np.ceil(rate * d.fused), 1.0))
     raw = {}
     for k, x in d.groupby("cat"):
         if x.work.nunique() >= line_sizes(k):
@@ -580,9 +590,9 @@ def main(argv: list[str] | None = None) -> int:
         _clear_constants()
     ho_t = tiu[tiu.model.isin(hold)].copy()
     def cal_tiu(r) -> int:
-        k = load_constants(r.chip, model_dir).tiu
-        a_, b_ = k.get(r.cat) or k.get(r.fam) or k["default"]
-        return a_ + math.ceil(b_ * r.work)
+        c = load_constants(r.chip, model_dir)
+        a_, b_ = c.tiu.get(r.cat) or c.tiu.get(r.fam) or c.tiu["default"]
+        return a_ + math.ceil(b_ * r.work) + math.ceil(fused_rate(c) * r.fused)
 
     ho_t["calibrated"] = [cal_tiu(r) for r in ho_t.itertuples()]
     ho_g = gd[gd.model.isin(hold)].copy()

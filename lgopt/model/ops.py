@@ -171,7 +171,7 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("Pow", Family.BINARY, eu_ops=4, table=True),  # x**2 of a decomposed LayerNorm; exp(y*log x) in general
     # eu_ops: vector operations per element, an assumption of the cost model (docs/cost-model.md)
     OpSpec("Relu", Family.UNARY, eu_ops=1, fusable=True),
-    OpSpec("Clip", Family.UNARY, eu_ops=1, fusable=True),
+    OpSpec("Clip", Family.UNARY, eu_ops=2, fusable=True),  # a min and a max (TPU-MLIR: two AR commands)
     OpSpec("LeakyRelu", Family.UNARY, eu_ops=2, fusable=True),
     OpSpec("PRelu", Family.UNARY, eu_ops=2),
     OpSpec("BatchNormalization", Family.UNARY, eu_ops=2),
