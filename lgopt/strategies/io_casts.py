@@ -7,10 +7,11 @@ ShuffleNet's ``[1, 3, 224, 224]`` input on BM1684X: 17,219 cycles of global Cast
 the first group; unet_small's output: 16,432 cycles as a global Cast.  A plan's groups are searched with the
 Casts global; this pass then rebuilds each group that loads a network input or stores a network output with
 the f32 slices budgeted beside the others (``f32_copies``), with its own H slices or up to 4x as many where the
-f32 slice needs thinner ones, keeps the version the model predicts cheapest (the global Casts counted) where its
-LMEM fits, and marks it (``GroupPlan.f32_in`` / ``f32_out``) so that the TPU-MLIR exporter puts the Casts in
-the group.  The cost model says whether the deployment has such casts at all (``f32_io``); where it does not,
-plans are returned unchanged.
+f32 slice needs thinner ones, keeps the version the model predicts cheapest (the global Casts counted) where
+the greedy allocator fits it (milliseconds a try: the pass runs after the search's time limit, so it never
+waits on the exact packer), and marks it (``GroupPlan.f32_in`` / ``f32_out``) so that the TPU-MLIR exporter
+puts the Casts in the group.  The cost model says whether the deployment has such casts at all (``f32_io``);
+where it does not, plans are returned unchanged.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def convert_io_in_groups(net: Network, chip: Chip, plan: Plan, search: SearchSet
         best = None
         for h in sorted({g.h_slices * m for m in H_FACTORS}):
             wide, _ = try_group(net, chip, g.ops, g.n_slices, h, search.h_ratio, search.bank_rule,
-                                thorough=True, w_slices=g.w_slices, f32_copies=todo)
+                                w_slices=g.w_slices, f32_copies=todo)
             if wide is None or set(wide.f32_in) | set(wide.f32_out) != set(todo):
                 continue
             wide = with_cost(chip, net, wide)
