@@ -157,7 +157,6 @@ def tiu_rows(ops: pd.DataFrame, maps: dict) -> pd.DataFrame:
 
 
 ELEMENTWISE = (opsem.Family.UNARY, opsem.Family.BINARY)  # a column piece computes its own elements
-MATMULS = ("MatMul", "Gemm")
 
 
 def tiu_features(df: pd.DataFrame, nets: dict, chips: dict) -> pd.DataFrame:
@@ -171,13 +170,12 @@ def tiu_features(df: pd.DataFrame, nets: dict, chips: dict) -> pd.DataFrame:
         ok = op.local and op.type in opsem.OP_SPECS and int(r.cslice) == o.c and int(r.wslice) == o.w
         n, oh = int(r.nslice), int(r.hslice)
         ow: int | None = None
-        if op.local and op.type in opsem.OP_SPECS and o.rows_on_lanes and o.n == 1 \
-                and int(r.hslice) == o.w and int(r.wslice) == 1:
+        rows_view = op.local and op.type in opsem.OP_SPECS and o.rows_on_lanes and o.n == 1
+        if rows_view and int(r.hslice) == o.w and int(r.wslice) == 1:
             # TPU-MLIR's matmul-group view of a rows-on-lanes tensor: its rows over N x C (ConvNeXt's
             # 49 x 64 tokens) or C alone (ViT's 197), the last axis on H
             ok, n, oh = True, 1, int(r.nslice) * int(r.cslice)
-        elif op.local and op.type in opsem.OP_SPECS and o.rows_on_lanes and o.n == 1 \
-                and opsem.OP_SPECS[op.type].family in ELEMENTWISE and op.type not in MATMULS:
+        elif rows_view and opsem.OP_SPECS[op.type].family in ELEMENTWISE:
             # a column piece of an elementwise op between the MLP's column halves (BM1684X's GELU, in f32):
             # rows over N x C (x H when W holds the columns), the piece's columns on H (or W)
             cols = int(r.wslice) if int(r.wslice) > 1 else int(r.hslice)

@@ -50,10 +50,10 @@ from lgopt.group.cost import (
     gmem_view,
     lane_copy,
     lane_crossing_work,
+    output_vector_work,
     register_cost_model,
 )
 from lgopt.hw.chip import Chip
-from lgopt.hw.layout import align_up, cdiv, channels_per_lane
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, Op
@@ -126,12 +126,7 @@ def fused_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     spec = opsem.OP_SPECS.get(op.type)
     if spec is None or spec.family not in (opsem.Family.CONV, opsem.Family.DECONV) or not op.fused:
         return 0
-    out = net.tensor(op.outputs[0])
-    dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
-    eu = chip.eu_elems(dt)
-    _, lc, lh, lw = out.lane_shape(sl.n, sl.out_h, sl.out_w)
-    per_lane = sl.n * channels_per_lane(lc, chip.npu_num) * align_up(lh * lw, eu)
-    return cdiv(per_lane * sum(opsem.eu_ops(a) for a in op.fused), eu)
+    return output_vector_work(chip, net, op, sl, sum(opsem.eu_ops(a) for a in op.fused))
 
 
 def fused_rate(k: ChipConstants) -> float:

@@ -244,14 +244,26 @@ def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len
     return nbytes, n_len * t.c * h_len, w == 1
 
 
-@lru_cache(maxsize=1 << 16)
-def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) -> int:
+def _output_lanes(chip: Chip, net: Network, op: Op, sl: SliceShape) -> tuple[str, int, int, int]:
+    """(the dtype the units compute ``op`` in, the vector unit's elements per cycle in it, the output slice's
+    channels per lane, its H x W per lane rounded up to whole EU vectors)."""
     out = net.tensor(op.outputs[0])
     dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
     eu = chip.eu_elems(dt)
     _, lc, lh, lw = out.lane_shape(sl.n, sl.out_h, sl.out_w)  # a rank-3 tensor's rows are over the lanes
-    cpl_out = channels_per_lane(lc, chip.npu_num)
-    ohw = align_up(lh * lw, eu)
+    return dt, eu, channels_per_lane(lc, chip.npu_num), align_up(lh * lw, eu)
+
+
+def output_vector_work(chip: Chip, net: Network, op: Op, sl: SliceShape, ops_per_element: int) -> int:
+    """Vector-unit cycles of ``ops_per_element`` operations on every element of ``op``'s output slice: one
+    lane's elements (EU-aligned) over the EU width."""
+    _, eu, cpl_out, ohw = _output_lanes(chip, net, op, sl)
+    return cdiv(sl.n * cpl_out * ohw * ops_per_element, eu)
+
+
+@lru_cache(maxsize=1 << 16)
+def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) -> int:
+    dt, eu, cpl_out, ohw = _output_lanes(chip, net, op, sl)
     spec = opsem.OP_SPECS[op.type]
     family = spec.family
     if family is opsem.Family.MATMUL:  # each lane: its rows' outputs, K MACs each, on the MAC array
@@ -261,8 +273,7 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
         f = next(w for w in op.weights if w.role == "filter")
         kh, kw = f.shape[2], f.shape[3]
         if is_depthwise(op):
-            work = sl.n * cpl_out * ohw * kh * kw
-            return issue + cdiv(work, eu)
+            return issue + output_vector_work(chip, net, op, sl, kh * kw)
         g = op.attrs.get("group", 1)
         icg = f.shape[1] if family is opsem.Family.CONV else f.shape[0] // g
         ic_par = max(1, chip.ic_parallel // dtype_bytes(dt))
@@ -273,19 +284,17 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
         return issue + cdiv(work, chip.macs_per_lane[dt])
     if family is opsem.Family.POOL:
         kh, kw = op.attrs["kernel"]
-        return issue + cdiv(sl.n * cpl_out * ohw * kh * kw, eu)
+        return issue + output_vector_work(chip, net, op, sl, kh * kw)
     if family is opsem.Family.GLOBAL_POOL:
         _, ic, ih, iw = net.tensor(op.inputs[0]).lane_shape(sl.n, sl.in_h, sl.in_w)
         return issue + cdiv(sl.n * channels_per_lane(ic, chip.npu_num) * align_up(ih * iw, eu), eu)
     if family is opsem.Family.RESIZE:
-        per = 4 if op.attrs.get("mode") == "linear" else 1
-        return issue + cdiv(sl.n * cpl_out * ohw * per, eu)
+        return issue + output_vector_work(chip, net, op, sl, 4 if op.attrs.get("mode") == "linear" else 1)
     per = spec.eu_ops + sum(opsem.eu_ops(a) for a in op.fused)
-    if family is opsem.Family.CONCAT:
-        return issue + cdiv(sl.n * cpl_out * ohw, eu) + lane_crossing_work(chip, net, op, sl)
-    if family is opsem.Family.CHANNEL_SLICE:
-        return issue + cdiv(sl.n * cpl_out * ohw * per, eu) + lane_crossing_work(chip, net, op, sl)
-    return issue + cdiv(sl.n * cpl_out * ohw * per, eu)
+    if family in (opsem.Family.CONCAT, opsem.Family.CHANNEL_SLICE):
+        copies = 1 if family is opsem.Family.CONCAT else per
+        return issue + output_vector_work(chip, net, op, sl, copies) + lane_crossing_work(chip, net, op, sl)
+    return issue + output_vector_work(chip, net, op, sl, per)
 
 
 LaneCopy = Literal["", "shift", "wrap"]
@@ -512,7 +521,7 @@ def io_cast_cost(chip: Chip, net: Network, plan: Plan) -> GroupCost:
         if ten.dtype == "f32":
             continue
         b = gmem_bytes(net, t, ten.n, ten.h)
-        wide = b * 4 // dtype_bytes(ten.dtype)
+        wide = as_f32(b, ten.dtype)
         # one run each: a global Cast moves the whole tensor contiguously (a [1, 1000] output: 639 cycles)
         transfers: list[Transfer] = ([(wide, 1, False, "load"), (b, 1, False, "store")] if is_input
                                      else [(b, 1, False, "load"), (wide, 1, False, "store")])
@@ -525,11 +534,16 @@ def io_cast_cost(chip: Chip, net: Network, plan: Plan) -> GroupCost:
     return cast(GroupCost, total)
 
 
+def as_f32(nbytes: int, dtype: str) -> int:
+    """Bytes of the same elements held as f32 (a network input or output the deployment keeps f32)."""
+    return nbytes * 4 // dtype_bytes(dtype)
+
+
 def io_bytes(chip: Chip, net: Network, t: str) -> int:
     """GMEM bytes of network input or output ``t`` as the deployment moves it (f32 where it keeps them f32)."""
     ten = net.tensor(t)
     b = gmem_bytes(net, t, ten.n, ten.h)
-    return b * 4 // dtype_bytes(ten.dtype) if cost_model(chip).f32_io else b
+    return as_f32(b, ten.dtype) if cost_model(chip).f32_io else b
 
 
 # --- groups ---------------------------------------------------------------------------------------
@@ -589,7 +603,7 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         if hit is None:
             b, segs, point = activation_transfer(net, name, n, h, w)
             if name in (f32_out if store else f32_in):  # a network input or output the group converts itself
-                b = b * 4 // dtype_bytes(net.tensor(name).dtype)
+                b = as_f32(b, net.tensor(name).dtype)
             hit = dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
         return hit
 

@@ -19,7 +19,7 @@ def with_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupPlan:
 
 def finish(chip: Chip, net: Network, plan: Plan) -> Plan:
     """Attach plan totals (cycles, traffic, peak LMEM, bank conflicts) and the network's lower bound."""
-    extra = io_cast_cost(chip, net, plan)  # the network input's global Cast, where the model has one
+    extra = io_cast_cost(chip, net, plan)  # the global Casts of the graph's f32 inputs and outputs, if any
     cycles, traffic = extra["cycles"], extra["traffic_bytes"]
     for kind, v in plan.steps:
         c = plan.groups[v].cost if kind == "group" else global_layer_cost(chip, net, net.op(v))

@@ -47,7 +47,7 @@ import csv
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json
@@ -288,25 +288,35 @@ def _group_span(k: int, g: Any, rm: _RefMap, group_of: dict[str, int], subs: lis
     return si, lo, hi
 
 
+def _extend_over_casts(sp: list[Any], step_: int, rm: _RefMap, taken: set[tuple[int, int]],
+                       joins: Callable[[int], bool]) -> int:
+    """Grow span ``sp`` over the casts next to its first op (``step_`` -1) or its last (+1) while ``joins`` (the
+    cast's func_idx) holds; the number of casts taken."""
+    si, end = sp[0], (2 if step_ > 0 else 1)
+    i = sp[end] + step_
+    took = 0
+    while (si, i) in rm.casts and (si, i) not in taken and joins(i):
+        taken.add((si, i))
+        sp[end] = i
+        took += 1
+        i += step_
+    return took
+
+
 def _take_edge_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]]) -> int:
     """A cast next to a group's first or last op joins the group when TPU-MLIR's reference groups it with
     that very op: TPU-MLIR itself allocated them together (its own groups end on such casts)."""
-    byidx, casts = rm.byidx, rm.casts
     edge = 0
     for sp in spans:
         si, lo, hi, _ = sp
         for step_, end in ((1, hi), (-1, lo)):
-            edge_op = byidx[(si, end)]
-            i = end + step_
-            while ((si, i) in casts and (si, i) not in taken and edge_op.ref_group >= 0
-                   and byidx[(si, i)].ref_group == edge_op.ref_group):
-                taken.add((si, i))
-                edge += 1
-                if step_ > 0:
-                    sp[2] = i
-                else:
-                    sp[1] = i
-                i += step_
+            group: int = rm.byidx[(si, end)].ref_group
+
+            def same_group(i: int, si: int = si, group: int = group) -> bool:
+                return bool(rm.byidx[(si, i)].ref_group == group)
+
+            if group >= 0:
+                edge += _extend_over_casts(sp, step_, rm, taken, same_group)
     return edge
 
 
@@ -316,16 +326,13 @@ def _take_io_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, in
     whatever the reference did with it."""
     took = 0
     for sp in spans:
-        g = sp[3]
+        si, g = sp[0], sp[3]
         for step_, names in ((-1, set(g.f32_in)), (1, set(g.f32_out))):
-            si = sp[0]
-            i = (sp[1] if step_ < 0 else sp[2]) + step_
-            while names and ((si, i) in rm.casts and (si, i) not in taken
-                             and set(cast_operands(net, [rm.byidx[(si, i)].loc])) & names):
-                taken.add((si, i))
-                sp[1 if step_ < 0 else 2] = i
-                took += 1
-                i += step_
+            def converts(i: int, si: int = si, names: set[str] = names) -> bool:
+                return bool(set(cast_operands(net, [rm.byidx[(si, i)].loc])) & names)
+
+            if names:
+                took += _extend_over_casts(sp, step_, rm, taken, converts)
     return took
 
 
