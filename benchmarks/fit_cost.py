@@ -70,6 +70,7 @@ from lgopt.model import ops as opsem  # noqa: E402
 DATA = ROOT.parent / "shared" / "calibration"
 HOLDOUT = ("mobilenet_v3_small", "resnet50", "unet_small")
 CAST_SUFFIX = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32)$")
+CAST_PIECE = re.compile(r"_(f16|f32|bf16)(_\d+)?$")  # a float cast, of a piece when numbered
 
 
 # --- mapping TPU-MLIR ops to lgopt ops ----------------------------------------------------------------
@@ -82,7 +83,7 @@ class ModelMap:
         by_out = {t: op for op in net.ops for t in op.outputs}
         self.by_weight = {w.name: op for op in net.ops for w in op.weights}
         self.op: dict[str, object] = {}
-        aliases = tensor_aliases(net)
+        aliases = self.aliases = tensor_aliases(net)
         anchored: dict[str, list[str]] = {}
         for r in mops.itertuples(index=False):
             hits = [by_out[t] for t in r.onnx_outputs.split("|") if t in by_out] \
@@ -101,15 +102,38 @@ class ModelMap:
         self._cache: dict[str, object] = {}
 
     def resolve(self, name: str):
-        """The lgopt op of a TPU-MLIR op, or of the op a cast feeds (name = producer + consumer + _dtype)."""
+        """The lgopt op of a TPU-MLIR op, or the op a cast is for (name = producer + consumer + _dtype[_piece]):
+        the side that runs in f32, since the cast exists because of it.  A cast to f32 feeds an op computed in
+        f32 (its consumer: BM1684X's GELU, ``<MatMul>/<GELU>_f32_1``); a cast back to f16 converts that op's
+        result (its producer, ``<GELU>/<MatMul>_f16_1``), not the next MatMul's work."""
         if name in self.op:
             return self.op[name]
         if name in self._cache:
             return self._cache[name]
-        base = CAST_SUFFIX.sub("", name)
-        hit = next((self.op[n] for n in self.names if base.endswith(n)), None)
+        hit = self._cast_owner(name)
+        if hit is None:
+            base = CAST_SUFFIX.sub("", name)
+            hit = next((self.op[n] for n in self.names if base.endswith(n)), None)
         self._cache[name] = hit
         return hit
+
+    def _cast_owner(self, name: str):
+        m = CAST_PIECE.search(name)
+        if m is None:
+            return None
+        operand = cast_operands(self.net, [name])
+        if not operand or operand[0] in self.net.inputs:
+            return None
+        producer = self.net.producer.get(operand[0])
+        if m.group(1) in ("f16", "bf16"):
+            return producer
+        body = name[:m.start()]
+        cut = 0  # the consumer's name starts at the first "/" after the operand's tensor name
+        while cut >= 0 and self.aliases.get(body[:cut]) is None:
+            cut = body.find("_", cut + 1)
+        start = body.find("/", cut) if cut > 0 else -1
+        consumer = anchor(body[start:], self.aliases) if start > 0 else None
+        return None if consumer is None else self.net.op(consumer)
 
     def weight_op(self, tensor: str):
         if tensor in self.by_weight:

@@ -12,7 +12,7 @@ from conftest import PROBLEMS
 from test_cpsat import SMALL, _tiny
 
 from lgopt.group.alloc import pack_items
-from lgopt.group.build import n_unit, schedule, try_group
+from lgopt.group.build import c_slice_options, n_unit, schedule, try_group
 from lgopt.group.cost import group_cost
 from lgopt.group.handover import handover, pin_kept, pin_offset, whole_bytes, without_kept
 from lgopt.group.pack import peak_live_bytes
@@ -212,13 +212,18 @@ def _check_slicings(space, i, j, v, all_loads=False):
     kin, kout = space.kept(i, j, v)
     pchip = space.inner_chip(kin + kout)
     listed = space.slicings(ops, kin, kout)
-    got = [(c.n, c.h) for c in listed]
-    assert got == sorted(set(got))
+    keys = [(c.n, c.c, c.h, c.w) for c in listed]
+    assert len(keys) == len(set(keys))
+    got = [(c.n, c.h) for c in listed if c.c == c.w == 1]  # the N x H grid, then column and channel slicings
+    assert got == sorted(got)
     for c in listed:
-        g = schedule(net, chip, ops, c.n, c.h, space.settings.h_ratio, kept_in=kin, kept_out=kout)  # legal
+        g = schedule(net, chip, ops, c.n, c.h, space.settings.h_ratio, kept_in=kin, kept_out=kout, w_slices=c.w,
+                     c_slices=c.c)  # legal
         assert c.table == pin_kept(chip, g)[0]
         assert peak_live_bytes(pack_items(without_kept(_tightest(c.table))), chip.align_bytes) <= pchip.lmem_bytes
         value = space.value(group_cost(chip, net, c.table))
+        if c.c > 1:  # a channel slicing: only of channel-local ops, never with a hand-over
+            assert c.c in c_slice_options(net, chip, ops) and not (kin or kout)
         if c.free_loads:
             assert c.n * c.h == 1 and chosen_weights(c.table)
             assert c.key <= value

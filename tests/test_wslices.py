@@ -130,15 +130,20 @@ def test_tpu_mlirs_w_sliced_grouping_loads_verifies_and_exports(tmp_path):
     assert [g["shape_secs"] for g in out["subfunc_0"]["GroupLayer"]] == [c["shape_secs"] for c in cache]
 
 
-def test_c_and_d_slices_stay_infeasible(tmp_path):
+@pytest.mark.parametrize("secs, why", [([1, 2, 1, 16, 1], "csecs=2 but /b0/conv/Conv a convolution reads every "
+                                                              "input channel"),
+                                       ([1, 1, 2, 16, 1], "not D")])
+def test_c_slices_of_a_conv_and_d_slices_stay_infeasible(tmp_path, secs, why):
+    """lgopt builds a cache's csecs only for a group whose ops keep each channel to itself (tests/test_heads_slices.py);
+    a conv reads every channel, and lgopt has no D axis."""
     net, ref = _opt2()
     d = json.loads(Path(ref).read_text())
-    d["subfunc_0"]["GroupLayer"][0]["shape_secs"] = [1, 2, 1, 16, 1]
+    d["subfunc_0"]["GroupLayer"][0]["shape_secs"] = secs
     p = tmp_path / "c.layer_group_cache.json"
     p.write_text(json.dumps(d))
     with pytest.raises(GroupingInfeasible) as e:
         score(net, get_chip("bm1688"), str(p))
-    assert e.value.group_index == 0 and "not C or D" in e.value.reason
+    assert e.value.group_index == 0 and why in e.value.reason
 
 
 def test_compiler_space_search_starts_from_a_w_sliced_reference(tmp_path):

@@ -231,9 +231,11 @@ def rowwise(op: Op, x: np.ndarray, weights: dict[str, np.ndarray]) -> np.ndarray
 
 
 def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarray], n: tuple[int, int],
-              a: int, b: int) -> np.ndarray:
-    """Output rows [a, b) and batches ``n`` of a local op from its input windows."""
+              a: int, b: int, c_len: int | None = None) -> np.ndarray:
+    """Output rows [a, b) and batches ``n`` of a local op from its input windows; ``c_len``: the output channels
+    of a channel slice (the windows then hold those channels, a channel-local op computes them alone)."""
     out = net.tensor(op.outputs[0])
+    oc = out.c if c_len is None else c_len
     t = op.type
     spec = OP_SPECS.get(t)
     family = spec.family if spec is not None else None
@@ -258,7 +260,7 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == 0:  # whole batches, re-folded as the output lies
         whole, b0 = ins[0], op.attrs["start"] + n[0]
         taken = replace(whole, data=whole.data[b0 - whole.n0:b0 - whole.n0 + n[1] - n[0]], n0=b0)
-        y = rows(taken, 0, whole.H, np.nan).reshape(n[1] - n[0], out.c, out.h, out.w)[:, :, a:b]
+        y = rows(taken, 0, whole.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]
     elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -2:  # a run of rows (the input whole)
         y = rows(xs[0], 0, xs[0].H, np.nan)[:, :, op.attrs["start"]:op.attrs["end"]][:, :, a:b]
     elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -1:  # a run of each row's last axis
@@ -269,8 +271,8 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = rows(xs[0], 0, xs[0].H, np.nan).transpose(0, 1, 3, 2)[:, :, a:b]
     elif family is Family.RESHAPE:  # a view: the rows re-split when the shape changes (then never H-sliced)
         src = xs[0]
-        y = rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, out.c, out.w) \
-            else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], out.c, out.h, out.w)[:, :, a:b]
+        y = rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, oc, out.w) \
+            else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]
     elif family is Family.MATMUL:
         y = matmul(xs[0], filt if filt is not None else xs[1], a, b)
         if bias is not None:  # a linear layer's bias Add, folded in by the importer: one per output column
@@ -300,7 +302,7 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
         y = operands[0]
         for z in operands[1:]:
             y = f(y, z)
-        y = np.broadcast_to(y, (n[1] - n[0], out.c, b - a, out.w)).copy()
+        y = np.broadcast_to(y, (n[1] - n[0], oc, b - a, out.w)).copy()
     elif t == "PRelu":
         x = rows(xs[0], a, b, np.nan)
         slope = _const(weights[op.weights[0].name], out.c)

@@ -248,9 +248,14 @@ class _GroupRun:
         w0, w1 = self.g.cols(t, s, self.net.tensor(t).w)
         return (*self.g.windows[t][s], w0, w1)
 
+    def chans(self, t: str, s: int) -> tuple[int, int]:
+        """The channels of slice ``s`` of ``t`` in LMEM (every channel unless the group slices them)."""
+        return self.g.chans(t, s, self.net.tensor(t).c)
+
     def addresses(self, t: str, s: int) -> tuple[np.ndarray, np.ndarray]:
         """Where slice ``s`` of ``t`` lives: its own buffer, or its part of a tensor held whole."""
         n0, n1, h0, h1, w0, w1 = self.window(t, s)
+        c0, c1 = self.chans(t, s)
         ten = self.net.tensor(t)
         b = self.buf[("activation", t)]
 
@@ -261,14 +266,16 @@ class _GroupRun:
         if t in self.whole:
             lanes, addr = folded(activation_addresses(self.chip, b.offset, ten.lane_shape(ten.n, ten.h), ten.dtype))
             return lanes[n0:n1, :, h0:h1, w0:w1], addr[n0:n1, :, h0:h1, w0:w1]
-        return folded(activation_addresses(self.chip, b.offset, ten.lane_shape(n1 - n0, h1 - h0, w1 - w0), ten.dtype))
+        return folded(activation_addresses(self.chip, b.offset, ten.lane_shape(n1 - n0, h1 - h0, w1 - w0, c1 - c0),
+                                           ten.dtype))
 
     def load_activation(self, t: str, s: int) -> None:
         n0, n1, h0, h1, w0, w1 = self.window(t, s)
         if t not in self.gmem:
             raise SimError(f"tensor {t} is loaded before anything wrote it to GMEM")
+        c0, c1 = self.chans(t, s)
         lanes, addr = self.addresses(t, s)
-        self.lmem.put(lanes, addr, self.gmem[t][n0:n1, :, h0:h1, w0:w1])
+        self.lmem.put(lanes, addr, self.gmem[t][n0:n1, c0:c1, h0:h1, w0:w1])
 
     def read_activation(self, t: str, s: int) -> Win:
         n0, n1, h0, h1, w0, w1 = self.window(t, s)
@@ -324,7 +331,9 @@ class _GroupRun:
         if sc is not None:  # the op scribbles over its scratch while it runs
             self.lmem.data[:, sc.offset:sc.offset + sc.size] = self.garbage.normal(size=(self.chip.npu_num, sc.size))
         n0, n1, h0, h1, w0, w1 = self.window(op.outputs[0], s)
-        y = run_local(self.net, op, ins, w, (n0, n1), h0, h1)  # every column: keep the slice's own
+        c0, c1 = self.chans(op.outputs[0], s)
+        # every column: keep the slice's own; a channel slice's inputs hold its channels, so it computes those
+        y = run_local(self.net, op, ins, w, (n0, n1), h0, h1, c1 - c0 if self.g.c_slices > 1 else None)
         self.write_activation(op.outputs[0], s, y[..., w0:w1])
 
     def store(self, t: str, s: int) -> None:
@@ -332,9 +341,11 @@ class _GroupRun:
         n0, n1, h0, h1 = self.g.stores[t][s]
         ten = self.net.tensor(t)
         c0, c1 = self.g.stored_cols(t, s, ten.w)
+        k0, k1 = self.g.stored_chans(t, s, ten.c)
+        y0, _ = self.chans(t, s)
         dst = self.gmem.setdefault(t, np.full(ten.shape, np.nan))
-        dst[n0:n1, :, h0:h1, c0:c1] = win.data[n0 - win.n0:n1 - win.n0, :, h0 - win.h0:h1 - win.h0,
-                                               c0 - win.w0:c1 - win.w0]
+        dst[n0:n1, k0:k1, h0:h1, c0:c1] = win.data[n0 - win.n0:n1 - win.n0, k0 - y0:k1 - y0, h0 - win.h0:h1 - win.h0,
+                                                 c0 - win.w0:c1 - win.w0]
 
     def poison(self, b: Buffer) -> None:
         self.lmem.data[:, b.offset:b.offset + b.size] = np.nan
@@ -437,7 +448,8 @@ def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
                 g = plan.groups[gi]
                 for s, (n0, n1, h0, h1) in enumerate(g.stores[t]):
                     c0, c1 = g.stored_cols(t, s, want.shape[3])
-                    if n0 <= idx[0] < n1 and h0 <= idx[2] < h1 and c0 <= idx[3] < c1:
+                    k0, k1 = g.stored_chans(t, s, want.shape[1])
+                    if n0 <= idx[0] < n1 and k0 <= idx[1] < k1 and h0 <= idx[2] < h1 and c0 <= idx[3] < c1:
                         sl = s
                         break
             return SimResult(False, Mismatch(t, sl, idx, float(want[idx]), float(got[idx])), compared, opaque)

@@ -26,7 +26,7 @@ from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip, chip_from_dict
 from lgopt.hw.layout import activation_lane_bytes
 from lgopt.hw.sizing import weight_bytes
-from lgopt.model.network import Network, Op
+from lgopt.model.network import Network, Op, lane_shape_of
 from lgopt.model.ops import RESHAPE_TYPES, resize_source
 from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupCost, GroupPlan, Plan
 
@@ -67,6 +67,30 @@ GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
 
 ROW_NORMALISERS = ("Softmax", "LayerNormalization")  # every output column reads every column of its row
 VIEW_TYPES = RESHAPE_TYPES + ("Transpose",)  # a local Transpose moves no axis longer than 1, or swaps H and W
+CHANNEL_MIXERS = ("Conv", "ConvTranspose")  # every output channel reads every input channel (or its group's)
+
+
+def _mixes_channels(net: Network, op: Op) -> str:
+    """Why ``op`` is not computed channel by channel (a channel-sliced group may not hold it), or ``""``: the
+    verifier's own rule.  Each output channel must read only the same channel of each input (or an input's
+    single channel) and the op's constants must not differ per channel (a MatMul's weight is one ``[K, N]``
+    matrix for every channel); a channel Concat or Slice moves channels, and rows held on the lanes have none."""
+    out = net.tensor(op.outputs[0])
+    ins = [net.tensor(t) for t in op.inputs]
+    if op.type in CHANNEL_MIXERS:
+        return "a convolution reads every input channel"
+    if op.type in ("Concat", "Slice") and op.attrs.get("axis") == 1:
+        return "moves channels between lanes"
+    if out.rows_on_lanes or any(t.rows_on_lanes for t in ins):
+        return "its rows lie over the lanes"
+    for t in ins:
+        if t.c != out.c and not (t.c == 1 and op.type in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "MatMul")):
+            return f"reads {t.c} channels of {t.name} for {out.c} output channels"
+    if op.type != "MatMul":
+        for w in op.weights:
+            if w.shape and lane_shape_of(w.shape)[1] > 1:  # the constant as LMEM holds it: channels over lanes
+                return f"its constant {w.name} differs per channel"
+    return ""
 
 
 def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: int = 0) -> set[int]:
@@ -316,9 +340,12 @@ class Verifier:
         if any(n not in net.op_by_name for n in g.ops):
             raise _Fail
         ops = [net.op(n) for n in g.ops]
-        if g.n_slices < 1 or g.h_slices < 1 or g.w_slices < 1:
-            self.fail(where, f"slice counts must be positive (n={g.n_slices}, h={g.h_slices}, w={g.w_slices})")
+        if g.n_slices < 1 or g.h_slices < 1 or g.w_slices < 1 or g.c_slices < 1:
+            self.fail(where, f"slice counts must be positive (n={g.n_slices}, c={g.c_slices}, h={g.h_slices}, "
+                             f"w={g.w_slices})")
             raise _Fail
+        if g.c_slices > 1 and (g.kept_in or g.kept_out):
+            self.fail(where, f"hands a tensor over in LMEM, but c_slices={g.c_slices} (no slice holds it whole)")
         for op in ops:
             if not op.local:
                 self.fail(where, f"op {op.name} ({op.type}) cannot run in a group: {op.reason}")
@@ -332,6 +359,8 @@ class Verifier:
                 self.fail(where, f"op {op.name} ({op.type}) normalises whole rows, but w_slices={g.w_slices}")
             if g.n_slices > 1 and not op.n_split:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing N, but n_slices={g.n_slices}")
+            if g.c_slices > 1 and op.outputs and (why := _mixes_channels(net, op)):
+                self.fail(where, f"op {op.name} ({op.type}) {why}, but c_slices={g.c_slices}")
         members = set(g.ops)
         produced = {t for op in ops for t in op.outputs}
         inputs = list(dict.fromkeys(t for op in ops for t in op.inputs if t not in produced))
@@ -363,7 +392,7 @@ class Verifier:
         for t in g.f32_out:
             if t not in net.outputs or t not in outputs:
                 self.fail(where, f"converts {t} to f32 itself (f32_out), which is not a network output it stores")
-        S = g.n_slices * g.h_slices * g.w_slices
+        S = g.n_slices * g.c_slices * g.h_slices * g.w_slices
         for t in tensors:
             ws = g.windows.get(t)
             if ws is None or len(ws) != S:
@@ -373,6 +402,7 @@ class Verifier:
             if t not in tensors:
                 self.fail(where, f"window given for {t}, which the group does not touch")
         self.check_w_given(where, g, tensors, S)
+        self.check_c_given(where, g, tensors, S)
         self.check_stores(where, g, outputs, S, optional)
         self.check_windows(where, g, ops, S)
         self.check_weight_cols(where, g, S)
@@ -401,6 +431,27 @@ class Verifier:
             self.fail(where, "W-sliced stores need the columns of every stored part (w_stores beside stores)")
             raise _Fail
 
+    def check_c_given(self, where: str, g: GroupPlan, tensors: list[str], S: int) -> None:
+        """Channels are given exactly when they are sliced: for every tensor (one range per slice) and every
+        stored part; without channel slices every window holds every channel and none may be given."""
+        if g.c_slices == 1:
+            if g.c_windows or g.c_stores:
+                self.fail(where, "gives channel windows but c_slices is 1")
+                raise _Fail
+            return
+        for t in tensors:
+            cs = g.c_windows.get(t)
+            if cs is None or len(cs) != S:
+                self.fail(where, f"tensor {t} needs {S} channel windows (c_slices={g.c_slices}), plan has "
+                                 f"{0 if cs is None else len(cs)}")
+                raise _Fail
+        for t in g.c_windows:
+            if t not in tensors:
+                self.fail(where, f"channel window given for {t}, which the group does not touch")
+        if set(g.c_stores) != set(g.stores) or any(len(g.c_stores[t]) != len(g.stores[t]) for t in g.stores):
+            self.fail(where, "channel-sliced stores need the channels of every stored part (c_stores beside stores)")
+            raise _Fail
+
     def check_stores(self, where: str, g: GroupPlan, outputs: list[str], S: int, optional: set[str]) -> None:
         for t in g.stores:
             if t not in outputs:
@@ -413,21 +464,27 @@ class Verifier:
             if parts is None or len(parts) != S:
                 self.fail(where, f"group output {t} needs {S} stored parts")
                 continue
-            cover = np.zeros((ten.n, ten.h, ten.w), dtype=np.int32)
+            chans = ten.c if g.c_slices > 1 else 1  # channels are tracked only where they are sliced
+            cover = np.zeros((ten.n, chans, ten.h, ten.w), dtype=np.int32)
             for s, (n0, n1, h0, h1) in enumerate(parts):
                 c0, c1 = g.stored_cols(t, s, ten.w)
-                if not (0 <= n0 <= n1 <= ten.n and 0 <= h0 <= h1 <= ten.h and 0 <= c0 <= c1 <= ten.w):
-                    self.fail(where, f"slice {s} stores {t}[n {n0}:{n1}, h {h0}:{h1}, w {c0}:{c1}] outside its shape")
+                k0, k1 = g.stored_chans(t, s, chans)
+                if not (0 <= n0 <= n1 <= ten.n and 0 <= h0 <= h1 <= ten.h and 0 <= c0 <= c1 <= ten.w
+                        and 0 <= k0 <= k1 <= chans):
+                    self.fail(where, f"slice {s} stores {t}[n {n0}:{n1}, c {k0}:{k1}, h {h0}:{h1}, w {c0}:{c1}] "
+                                     "outside its shape")
                     return
                 w = g.windows[t][s]
                 x0, x1 = g.cols(t, s, ten.w)
-                if not (w[0] <= n0 and n1 <= w[1] and w[2] <= h0 and h1 <= w[3] and x0 <= c0 and c1 <= x1):
-                    self.fail(where, f"slice {s} stores rows or columns of {t} it does not hold")
-                cover[n0:n1, h0:h1, c0:c1] += 1
+                y0, y1 = g.chans(t, s, chans)
+                if not (w[0] <= n0 and n1 <= w[1] and w[2] <= h0 and h1 <= w[3] and x0 <= c0 and c1 <= x1
+                        and y0 <= k0 and k1 <= y1):
+                    self.fail(where, f"slice {s} stores rows, columns or channels of {t} it does not hold")
+                cover[n0:n1, k0:k1, h0:h1, c0:c1] += 1
             if (cover != 1).any():
-                n, h, c = map(int, np.argwhere(cover != 1)[0])
-                self.fail(where, f"stores of {t} cover element (n={n}, h={h}, w={c}) {int(cover[n, h, c])} times, "
-                                 "not once")
+                n, k, h, c = map(int, np.argwhere(cover != 1)[0])
+                self.fail(where, f"stores of {t} cover element (n={n}, c={k}, h={h}, w={c}) {int(cover[n, k, h, c])} "
+                                 "times, not once")
 
     def check_windows(self, where: str, g: GroupPlan, ops: list[Op], S: int) -> None:
         net = self.net
@@ -437,9 +494,11 @@ class Verifier:
                 continue
             for s, (n0, n1, h0, h1) in enumerate(ws):
                 c0, c1 = g.cols(t, s, ten.w)
-                if not (0 <= n0 < n1 <= ten.n and 0 <= h0 < h1 <= ten.h and 0 <= c0 < c1 <= ten.w):
-                    self.fail(where, f"slice {s} of {t} is empty or outside the tensor (n {n0}:{n1}, h {h0}:{h1}, "
-                                     f"w {c0}:{c1})")
+                k0, k1 = g.chans(t, s, ten.c)
+                if not (0 <= n0 < n1 <= ten.n and 0 <= h0 < h1 <= ten.h and 0 <= c0 < c1 <= ten.w
+                        and 0 <= k0 < k1 <= ten.c):
+                    self.fail(where, f"slice {s} of {t} is empty or outside the tensor (n {n0}:{n1}, c {k0}:{k1}, "
+                                     f"h {h0}:{h1}, w {c0}:{c1})")
                     raise _Fail
         for op in ops:
             out = op.outputs[0]
@@ -467,6 +526,15 @@ class Verifier:
                     if not _contains((w[0], w[1]), batches):
                         self.fail(where, f"slice {s}: {op.name} needs batches {min(batches)}:{max(batches) + 1} "
                                          f"of {t}, window holds {w[0]}:{w[1]}")
+                        return
+                    if g.c_slices == 1:
+                        continue
+                    k0, k1 = g.chans(out, s, ot.c)
+                    need_c = (0, 1) if it.c == 1 else (k0, k1)  # channel by channel (check_group), or broadcast
+                    y0, y1 = g.chans(t, s, it.c)
+                    if not (y0 <= need_c[0] and need_c[1] <= y1):
+                        self.fail(where, f"slice {s}: {op.name} computes channels {k0}:{k1} of {out}, which read "
+                                         f"channels {need_c[0]}:{need_c[1]} of {t}, but the window holds {y0}:{y1}")
                         return
 
     def check_weight_cols(self, where: str, g: GroupPlan, S: int) -> None:
@@ -513,7 +581,7 @@ class Verifier:
             if H <= 1:
                 continue
             ws = g.windows[t][::g.w_slices]  # rows do not depend on the W slice: each H slice's first
-            for ni in range(g.n_slices):
+            for ni in range(g.n_slices * g.c_slices):  # each N (and channel) slice's run of H slices
                 run = ws[ni * g.h_slices:(ni + 1) * g.h_slices]
                 for i in range(1, len(run)):
                     if run[i][2] < run[i - 1][2] or run[i][3] <= run[i - 1][3]:
@@ -673,9 +741,10 @@ class Verifier:
                 self.fail(where, f"no buffer holds {t}")
                 raise _Fail
             dtypes = (ten.dtype, "f32") if t in g.f32_in else (ten.dtype,)  # an input converted here: both slices
-            need = max(sum(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0), dt,
+            need = max(sum(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0, k1 - k0), dt,
                                                  chip.npu_num, chip.eu_bytes, chip.align_4n) for dt in dtypes)
-                       for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)])
+                       for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)]
+                       for k0, k1 in [g.chans(t, s, ten.c)])
             if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
                 need = activation_lane_bytes(ten.lane_shape(ten.n, ten.h), ten.dtype, chip.npu_num, chip.eu_bytes,
                                              chip.align_4n)

@@ -64,13 +64,44 @@ def w_slice_options(net: Network, chip: Chip, ops: Sequence[str], max_w: int) ->
     return sorted(c for c in counts if 2 <= c <= top)
 
 
+MAX_C_SLICES = 64  # most channel (heads) slices of a group
+
+
+def c_slice_options(net: Network, chip: Chip, ops: Sequence[str]) -> list[int]:
+    """Channel (heads) slice counts worth trying for a group, fewest first: none unless every op keeps each
+    channel to itself (:func:`lgopt.model.ops.channel_reason`); then the counts that leave each slice at most
+    1, 2, 3, ... lanes' worth of channels of the widest group output (a slice of 12 heads on 8 lanes: 2, one
+    head per lane), and 2 when the group cannot be cut along H (it transposes K on the lanes) and its
+    outputs have at least two channels.  Fewer channels than lanes per slice never shrink a lane's bytes.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Network, Op, Tensor
+    >>> t = {k: Tensor(k, (1, 12, 197, 197), "f16") for k in "sp"}
+    >>> sm = Op("sm", "Softmax", ("s",), ("p",), attrs={"axis": -1}, local=True, h_split=True)
+    >>> net = Network("n", t, (sm,), ("s",), ("p",))
+    >>> c_slice_options(net, get_chip("cv184x"), ["sm"]), c_slice_options(net, get_chip("bm1684x"), ["sm"])
+    ([2], [])
+    """
+    from lgopt.model.ops import channel_reason
+
+    if any(channel_reason(net, net.op(o)) for o in ops):
+        return []
+    outs = group_io(net, ops).outputs
+    narrowest = min(net.tensor(t).c for t in outs)
+    widest = max(net.tensor(t).c for t in outs)
+    counts = {cdiv(widest, chip.npu_num * k) for k in range(1, cdiv(widest, chip.npu_num) + 1)}
+    if not all(net.op(o).h_split for o in ops):
+        counts.add(2)
+    return sorted(c for c in counts if 2 <= c <= min(narrowest, MAX_C_SLICES))
+
+
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
              h_ratio: float | None = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
              kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = (),
-             receivers: tuple[str, ...] = (), reload_columns: bool = True) -> GroupPlan:
+             receivers: tuple[str, ...] = (), reload_columns: bool = True, c_slices: int = 1) -> GroupPlan:
     """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
     sl = slice_group(net, list(ops), n_slices, h_slices, w_slices=w_slices, n_unit=n_unit(net, chip, ops),
-                     h_ratio=h_ratio)
+                     h_ratio=h_ratio, c_slices=c_slices)
     return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies, receivers, reload_columns)
 
 
@@ -120,8 +151,8 @@ def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, i
 
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
               h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False,
-              w_slices: int = 1, f32_copies: tuple[str, ...] = (), reload_columns: bool = True
-              ) -> tuple[GroupPlan | None, str]:
+              w_slices: int = 1, f32_copies: tuple[str, ...] = (), reload_columns: bool = True,
+              c_slices: int = 1) -> tuple[GroupPlan | None, str]:
     """A placed group, or (None, why not).
 
     The greedy allocator alone judges a candidate of a search (it is fast and searches try thousands);
@@ -131,7 +162,7 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
     """
     try:
         g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, w_slices=w_slices, f32_copies=f32_copies,
-                     reload_columns=reload_columns)
+                     reload_columns=reload_columns, c_slices=c_slices)
     except SliceError as e:
         return None, str(e)
     if thorough:

@@ -46,14 +46,16 @@ Bound = Literal["tiu", "gdma"]  # the engine a global layer's time is bound by
 
 @dataclass(frozen=True)
 class SliceShape:
-    """The part of an op one slice computes: batches and rows of its output and of input 0, and their columns
-    when W is sliced (``None``: the whole width)."""
+    """The part of an op one slice computes: batches and rows of its output and of input 0, their columns
+    when W is sliced and their channels when channels are (``None``: the whole width, every channel)."""
 
     n: int
     out_h: int
     in_h: int
     out_w: int | None = None
     in_w: int | None = None
+    out_c: int | None = None
+    in_c: int | None = None
 
 
 class CostModel(Protocol):
@@ -221,9 +223,10 @@ def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_l
     return gdma_cycles(chip, nbytes, segments, kind, point)
 
 
-def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len: int | None = None
-                        ) -> tuple[int, int, bool]:
-    """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` x columns ``w_len`` of an activation.
+def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len: int | None = None,
+                        c_len: int | None = None) -> tuple[int, int, bool]:
+    """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` x columns ``w_len`` (x channels
+    ``c_len`` of a channel slice) of an activation.
 
     With every column, a channel's rows are contiguous in GMEM: one run per batch and lane-axis entry (a
     channel, or a row of a rank-3 tensor whose rows lie over the lanes), a single element when the slice is
@@ -237,11 +240,12 @@ def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len
     """
     t = net.tensor(tensor)
     w = t.w if w_len is None else w_len
-    nbytes = n_len * t.c * h_len * w * dtype_bytes(t.dtype)
+    c = t.c if c_len is None else c_len
+    nbytes = n_len * c * h_len * w * dtype_bytes(t.dtype)
     if w == t.w:
-        ln, lc, lh, lw = t.lane_shape(n_len, h_len)  # a run per batch and lane-axis entry
+        ln, lc, lh, lw = t.lane_shape(n_len, h_len, None, c)  # a run per batch and lane-axis entry
         return nbytes, ln * lc, lh * lw == 1
-    return nbytes, n_len * t.c * h_len, w == 1
+    return nbytes, n_len * c * h_len, w == 1
 
 
 def _output_lanes(chip: Chip, net: Network, op: Op, sl: SliceShape) -> tuple[str, int, int, int]:
@@ -250,7 +254,7 @@ def _output_lanes(chip: Chip, net: Network, op: Op, sl: SliceShape) -> tuple[str
     out = net.tensor(op.outputs[0])
     dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
     eu = chip.eu_elems(dt)
-    _, lc, lh, lw = out.lane_shape(sl.n, sl.out_h, sl.out_w)  # a rank-3 tensor's rows are over the lanes
+    _, lc, lh, lw = out.lane_shape(sl.n, sl.out_h, sl.out_w, sl.out_c)  # a rank-3 tensor's rows are over the lanes
     return dt, eu, channels_per_lane(lc, chip.npu_num), align_up(lh * lw, eu)
 
 
@@ -286,7 +290,7 @@ def _analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) 
         kh, kw = op.attrs["kernel"]
         return issue + output_vector_work(chip, net, op, sl, kh * kw)
     if family is opsem.Family.GLOBAL_POOL:
-        _, ic, ih, iw = net.tensor(op.inputs[0]).lane_shape(sl.n, sl.in_h, sl.in_w)
+        _, ic, ih, iw = net.tensor(op.inputs[0]).lane_shape(sl.n, sl.in_h, sl.in_w, sl.in_c)
         return issue + cdiv(sl.n * channels_per_lane(ic, chip.npu_num) * align_up(ih * iw, eu), eu)
     if family is opsem.Family.RESIZE:
         return issue + output_vector_work(chip, net, op, sl, 4 if op.attrs.get("mode") == "linear" else 1)
@@ -401,9 +405,10 @@ def weight_transfers(op: Op, cols: int | None = None) -> list[tuple[int, int, bo
 
 def gmem_view(net: Network, op: Op) -> bool:
     """Whether ``op`` run as a global layer only re-reads GMEM bytes in place: a reshape (NCHW is contiguous,
-    whatever the shape), a run of channels of a one-batch tensor (a contiguous range), or a Concat whose inputs
-    are written straight into it (:func:`merged_concat`).  TPU-MLIR's timeline shows such ops (ShuffleNet's 32
-    Reshapes, 20 channel Slices and each stage's first Concat) at 0 cycles.
+    whatever the shape), a run of batches or of the channels of a one-batch tensor (a contiguous range), or a
+    Concat whose inputs are written straight into it (:func:`merged_concat`).  TPU-MLIR's timeline shows such
+    ops (ShuffleNet's 32 Reshapes, 20 channel Slices and each stage's first Concat, ViT's 36 Q/K/V picks of
+    ``[3, 197, 1, 768]``) at 0 cycles.
 
     >>> from lgopt.model.network import Network, Tensor
     >>> x, y = Tensor("x", (1, 8, 4, 4), "f16"), Tensor("y", (1, 4, 4, 4), "f16")
@@ -416,8 +421,10 @@ def gmem_view(net: Network, op: Op) -> bool:
     a = op.attrs
     if op.type == "Concat":
         return merged_concat(net, op)
-    return (op.type == "Slice" and a.get("axis") == 1 and a.get("step", 1) == 1 and len(op.inputs) == 1
-            and net.tensor(op.inputs[0]).n == 1)
+    if op.type != "Slice" or a.get("step", 1) != 1 or len(op.inputs) != 1:
+        return False
+    t = net.tensor(op.inputs[0])
+    return a.get("axis") == 0 or a.get("axis") == 1 and t.n == 1
 
 
 def merged_concat(net: Network, op: Op) -> bool:
@@ -576,14 +583,20 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     f32_out = frozenset(g.f32_out) if f32_io else frozenset()
     windows = g.windows
     wsl = g.w_slices > 1
+    csl = g.c_slices > 1
 
-    def win(t: str, s: int) -> tuple[int, int, int | None]:
-        """(batches, rows, columns) of slice ``s`` of ``t``; columns None when W is not sliced (all of them)."""
+    def win(t: str, s: int) -> tuple[int, int, int | None, int | None]:
+        """(batches, rows, columns, channels) of slice ``s`` of ``t``; columns (channels) None when W (C) is not
+        sliced (all of them)."""
         n0, n1, h0, h1 = windows[t][s]
+        ch = None
+        if csl:
+            c0, c1 = g.chans(t, s, net.tensor(t).c)
+            ch = c1 - c0
         if not wsl:
-            return n1 - n0, h1 - h0, None
+            return n1 - n0, h1 - h0, None, ch
         w0, w1 = g.cols(t, s, net.tensor(t).w)
-        return n1 - n0, h1 - h0, w1 - w0
+        return n1 - n0, h1 - h0, w1 - w0, ch
 
     def transfer(name: str, kind: str, store: bool, s: int) -> tuple[int, int]:
         """(bytes, cycles) of one transfer."""
@@ -595,13 +608,14 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         if store and name in g.stores:
             n0, n1, h0, h1 = g.stores[name][s]
             w0, w1 = g.stored_cols(name, s, net.tensor(name).w)
-            n, h, w = n1 - n0, h1 - h0, (w1 - w0 if wsl else None)
+            c0, c1 = g.stored_chans(name, s, net.tensor(name).c)
+            n, h, w, ch = n1 - n0, h1 - h0, (w1 - w0 if wsl else None), (c1 - c0 if csl else None)
         else:
-            n, h, w = win(name, s)
-        key = (name, n, h, w, store)
+            n, h, w, ch = win(name, s)
+        key = (name, n, h, w, ch, store)
         hit = dma.get(key)
         if hit is None:
-            b, segs, point = activation_transfer(net, name, n, h, w)
+            b, segs, point = activation_transfer(net, name, n, h, w, ch)
             if name in (f32_out if store else f32_in):  # a network input or output the group converts itself
                 b = as_f32(b, net.tensor(name).dtype)
             hit = dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
@@ -613,19 +627,19 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
         for r, row in enumerate(g.rows):
             for name in row.ops:
                 op = net.op(name)
-                n, oh, ow = win(op.outputs[0], s)
-                _, ih, iw = win(op.inputs[0], s) if op.inputs else (n, oh, ow)
-                key = (name, n, oh, ih, ow, iw)
+                n, oh, ow, oc = win(op.outputs[0], s)
+                _, ih, iw, ic = win(op.inputs[0], s) if op.inputs else (n, oh, ow, oc)
+                key = (name, n, oh, ih, ow, iw, oc, ic)
                 c = seen.get(key)
                 if c is None:
-                    c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih, ow, iw))
+                    c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih, ow, iw, oc, ic))
                 tiu[s][r] += c
     traffic = pre = 0
     for name in g.preloads:
         traffic += weight_gmem_bytes(net.op(name))
         pre += weight_dma_cycles(chip, net.op(name))
     cells: dict[tuple[int, int], tuple[int, int]] = {}
-    dma: dict[tuple[str, int, int, int | None, bool], tuple[int, int]] = {}  # (tensor, n, h, w, store) -> (bytes, cyc)
+    dma: dict[tuple[str, int, int, int | None, int | None, bool], tuple[int, int]] = {}  # (tensor, n, h, w, c, store)
     for i in range(-1, S + 1):
         for r, row in enumerate(g.rows):
             t_cyc = tiu[i][r] if 0 <= i < S else 0

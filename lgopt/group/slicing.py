@@ -1,4 +1,4 @@
-"""Slicing a candidate group along N, H and W, and the h/2 rule.
+"""Slicing a candidate group along N, channels (heads), H and W, and the h/2 rule.
 
 The group outputs are split as evenly as possible (slice sizes differ by at
 most one unit); every other tensor's per-slice window is inferred backwards
@@ -22,6 +22,14 @@ with their weights reloaded per slice.  A MatMul that contracts over a sliced ax
 them) reads its A whole, so in the same group it forces its producers to compute every column (correct, and
 priced as such); partial-sum accumulation over K slices is not implemented, so the searches end the group
 there in practice.  Greedy and CP-SAT choose W slices after N and H.
+
+**Channel (heads) slicing** cuts the channels of a group whose every op keeps each channel to itself
+(:func:`lgopt.model.ops.channel_reason`): an attention's heads lie on the channels of ``[B, heads, T, D]``, and
+K transposed on each lane, Q x K^T, its scale, Softmax over the keys and x V compute each head alone.  A slice
+holds its run of heads of every tensor (a broadcast operand's single channel whole), TPU-MLIR's ``csecs``.  It
+pays where the heads outnumber the lanes (a lane then holds one head of a slice instead of several); where they
+do not, a lane holds one head either way and each slice costs the vector units what the whole did.  It is also
+the one cut of a group that transposes K on the lanes, which H slicing cannot cut.
 
 The **h/2 rule** (seed "LayerGroup"): a group fails when, for some tensor, the
 rows loaded or computed more than once, ``sum(slice heights) - H``, exceed
@@ -56,11 +64,13 @@ class SliceError(LgoptError):
 
 @dataclass(frozen=True)
 class SliceWindow:
-    """What one slice of one tensor covers: batches ``n``, rows ``h`` and columns ``w`` (half-open)."""
+    """What one slice of one tensor covers: batches ``n``, rows ``h``, columns ``w`` and, in a group cut into
+    channel (heads) slices, channels ``c`` (half-open; ``None``: every channel)."""
 
     n: Window
     h: Window
     w: Window
+    c: Window | None = None
 
     @property
     def n_len(self) -> int:
@@ -75,9 +85,13 @@ class SliceWindow:
         return self.w[1] - self.w[0]
 
     @property
-    def shape(self) -> tuple[int, int, int]:
-        """(batches, rows, columns): what buffer sizes and costs depend on."""
-        return self.n_len, self.h_len, self.w_len
+    def c_len(self) -> int | None:
+        return None if self.c is None else self.c[1] - self.c[0]
+
+    @property
+    def shape(self) -> tuple[int, int, int, int | None]:
+        """(batches, rows, columns, channels or None for all): what buffer sizes and costs depend on."""
+        return self.n_len, self.h_len, self.w_len, self.c_len
 
 
 @dataclass(frozen=True)
@@ -96,10 +110,11 @@ class GroupSlicing:
     windows: Mapping[str, tuple[SliceWindow, ...]]  # every group tensor, one window per slice
     stores: Mapping[str, tuple[SliceWindow, ...]]  # group outputs: the part each slice writes back
     w_slices: int = 1
+    c_slices: int = 1
 
     @property
     def num_slices(self) -> int:
-        return self.n_slices * self.h_slices * self.w_slices
+        return self.n_slices * self.c_slices * self.h_slices * self.w_slices
 
 
 def even_split(length: int, parts: int, unit: int = 1) -> list[Window]:
@@ -139,11 +154,12 @@ def group_io(net: Network, ops: Iterable[str]) -> GroupIO:
     return GroupIO(inputs, outputs, internal)
 
 
-def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: int, w_slices: int) -> list[Op]:
+def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: int, w_slices: int,
+                   c_slices: int = 1) -> list[Op]:
     if not names:
         raise SliceError("empty group")
-    if n_slices < 1 or h_slices < 1 or w_slices < 1:
-        raise SliceError(f"slice counts must be positive (n={n_slices}, h={h_slices}, w={w_slices})")
+    if n_slices < 1 or h_slices < 1 or w_slices < 1 or c_slices < 1:
+        raise SliceError(f"slice counts must be positive (n={n_slices}, c={c_slices}, h={h_slices}, w={w_slices})")
     ops = [net.op(n) for n in names]
     order = net.op_index
     if [order[o.name] for o in ops] != sorted(order[o.name] for o in ops):
@@ -160,13 +176,20 @@ def _check_members(net: Network, names: Sequence[str], n_slices: int, h_slices: 
             raise SliceError(f"op {op.name} ({op.type}) normalises whole rows: a group with it may not slice W")
         if n_slices > 1 and not op.n_split:
             raise SliceError(f"op {op.name} ({op.type}) does not allow slicing N")
+        if c_slices > 1 and (why := opsem.channel_reason(net, op)):
+            raise SliceError(f"op {op.name} ({op.type}) {why}: a group with it may not be cut into channel slices")
     return ops
 
 
 def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int, *, w_slices: int = 1,
-                n_unit: int = 1, h_ratio: float | None = DEFAULT_H_RATIO) -> GroupSlicing:
-    """Per-slice windows of every tensor in the group, or :class:`SliceError` naming the rule broken."""
-    ops = _check_members(net, names, n_slices, h_slices, w_slices)
+                n_unit: int = 1, h_ratio: float | None = DEFAULT_H_RATIO, c_slices: int = 1) -> GroupSlicing:
+    """Per-slice windows of every tensor in the group, or :class:`SliceError` naming the rule broken.
+
+    Slices run in TPU-MLIR's loop order: ``s = ((ni * c_slices + ci) * h_slices + hi) * w_slices + wi``.
+    ``c_slices`` > 1 cuts the channels (an attention's heads) of a group of channel-local ops
+    (:func:`lgopt.model.ops.channel_reason`): every slice holds its run of channels of every tensor, a
+    broadcast operand's single channel whole."""
+    ops = _check_members(net, names, n_slices, h_slices, w_slices, c_slices)
     io = group_io(net, names)
     batch = max(net.tensor(t).n for t in io.outputs)
     n_parts = even_split(batch, n_slices, n_unit)
@@ -177,11 +200,14 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
             raise SliceError(f"h_slices={h_slices} exceeds the height {ten.h} of group output {t}")
         if ten.w < w_slices:
             raise SliceError(f"w_slices={w_slices} exceeds the width {ten.w} of group output {t}")
+        if ten.c < c_slices:
+            raise SliceError(f"c_slices={c_slices} exceeds the {ten.c} channels of group output {t}")
         hs = even_split(ten.h, h_slices)
         cs = even_split(ten.w, w_slices)
+        chans: list[Window | None] = list(even_split(ten.c, c_slices)) if c_slices > 1 else [None]
         ns = n_parts if ten.n == batch else [(0, ten.n)] * n_slices
-        stores[t] = tuple(SliceWindow(n, h, c) for n in ns for h in hs for c in cs)
-    num = n_slices * h_slices * w_slices
+        stores[t] = tuple(SliceWindow(n, h, c, ch) for n in ns for ch in chans for h in hs for c in cs)
+    num = n_slices * c_slices * h_slices * w_slices
     need: dict[str, list[SliceWindow | None]] = {t: list(w) for t, w in stores.items()}
     for op in reversed(ops):
         out = op.outputs[0]
@@ -203,13 +229,15 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
                 hw = opsem.backward_h(op, k, w.h, ten.h, out_t.h)
                 nw = opsem.backward_n(op, k, w.n, ten.n)
                 cw = opsem.backward_w(op, k, w.w, ten.w, out_t.w) if w_slices > 1 else (0, ten.w)
+                chw = None if w.c is None else opsem.backward_c(w.c, ten.c)
                 prev = cur[s]
-                cur[s] = SliceWindow(nw, hw, cw) if prev is None else SliceWindow(
-                    opsem.window_union(prev.n, nw), opsem.window_union(prev.h, hw), opsem.window_union(prev.w, cw))
+                cur[s] = SliceWindow(nw, hw, cw, chw) if prev is None else SliceWindow(
+                    opsem.window_union(prev.n, nw), opsem.window_union(prev.h, hw), opsem.window_union(prev.w, cw),
+                    None if chw is None else opsem.window_union(prev.c, chw))
     windows = {t: tuple(w for w in ws if w is not None) for t, ws in need.items()}
     for t, ws in windows.items():
         check_windows(t, net.tensor(t).h, ws, h_slices, h_ratio, w_slices)
-    return GroupSlicing(tuple(names), n_slices, h_slices, io, windows, stores, w_slices)
+    return GroupSlicing(tuple(names), n_slices, h_slices, io, windows, stores, w_slices, c_slices)
 
 
 def _check_upsample(op: Op, wins: Sequence[Window | None], in_size: int, out_size: int, what: str) -> None:
@@ -232,8 +260,8 @@ def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices:
     rule looks at each H slice's first W slice, the rows do not depend on the columns); with
     ``h_ratio=None`` (TPU-MLIR's rule) only the empty check."""
     for s, w in enumerate(ws):
-        if w.n_len <= 0 or w.h_len <= 0 or w.w_len <= 0:
-            raise SliceError(f"slice {s} of tensor {tensor} is empty (n={w.n}, h={w.h}, w={w.w})")
+        if w.n_len <= 0 or w.h_len <= 0 or w.w_len <= 0 or (w.c_len is not None and w.c_len <= 0):
+            raise SliceError(f"slice {s} of tensor {tensor} is empty (n={w.n}, h={w.h}, w={w.w}, c={w.c})")
     if h_slices <= 1 or height <= 1 or h_ratio is None:
         return
     by_h = ws[::w_slices]

@@ -27,9 +27,10 @@ Seed "Dividing the Mem Cycle" and shared/reference s4.1-4.5, in :func:`schedule_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Mapping
 
 from lgopt.group.handover import store_skipped
-from lgopt.group.slicing import GroupSlicing, SliceError
+from lgopt.group.slicing import GroupSlicing, SliceError, SliceWindow
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import activation_bytes, column_weights, scratch_bytes, weight_bytes
 from lgopt.model.network import Network
@@ -115,6 +116,8 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     ops = sl.ops
     k = len(ops)
     kept = set(kept_in) | set(kept_out)
+    if kept and sl.c_slices > 1:
+        raise SliceError("a group cut into channel slices holds no tensor whole for a hand-over")
     if kept_out:
         after = net.op_index[ops[-1]] + 1
         rec = set(receivers)  # the receiving group's ops, when known: a tensor only they read needs no store
@@ -151,7 +154,15 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
                      if wsl else {},
                      weight_cols={o: tuple(w.w for w in sl.windows[net.op(o).outputs[0]]) for o in ops if o in by_cols},
                      f32_in=tuple(t for t in loaded if t in f32_copies and t in net.inputs),
-                     f32_out=tuple(t for t in stored if t in f32_copies and t in net.outputs))
+                     f32_out=tuple(t for t in stored if t in f32_copies and t in net.outputs),
+                     c_slices=sl.c_slices, c_windows=_channels(sl.windows) if sl.c_slices > 1 else {},
+                     c_stores=_channels({t: ws for t, ws in sl.stores.items() if t not in skipped})
+                     if sl.c_slices > 1 else {})
+
+
+def _channels(windows: Mapping[str, tuple[SliceWindow, ...]]) -> dict[str, tuple[tuple[int, int], ...]]:
+    """The channels of every window of a group cut into channel slices (each window gives them)."""
+    return {t: tuple(w.c if w.c is not None else (0, 0) for w in ws) for t, ws in windows.items()}
 
 
 def column_sliced_ops(net: Network, sl: GroupSlicing) -> frozenset[str]:

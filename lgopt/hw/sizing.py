@@ -27,10 +27,11 @@ from lgopt.model.dtype import dtype_bytes, is_integer
 from lgopt.model.network import Network, Op, Tensor, lane_shape_of
 
 
-def activation_bytes(chip: Chip, t: Tensor, n_len: int, h_len: int, w_len: int | None = None) -> int:
-    """One slice of ``t`` with ``n_len`` batches, ``h_len`` rows and ``w_len`` columns (all of them when not
-    given), aligned layout."""
-    return activation_lane_bytes(t.lane_shape(n_len, h_len, w_len), t.dtype, chip.npu_num, chip.eu_bytes,
+def activation_bytes(chip: Chip, t: Tensor, n_len: int, h_len: int, w_len: int | None = None,
+                     c_len: int | None = None) -> int:
+    """One slice of ``t`` with ``n_len`` batches, ``h_len`` rows, ``w_len`` columns and ``c_len`` channels (all
+    of them when not given), aligned layout."""
+    return activation_lane_bytes(t.lane_shape(n_len, h_len, w_len, c_len), t.dtype, chip.npu_num, chip.eu_bytes,
                                  chip.align_4n)
 
 
@@ -95,7 +96,7 @@ def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
     return align_up(total, chip.eu_bytes) if total else 0
 
 
-def kernel_n_bytes(chip: Chip, t: Tensor, in_slice: tuple[int, ...]) -> int:
+def kernel_n_bytes(chip: Chip, t: Tensor, in_slice: tuple[int, int, int, int | None]) -> int:
     """Bytes per lane of the part of an input slice an elementwise kernel works on at once (TPU-MLIR's
     ``in_lmem_bytes / in_nslice``: one batch), which its work buffers are sized by.
 
@@ -110,9 +111,10 @@ def kernel_n_bytes(chip: Chip, t: Tensor, in_slice: tuple[int, ...]) -> int:
     return activation_bytes(chip, t, *in_slice) // max(1, n_len)
 
 
-def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, int],
-                  out_slice: tuple[int, int, int]) -> int:
-    """Op scratch for one slice (``(n_len, h_len, w_len)`` of input 0 and output), reference s6.
+def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, int, int | None],
+                  out_slice: tuple[int, int, int, int | None]) -> int:
+    """Op scratch for one slice (``(n_len, h_len, w_len, c_len)`` of input 0 and output, ``c_len`` None for
+    every channel), reference s6.
 
     * grouped (non-depthwise) conv: a re-laid-out input plus ``2 * ic_per_lane * bytes``;
     * depthwise conv on narrow types: an int32 copy of the output;
@@ -153,7 +155,8 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
     weight and a buffer for its output and for each input, each at least the
     smallest window ``op`` can work on: the whole tensors when unsliced, one
     output row (one batch) where the op lets H (N) be sliced, one output column (and that column of a MatMul's
-    weight) where a row op may be W-sliced.  Bytes grow with
+    weight) where a row op may be W-sliced, one channel where it may be cut into channel (heads) slices.
+    Bytes grow with
     the window, so if this exceeds LMEM no such group packs, and the candidate
     space drops it without scheduling it (scratch is left out: the test stays
     a necessary condition).
@@ -169,8 +172,9 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
     by_cols = sliced and op.h_split and out.rows_on_lanes and spec is not None \
         and spec.family is not opsem.Family.ROWWISE
     cols = 1 if by_cols else None
+    chans = 1 if sliced and not opsem.channel_reason(net, op) else None  # a heads slice may hold one channel
     total = weight_bytes(chip, op, cols if column_weights(op) else None) + \
-        activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0], cols)
+        activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0], cols, chans)
     for k, t in enumerate(op.inputs):
         if t in op.inputs[:k]:
             continue
@@ -178,5 +182,5 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
         n0, n1 = opsem.backward_n(op, k, (0, o_n), ten.n)
         rows = min(b - a for a, b in (opsem.backward_h(op, k, w, ten.h, out.h) for w in o_rows))
         c0, c1 = opsem.backward_w(op, k, (0, 1), ten.w, out.w) if by_cols else (0, ten.w)
-        total += activation_bytes(chip, ten, n1 - n0, max(1, rows), max(1, c1 - c0))
+        total += activation_bytes(chip, ten, n1 - n0, max(1, rows), max(1, c1 - c0), chans and min(chans, ten.c))
     return total

@@ -54,6 +54,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                    if g.weight_cols else {}),
                 **({"f32_in": list(g.f32_in)} if g.f32_in else {}),
                 **({"f32_out": list(g.f32_out)} if g.f32_out else {}),
+                **({"c_slices": g.c_slices,
+                    "c_windows": {t: [list(c) for c in cs] for t, cs in g.c_windows.items()},
+                    "c_stores": {t: [list(c) for c in cs] for t, cs in g.c_stores.items()}}
+                   if g.c_slices > 1 or g.c_windows or g.c_stores else {}),
             }
             for g in plan.groups
         ],
@@ -149,7 +153,10 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
                                 _cols(g.get("w_stores", {}), w, "w_stores"),
                                 _cols(g.get("weight_cols", {}), w, "weight_cols"),
                                 _names(g.get("f32_in", []), "f32_in", w),
-                                _names(g.get("f32_out", []), "f32_out", w)))
+                                _names(g.get("f32_out", []), "f32_out", w),
+                                _int(g.get("c_slices", 1), "c_slices", w),
+                                _cols(g.get("c_windows", {}), w, "c_windows"),
+                                _cols(g.get("c_stores", {}), w, "c_stores")))
     steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):

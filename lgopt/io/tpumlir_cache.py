@@ -436,8 +436,7 @@ def read_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int) -> tuple
         if rows <= min(t.h for t in outs) and cols <= min(t.w for t in outs):
             return (nn, rows, cols), (f"TPU-MLIR flattens this elementwise group: nsecs={n} and hsecs={h} read as "
                                       f"n={nn} h={rows} w={cols}")
-    tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
-    if beyond and tensors and all(net.tensor(t).rows_on_lanes for t in tensors):
+    if beyond and rows_on_lanes_group(net, ops):
         rows = h * (n // batch)
         if rows <= min(t.h for t in outs):
             return (batch, rows, w), (f"nsecs={n} hsecs={h} slice the rows of a rows-on-lanes group (TPU-MLIR "
@@ -445,9 +444,11 @@ def read_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int) -> tuple
     return (n, h, w), ""
 
 
-def write_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int) -> list[int]:
+def write_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int, c: int = 1) -> list[int]:
     """The ``shape_secs`` that make TPU-MLIR run lgopt's (N, H, W) slices of this group: :func:`read_secs`
-    inverted (a flattened elementwise group's rows go to ``nsecs``, its columns to ``hsecs``).
+    inverted (a flattened elementwise group's rows go to ``nsecs``, its columns to ``hsecs``; so do the rows of a
+    rows-on-lanes group: ConvNeXt's LayerNorm-MLP blocks on BM1688 fail to allocate at ``hsecs=2`` and compile
+    at ``nsecs=2``, TPU-MLIR's own choice).
 
     >>> from lgopt.model.network import Network, Op, Tensor
     >>> t = {k: Tensor(k, (1, 64, 160, 160), "f16") for k in "xy"}
@@ -455,6 +456,18 @@ def write_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int) -> list
     >>> write_secs(net, ["a"], 1, 2, 15), read_secs(net, ["a"], 2, 15, 1)[0]
     ([2, 1, 1, 15, 1], (1, 2, 15))
     """
+    if c > 1:  # channel (heads) slices: TPU-MLIR's csecs, the rest literal
+        return [n, c, 1, h, w]
     if flat_elementwise(net, ops):
         return [n * h, 1, 1, w, 1]
+    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
+    if h > 1 and n == batch and rows_on_lanes_group(net, ops):  # rows to nsecs, as TPU-MLIR's own caches have it
+        return [n * h, 1, 1, 1, w]
     return [n, 1, 1, h, w]
+
+
+def rows_on_lanes_group(net: Network, ops: Sequence[str]) -> bool:
+    """Whether every tensor of the group lies rows on lanes (rank-3 ``[B, M, K]``, channels-last blocks), so
+    that TPU-MLIR views it as ``[n*c, h, w, 1]`` and slices its rows with ``nsecs``."""
+    tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
+    return bool(tensors) and all(net.tensor(t).rows_on_lanes for t in tensors)

@@ -22,7 +22,7 @@ becomes the interval of TPU-MLIR's order from its first to its last op, with
   they convert a tensor that crosses GMEM anyway, and it is always legal; except the Cast of a network
   input or output a group converts itself (``GroupPlan.f32_in`` / ``f32_out``: its LMEM holds the f32
   slice), which joins it;
-* ``shape_secs`` = ``[n_slices, 1, 1, h_slices, w_slices]`` (lgopt slices N, H and W, never C or D; a group
+* ``shape_secs`` = ``[n_slices, c_slices, 1, h_slices, w_slices]`` (lgopt slices N, channels, H and W, never D; a group
   TPU-MLIR flattens writes its rows as ``nsecs`` and columns as ``hsecs``: ``tpumlir_cache.write_secs``);
 * ``index`` in load order over groups and global layers, ``func_start_idx``/``func_end_idx``,
   ``base_group_idx`` from the reference, ``group_cost`` 0 (the loader copies it and never uses it).
@@ -121,9 +121,13 @@ def read_base_groups(path: str | Path) -> dict[str, list[tuple[int, int]]]:
         return {s: sorted((min(v), max(v)) for v in bg.values()) for s, bg in rows.items()}
     d = read_json(p, "base groups")
     try:
-        return {str(k): [(int(a), int(b)) for a, b in v] for k, v in d.items()}
+        out = {str(k): [(int(a), int(b)) for a, b in v] for k, v in d.items()}
     except (AttributeError, TypeError, ValueError):
         raise LgoptError(f"{path}: not a base_groups.json ({{\"subfunc_0\": [[first, last], ...]}})") from None
+    if not out:  # score_grouping.sh writes {} when it could not read them: every op would stay global
+        raise LgoptError(f"{path}: no base groups in it (the scoring tool could not read them); leave it out and "
+                         "the reference's own groups stand in for them")
+    return out
 
 
 def base_groups_from_model_ops(path: str | Path, model: str, chip: str) -> dict[str, list[tuple[int, int]]]:
@@ -384,7 +388,8 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
         base = span[0].base
         if base_groups is not None:
             base = next(i for i, (a, b) in enumerate(base_groups[subs[si]]) if a <= lo and hi <= b)
-        e = _entry(lo, [r.loc for r in span], write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices), base)
+        secs = write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices)
+        e = _entry(lo, [r.loc for r in span], secs, base)
         groups.setdefault(si, []).append((lo, e))
     globs = {si: [(r.idx, r.loc) for r in ops if (si, r.idx) not in taken] for si, ops in ref_ops.items()}
     if any(g.kept_in or g.kept_out for g in plan.groups):
@@ -444,7 +449,7 @@ def _without_reference(plan: Plan, net: Network, onnx_model: str | Path | None
         if glob:
             raise LgoptError(f"cannot export plan group {k}: {glob[0]} ({net.op(glob[0]).type}) runs only as a "
                              "global layer")
-        secs = write_secs(net, ops, g.n_slices, g.h_slices, g.w_slices)
+        secs = write_secs(net, ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices)
         groups.append((idx[ops[0]], _entry(idx[ops[0]], [names[o] for o in ops], secs, -1)))
         taken.update(ops)
     globs = [(idx[o], names[o]) for o in order if o not in taken]

@@ -64,11 +64,12 @@ class Tensor:
         channels-last rank-4 one (:func:`lgopt.model.ops.channels_last`)."""
         return len(self.orig_shape) == 3 or self.channels_last
 
-    def lane_shape(self, n_len: int, h_len: int, w_len: int | None = None) -> Shape4:
-        """The 4-D shape whose aligned layout a window of ``n_len`` batches, ``h_len`` rows and ``w_len``
-        columns (all of them when not given) has in LMEM (channels over lanes): the folded shape, with the rows
-        moved onto the lanes when they lie there."""
-        return lane_fold((n_len, self.c, h_len, self.w if w_len is None else w_len), self.rows_on_lanes)
+    def lane_shape(self, n_len: int, h_len: int, w_len: int | None = None, c_len: int | None = None) -> Shape4:
+        """The 4-D shape whose aligned layout a window of ``n_len`` batches, ``h_len`` rows, ``w_len``
+        columns and ``c_len`` channels (all of them when not given) has in LMEM (channels over lanes): the
+        folded shape, with the rows moved onto the lanes when they lie there."""
+        return lane_fold((n_len, self.c if c_len is None else c_len, h_len, self.w if w_len is None else w_len),
+                         self.rows_on_lanes)
 
 
 @dataclass(frozen=True)

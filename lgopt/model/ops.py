@@ -15,7 +15,7 @@ from fractions import Fraction
 from math import ceil, floor
 from typing import Any, Callable, Mapping, Sequence
 
-from lgopt.model.network import Op, lane_shape_of, to_nchw
+from lgopt.model.network import Network, Op, lane_shape_of, to_nchw
 
 Window = tuple[int, int]
 
@@ -506,6 +506,51 @@ def _backward_axis(op: Op, k: int, out: Window, in_size: int, out_size: int, axi
     if in_size != out_size:
         return (0, in_size)
     return out
+
+
+def channel_reason(net: Network, op: Op) -> str:
+    """Why a group with ``op`` may not be cut into channel slices, or ``""`` when it may: every output channel
+    is computed from the same channel of each input (or an input's single broadcast channel), and no constant
+    differs per channel.  The attention's heads lie on the channels (``[1, 12, 197, 64]``: Q, K transposed on
+    each lane, Q x K^T, its scale, Softmax over the keys, x V), so a heads slice is a channel slice.  A
+    convolution reads every input channel, a channel Concat or Slice moves channels between lanes, a tensor
+    held rows on lanes has no channel axis to cut.
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> t = {k: Tensor(k, (1, 12, 197, 197), "f16") for k in "sp"}
+    >>> net = Network("n", t, (Op("sm", "Softmax", ("s",), ("p",), attrs={"axis": -1}),), ("s",), ("p",))
+    >>> channel_reason(net, net.op("sm"))
+    ''
+    """
+    if not op.outputs:
+        return "has no output"
+    out = net.tensor(op.outputs[0])
+    ins = [net.tensor(t) for t in op.inputs]
+    if out.rows_on_lanes or any(t.rows_on_lanes for t in ins):
+        return "holds rows on the lanes (no channel axis to cut)"
+    family = _FAMILY.get(op.type)
+    if family in (Family.CONV, Family.DECONV):
+        return "a convolution reads every input channel"
+    if family in (Family.CONCAT, Family.CHANNEL_SLICE) and op.attrs.get("axis") == 1:
+        return "moves channels between lanes"
+    broadcast = family is Family.BINARY or family is Family.MATMUL
+    if any(t.c != out.c and not (broadcast and t.c == 1) for t in ins):
+        return "mixes channels"
+    if family is not Family.MATMUL and any(lane_shape_of(w.shape)[1] > 1 for w in op.weights if w.shape):
+        return "has constants that differ per channel"  # a MatMul's [K, N] weight is the same for every head
+    return ""
+
+
+def backward_c(out: Window, in_c: int) -> Window:
+    """Channels of an input that output channels ``out`` of a channel-local op (:func:`channel_reason`) read:
+    the same ones, or the single channel of a broadcast operand.
+
+    >>> backward_c((4, 8), 12), backward_c((4, 8), 1)
+    ((4, 8), (0, 1))
+    """
+    if out[0] >= out[1]:
+        return (0, 0)
+    return (0, 1) if in_c == 1 else out
 
 
 def backward_n(op: Op, k: int, out: Window, in_n: int) -> Window:

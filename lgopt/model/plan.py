@@ -149,10 +149,25 @@ class GroupPlan:
     # it, or as a global layer)
     f32_in: tuple[str, ...] = ()
     f32_out: tuple[str, ...] = ()
+    # channel (heads) slices, TPU-MLIR's csecs (lgopt.group.slicing): s = ((ni * c_slices + ci) * h_slices + hi) *
+    # w_slices + wi.  The channels of each window and stored part are given only when channels are sliced
+    c_slices: int = 1
+    c_windows: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
+    c_stores: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
 
     @property
     def num_slices(self) -> int:
-        return self.n_slices * self.h_slices * self.w_slices
+        return self.n_slices * self.c_slices * self.h_slices * self.w_slices
+
+    def chans(self, tensor: str, s: int, channels: int) -> Cols:
+        """Channels of ``tensor`` (of ``channels`` channels) that slice ``s`` holds in LMEM."""
+        cs = self.c_windows.get(tensor)
+        return cs[s] if cs is not None else (0, channels)
+
+    def stored_chans(self, tensor: str, s: int, channels: int) -> Cols:
+        """Channels of group output ``tensor`` that slice ``s`` writes back."""
+        cs = self.c_stores.get(tensor)
+        return cs[s] if cs is not None else (0, channels)
 
     def cols(self, tensor: str, s: int, width: int) -> Cols:
         """Columns of ``tensor`` (of width ``width``) that slice ``s`` holds in LMEM."""

@@ -26,11 +26,13 @@ def group_table(net: Network, plan: Plan) -> pd.DataFrame:
 
     rows: list[dict[str, Any]] = []
     w_col = any(g.w_slices > 1 for g in plan.groups)  # a W column only for plans that slice columns
+    c_col = any(g.c_slices > 1 for g in plan.groups)  # a C column only for plans that slice channels (heads)
     for kind, v in plan.steps:
         if kind == "group":
             g = plan.groups[v]
             rows.append({"step": f"group {v}", "ops": len(g.ops), "first op": _short(g.ops[0]),
-                         "last op": _short(g.ops[-1]), "N": g.n_slices, "H": g.h_slices,
+                         "last op": _short(g.ops[-1]), "N": g.n_slices, **({"C": g.c_slices} if c_col else {}),
+                         "H": g.h_slices,
                          **({"W": g.w_slices} if w_col else {}),
                          "LMEM %": round(100 * g.cost.get("lmem_peak", 0) / chip.lmem_bytes, 1),
                          "cycles": int(g.cost.get("cycles", 0)),
@@ -41,13 +43,15 @@ def group_table(net: Network, plan: Plan) -> pd.DataFrame:
         else:
             c = global_layer_cost(chip, net, net.op(v))
             rows.append({"step": "global", "ops": 1, "first op": _short(v), "last op": net.op(v).type, "N": 1,
-                         "H": 1, **({"W": 1} if w_col else {}), "LMEM %": float("nan"), "cycles": c["cycles"],
+                         **({"C": 1} if c_col else {}), "H": 1, **({"W": 1} if w_col else {}), "LMEM %": float("nan"),
+                         "cycles": c["cycles"],
                          "traffic MB": round(c["traffic_bytes"] / 1e6, 3), "bank conflicts": 0,
                          "LMEM hand-over": "", **({"weights": ""} if w_col else {})})
     casts = io_cast_cost(chip, net, plan)
     if casts["cycles"]:  # the graph's f32 inputs and outputs no group converts: global Casts beside the steps
         rows.append({"step": "global casts", "ops": 0, "first op": "(f32 inputs / outputs)", "last op": "Cast",
-                     "N": 1, "H": 1, **({"W": 1} if w_col else {}), "LMEM %": float("nan"),
+                     "N": 1, **({"C": 1} if c_col else {}), "H": 1, **({"W": 1} if w_col else {}),
+                     "LMEM %": float("nan"),
                      "cycles": casts["cycles"], "traffic MB": round(casts["traffic_bytes"] / 1e6, 3),
                      "bank conflicts": 0, "LMEM hand-over": "", **({"weights": ""} if w_col else {})})
     return pd.DataFrame(rows)

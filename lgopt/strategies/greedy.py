@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
-from lgopt.group.build import assemble, n_unit, try_group, try_kept_group, w_slice_options
+from lgopt.group.build import assemble, c_slice_options, n_unit, try_group, try_kept_group, w_slice_options
 from lgopt.group.cost import global_layer_cost
 from lgopt.group.handover import handover
 from lgopt.group.slicing import group_io
@@ -57,8 +57,28 @@ def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: Sea
             return g, ""
         if "allocation" not in why:
             break  # h/2, empty slice or an op that forbids H: more slices will not help
+    g, why_c = channel_slicing(net, chip, ops, st, n, top)
+    if g is not None:
+        return g, ""
     g, why_w = column_slicing(net, chip, ops, st)
-    return g, why_w or why
+    return g, why_w or why_c or why
+
+
+def channel_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSettings, n: int, top: int
+                    ) -> tuple[GroupPlan | None, str]:
+    """The first channel (heads) slicing that places, once N and H alone do not: the counts of
+    :func:`lgopt.group.build.c_slice_options` fewest first, each with 1 to ``top`` H slices; else (None, why)."""
+    why = ""
+    for c in c_slice_options(net, chip, ops):
+        if c > st.max_c_slices:
+            break
+        for h in range(1, top + 1):
+            g, why = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule, c_slices=c)
+            if g is not None:
+                return g, ""
+            if "allocation" not in why:
+                break
+    return None, why
 
 
 def column_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSettings

@@ -30,6 +30,7 @@ class SearchSettings:
     max_h_slices: int = 64
     max_group_ops: int = 256  # longest run a group may have (bounds evaluation cost)
     max_w_slices: int = 256  # most column (W) slices of a group with a column-sliced MatMul (lgopt.group.build)
+    max_c_slices: int = 64  # most channel (heads) slices of a group of channel-local ops; 1: none
     # runs of ops a group must stay within (a compiler's base groups, in its op order); None: any run of local ops
     runs: tuple[tuple[str, ...], ...] | None = None
 

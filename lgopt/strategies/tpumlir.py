@@ -32,6 +32,7 @@ from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache, read_secs
 from lgopt.io.tpumlir_lowering import lower_like
+from lgopt.model import ops as opsem
 from lgopt.model.network import Network, reorder
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
@@ -145,8 +146,11 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     """A group at the slice counts the cache forces: (plan or None, lgopt's n/h/w, why not, how the counts
     were read when not literally)."""
     n, c, d, h, w = secs
-    if c > 1 or d > 1:
-        return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, H and W, not C or D", ""
+    if d > 1:
+        return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, C, H and W, not D", ""
+    if c > 1 and (mixer := next((o for o in ops if opsem.channel_reason(net, net.op(o))), None)):
+        return None, (n, h, w), (f"shape_secs {list(secs)}: csecs={c} but {mixer} "
+                                 f"{opsem.channel_reason(net, net.op(mixer))}"), ""
     (n, h, w), note = read_secs(net, ops, n, h, w)
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
     if n > batch:
@@ -156,7 +160,7 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     gp = None
     if not why:
         gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
-                            f32_copies=f32, reload_columns=False)  # TPU-MLIR holds weights whole
+                            f32_copies=f32, reload_columns=False, c_slices=c)  # TPU-MLIR holds weights whole
     if gp is None:
         why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
     return gp, (n, h, w), why, note

@@ -293,7 +293,9 @@ class _Search:
                  "unknown_packings": sum(1 for e in evaluated.values() if e.bound < e.cost),
                  "space": "contiguous runs of the topological order up to "
                  f"{search.max_group_ops} ops; N slices 1..batch/unit; H slices up to the first that breaks a "
-                 f"slicing rule (<= {search.max_h_slices}); lgopt's pipelined timestep table, any weight load "
+                 f"slicing rule (<= {search.max_h_slices}); column (W) slices of row-op groups (<= "
+                 f"{search.max_w_slices}); channel (heads) slices of channel-local groups (<= {search.max_c_slices})"
+                 "; lgopt's pipelined timestep table, any weight load "
                  "row in unsliced groups; exact packing" + (HANDOVER_SPACE if space.handover else "")}
         return result(space.net, space.chip, search, st, groups, self.base, bound, status, self.budget, extra)
 

@@ -59,6 +59,7 @@ class Evaluation:
     effort: int = 0  # the solvers had EFFORT_GROWTH ** effort times the base budget
     work: float = 0.0  # deterministic units the evaluation took (charged to a deterministic budget)
     capped: int = 0  # its solves the wall-clock guard cut short
+    c: int = 1  # channel (heads) slices
 
 
 
@@ -247,7 +248,8 @@ class Evaluator:
         budget = self.pack_time * EFFORT_GROWTH ** min(effort, MAX_EFFORT)
         if pchip is None:  # the handed-over tensors leave no room: no slicing
             return Evaluation(INF, INF, 0, 0, 1, None, None, 0, 0, 0, True, effort)
-        cands = sorted(space.slicings(ops, kin, kout), key=lambda c: (c.key, c.n * c.h * c.w, c.n, c.h, c.w))
+        cands = sorted(space.slicings(ops, kin, kout),
+                       key=lambda c: (c.key, c.n * c.c * c.h * c.w, c.n, c.c, c.h, c.w))
         best: Evaluation | None = None
         bound = INF
         exact = unknown = 0
@@ -275,7 +277,7 @@ class Evaluator:
             inner = without_kept(c.table)
             alloc = multi_start_allocate(net, pchip, inner, st.bank_rule)
             if alloc is not None:
-                best = Evaluation(c.key, 0, c.n, c.h, c.w)
+                best = Evaluation(c.key, 0, c.n, c.h, c.w, c=c.c)
                 continue
             if not full:  # the quick evaluation leaves exact packing to the refinement: the key stays a bound
                 bound = min(bound, c.key)
@@ -290,7 +292,7 @@ class Evaluator:
                 bound = min(bound, c.key)
                 continue
             assert isinstance(res, dict)
-            best = Evaluation(c.key, 0, c.n, c.h, c.w, None, tuple(sorted(res.items())))
+            best = Evaluation(c.key, 0, c.n, c.h, c.w, None, tuple(sorted(res.items())), c=c.c)
         if best is None:
             return Evaluation(INF, bound, 0, 0, 1, None, None, len(cands), exact, unknown, not partial, effort)
         return replace(best, bound=min(bound, best.cost), tried=len(cands), packed_exactly=exact, unknown=unknown,
@@ -306,7 +308,7 @@ class Evaluator:
         ops = space.names[i:j + 1]
         kin, kout = space.kept(i, j, v)
         g = schedule(space.net, space.chip, ops, ev.n, ev.h, space.settings.h_ratio, kept_in=kin, kept_out=kout,
-                     w_slices=ev.w)
+                     w_slices=ev.w, c_slices=ev.c)
         pinned = pin_kept(space.chip, g)
         assert pinned is not None
         g, pchip = pinned

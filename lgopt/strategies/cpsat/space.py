@@ -9,7 +9,9 @@ enumerates them and rules out, cheaply and exactly, what cannot fit in LMEM; it 
 Search space covered (what a proven bound is a bound over): contiguous runs of the given topological
 order up to ``max_group_ops`` ops; ``n`` from 1 to the batch in N units; ``h`` from 1 up to the first
 count that breaks a slicing rule (h/2, empty or non-advancing slices), at most ``max_h_slices``; for groups
-of row ops, the W (column) slice counts of :func:`lgopt.group.build.w_slice_options` with one N and H slice; the
+of row ops, the W (column) slice counts of :func:`lgopt.group.build.w_slice_options` with one N and H slice; for
+groups of channel-local ops, the channel (heads) counts of :func:`lgopt.group.build.c_slice_options` (at most
+``max_c_slices``) with the fewest H slices that fit; the
 pipelined timestep table of :mod:`lgopt.group.timestep` with, in unsliced groups, any legal load row per
 weight (:mod:`lgopt.strategies.cpsat.loadtable`); any packing of the buffers; and, per interval, the
 variants of :mod:`lgopt.group.handover`: on its own, receiving a tensor in LMEM from the previous
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from lgopt.group.alloc import pack_items
-from lgopt.group.build import n_unit, schedule, w_slice_options
+from lgopt.group.build import c_slice_options, n_unit, schedule, w_slice_options
 from lgopt.group.cost import SliceShape, global_layer_cost, group_cost, tiu_cycles, weight_dma_cycles, weight_gmem_bytes
 from lgopt.group.handover import handover, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
 from lgopt.group.pack import peak_live_bytes
@@ -48,6 +50,7 @@ class Slicing:
     key: int
     free_loads: bool  # unsliced with weights: load rows are still to be chosen (key is a bound)
     w: int = 1  # W (column) slices
+    c: int = 1  # channel (heads) slices
 
 
 
@@ -250,6 +253,27 @@ class CandidateSpace:
                 break
         if slicing_possible:
             out += self._column_slicings(ops, kin, kout, pchip)
+            if not (kin or kout):
+                out += self._channel_slicings(ops, pchip, max_h)
+        return out
+
+    def _channel_slicings(self, ops: Sequence[str], pchip: Chip, max_h: int) -> list[Slicing]:
+        """Channel (heads) slicings of a group of channel-local ops (:func:`lgopt.group.build.c_slice_options`),
+        each with 1 to ``max_h`` H slices until one places no more (one N slice: the batch rides along)."""
+        net, chip, st = self.net, self.chip, self.settings
+        out: list[Slicing] = []
+        for c in c_slice_options(net, chip, ops):
+            if c > st.max_c_slices:
+                break
+            for h in range(1, max_h + 1):
+                try:
+                    g = schedule(net, chip, ops, 1, h, st.h_ratio, c_slices=c)
+                except SliceError:
+                    break
+                if peak_live_bytes(pack_items(g), chip.align_bytes) > pchip.lmem_bytes:
+                    continue
+                out.append(Slicing(1, h, g, self.value(group_cost(chip, net, g)), False, 1, c))
+                break  # more H slices only repeat loads once one fits
         return out
 
     def _column_slicings(self, ops: Sequence[str], kin: tuple[str, ...], kout: tuple[str, ...], pchip: Chip
