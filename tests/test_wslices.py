@@ -162,3 +162,27 @@ def test_compiler_space_search_starts_from_a_w_sliced_reference(tmp_path):
     if "kept_reference" in plan.solver:
         assert plan.groups[0].w_slices == 2
     assert verify(net_of(model), plan) == []
+
+
+def test_the_h2_rule_has_its_analogue_on_w_halos_and_whole_reads_are_exempt():
+    """A 7 x 7 conv on 16 columns in 4 W slices reads input windows of 7, 10, 10 and 7 columns (34 - 16 = 18
+    columns repeated, where half of W allows 8): refused under the h/2 rule and allowed under TPU-MLIR's; the
+    verifier refuses the same windows on its own.  A column-sliced MatMul's A, read whole by every slice, is no
+    halo (tests/test_column_slices.py groups such runs under the default rule)."""
+    from lgopt.group.slicing import SliceError, slice_group
+    from lgopt.model.network import Network, Op, Tensor, Weight, check_network
+
+    t = {k: Tensor(k, (1, 8, 4, 16), "f16") for k in "xy"}
+    conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (8, 8, 7, 7), "f16", "filter"),),
+              {"kernel": (7, 7), "strides": (1, 1), "pads": (3, 3, 3, 3), "group": 1}, local=True, h_split=True,
+              n_split=True)
+    net = check_network(Network("halo", t, (conv,), ("x",), ("y",)))
+    with pytest.raises(SliceError, match="w/2 rule: tensor x repeats 18 of its 16 columns"):
+        slice_group(net, ["c"], 1, 1, w_slices=4, h_ratio=0.5)
+    chip = get_chip("bm1684x")
+    g, why = try_group(net, chip, ["c"], 1, 1, None, w_slices=4)  # TPU-MLIR's rule: no limit
+    assert g is not None, why
+    plan = assemble(net, chip, [g], "manual", h_ratio=None, bank_rule="soft")
+    assert verify_plan(net, plan) == []
+    strict = replace(plan, h_ratio=0.5)
+    assert any("w/2 rule: x repeats 18 of its 16 columns" in str(v) for v in verify_plan(net, strict))

@@ -401,8 +401,8 @@ class Verifier:
         for t in g.windows:
             if t not in tensors:
                 self.fail(where, f"window given for {t}, which the group does not touch")
-        self.check_w_given(where, g, tensors, S)
-        self.check_c_given(where, g, tensors, S)
+        self.check_axis_given(where, g, tensors, S, "W")
+        self.check_axis_given(where, g, tensors, S, "channel")
         self.check_stores(where, g, outputs, S, optional)
         self.check_windows(where, g, ops, S)
         self.check_weight_cols(where, g, S)
@@ -410,46 +410,29 @@ class Verifier:
         stored = [t for t in outputs if t not in optional]
         self.check_table_and_buffers(where, g, ops, inputs, stored, tensors)
 
-    def check_w_given(self, where: str, g: GroupPlan, tensors: list[str], S: int) -> None:
-        """Columns are given exactly when W is sliced: for every tensor (one range per slice) and every stored
-        part; without W slices every window holds every column and none may be given."""
-        if g.w_slices == 1:
-            if g.w_windows or g.w_stores:
-                self.fail(where, "gives W windows but w_slices is 1")
+    def check_axis_given(self, where: str, g: GroupPlan, tensors: list[str], S: int, axis: str) -> None:
+        """The ranges of a sliced axis (``"W"``: columns, ``"channel"``: channels) are given exactly when it is
+        sliced: for every tensor (one range per slice) and every stored part; without such slices every window
+        holds the whole axis and none may be given."""
+        count, windows, stores = ((g.w_slices, g.w_windows, g.w_stores) if axis == "W"
+                                  else (g.c_slices, g.c_windows, g.c_stores))
+        key = "w" if axis == "W" else "c"
+        if count == 1:
+            if windows or stores:
+                self.fail(where, f"gives {axis} windows but {key}_slices is 1")
                 raise _Fail
             return
         for t in tensors:
-            ws = g.w_windows.get(t)
+            ws = windows.get(t)
             if ws is None or len(ws) != S:
-                self.fail(where, f"tensor {t} needs {S} W windows (w_slices={g.w_slices}), plan has "
+                self.fail(where, f"tensor {t} needs {S} {axis} windows ({key}_slices={count}), plan has "
                                  f"{0 if ws is None else len(ws)}")
                 raise _Fail
-        for t in g.w_windows:
+        for t in windows:
             if t not in tensors:
-                self.fail(where, f"W window given for {t}, which the group does not touch")
-        if set(g.w_stores) != set(g.stores) or any(len(g.w_stores[t]) != len(g.stores[t]) for t in g.stores):
-            self.fail(where, "W-sliced stores need the columns of every stored part (w_stores beside stores)")
-            raise _Fail
-
-    def check_c_given(self, where: str, g: GroupPlan, tensors: list[str], S: int) -> None:
-        """Channels are given exactly when they are sliced: for every tensor (one range per slice) and every
-        stored part; without channel slices every window holds every channel and none may be given."""
-        if g.c_slices == 1:
-            if g.c_windows or g.c_stores:
-                self.fail(where, "gives channel windows but c_slices is 1")
-                raise _Fail
-            return
-        for t in tensors:
-            cs = g.c_windows.get(t)
-            if cs is None or len(cs) != S:
-                self.fail(where, f"tensor {t} needs {S} channel windows (c_slices={g.c_slices}), plan has "
-                                 f"{0 if cs is None else len(cs)}")
-                raise _Fail
-        for t in g.c_windows:
-            if t not in tensors:
-                self.fail(where, f"channel window given for {t}, which the group does not touch")
-        if set(g.c_stores) != set(g.stores) or any(len(g.c_stores[t]) != len(g.stores[t]) for t in g.stores):
-            self.fail(where, "channel-sliced stores need the channels of every stored part (c_stores beside stores)")
+                self.fail(where, f"{axis} window given for {t}, which the group does not touch")
+        if set(stores) != set(g.stores) or any(len(stores[t]) != len(g.stores[t]) for t in g.stores):
+            self.fail(where, f"{axis}-sliced stores need the range of every stored part ({key}_stores beside stores)")
             raise _Fail
 
     def check_stores(self, where: str, g: GroupPlan, outputs: list[str], S: int, optional: set[str]) -> None:
@@ -574,6 +557,8 @@ class Verifier:
 
     def check_h_rule(self, where: str, g: GroupPlan, tensors: list[str]) -> None:
         ratio = self.plan.h_ratio
+        if ratio is not None and g.w_slices > 1:
+            self.check_w_rule(where, g, tensors, ratio)
         if g.h_slices <= 1 or ratio is None:  # None: TPU-MLIR's rule, no limit (empty windows fail elsewhere)
             return
         for t in tensors:
@@ -591,6 +576,28 @@ class Verifier:
                 dup = sum(w[3] - w[2] for w in run) - H
                 if dup > ratio * H:
                     self.fail(where, f"h/2 rule: {t} repeats {dup} of its {H} rows (limit {ratio:g} x H)")
+                    return
+
+    def check_w_rule(self, where: str, g: GroupPlan, tensors: list[str], ratio: float) -> None:
+        """The h/2 rule's analogue on W: within each run of W slices a tensor's columns advance and its halos
+        repeat at most ``ratio * W`` columns; a run whose every slice holds every column is a whole read (a
+        column-sliced MatMul's A), not a halo."""
+        for t in tensors:
+            W = self.net.tensor(t).w
+            if W <= 1:
+                continue
+            for start in range(0, len(g.windows[t]), g.w_slices):
+                run = [g.cols(t, s, W) for s in range(start, start + g.w_slices)]
+                if all(c == (0, W) for c in run):
+                    continue
+                for i in range(1, len(run)):
+                    if run[i][0] < run[i - 1][0] or run[i][1] <= run[i - 1][1]:
+                        self.fail(where, f"W slices of {t} do not advance (slice {i}: {run[i][0]}:{run[i][1]} "
+                                         f"after {run[i - 1][0]}:{run[i - 1][1]})")
+                        return
+                dup = sum(b - a for a, b in run) - W
+                if dup > ratio * W:
+                    self.fail(where, f"w/2 rule: {t} repeats {dup} of its {W} columns (limit {ratio:g} x W)")
                     return
 
     def check_table_and_buffers(self, where: str, g: GroupPlan, ops: list[Op], inputs: list[str],

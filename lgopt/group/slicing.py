@@ -35,7 +35,8 @@ The **h/2 rule** (seed "LayerGroup"): a group fails when, for some tensor, the
 rows loaded or computed more than once, ``sum(slice heights) - H``, exceed
 ``ratio * H`` (default ratio 0.5).  With h = 100, windows [0,80) and [20,100)
 duplicate 60 rows and fail; [0,60) and [20,100) duplicate 40 and pass.  lgopt
-also requires every H slice to advance past the previous one.
+also requires every H slice to advance past the previous one.  W, the other halo axis, has the rule's
+analogue (:func:`check_column_halos`); channels have no halo.
 
 ``h_ratio=None`` is TPU-MLIR 1.30.2's rule instead (shared/reference s3.5): its
 ``check_hsecs`` call is commented out and it compiles slices that do not advance
@@ -236,7 +237,7 @@ def slice_group(net: Network, names: Sequence[str], n_slices: int, h_slices: int
                     None if chw is None else opsem.window_union(prev.c, chw))
     windows = {t: tuple(w for w in ws if w is not None) for t, ws in need.items()}
     for t, ws in windows.items():
-        check_windows(t, net.tensor(t).h, ws, h_slices, h_ratio, w_slices)
+        check_windows(t, net.tensor(t).h, ws, h_slices, h_ratio, w_slices, net.tensor(t).w)
     return GroupSlicing(tuple(names), n_slices, h_slices, io, windows, stores, w_slices, c_slices)
 
 
@@ -255,13 +256,16 @@ def _check_upsample(op: Op, wins: Sequence[Window | None], in_size: int, out_siz
 
 
 def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices: int,
-                  h_ratio: float | None = DEFAULT_H_RATIO, w_slices: int = 1) -> None:
+                  h_ratio: float | None = DEFAULT_H_RATIO, w_slices: int = 1, width: int = 0) -> None:
     """Empty, non-advancing and h/2 checks for one tensor's windows (N-major slice order, W innermost: the H
-    rule looks at each H slice's first W slice, the rows do not depend on the columns); with
-    ``h_ratio=None`` (TPU-MLIR's rule) only the empty check."""
+    rule looks at each H slice's first W slice, the rows do not depend on the columns), and the rule's
+    analogue on W's halos (:func:`check_column_halos`); with ``h_ratio=None`` (TPU-MLIR's rule) only the
+    empty check."""
     for s, w in enumerate(ws):
         if w.n_len <= 0 or w.h_len <= 0 or w.w_len <= 0 or (w.c_len is not None and w.c_len <= 0):
             raise SliceError(f"slice {s} of tensor {tensor} is empty (n={w.n}, h={w.h}, w={w.w}, c={w.c})")
+    if h_ratio is not None and w_slices > 1 and width > 1:
+        check_column_halos(tensor, width, ws, w_slices, h_ratio)
     if h_slices <= 1 or height <= 1 or h_ratio is None:
         return
     by_h = ws[::w_slices]
@@ -275,6 +279,34 @@ def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices:
         if dup > h_ratio * height:
             raise SliceError(f"h/2 rule: tensor {tensor} repeats {dup} of its {height} rows over {h_slices} "
                              f"H slices (limit {h_ratio:g} x H)")
+
+
+def check_column_halos(tensor: str, width: int, ws: Sequence[SliceWindow], w_slices: int, ratio: float) -> None:
+    """The h/2 rule's analogue on W, the other halo axis: within each run of W slices (W innermost), a
+    tensor's column windows advance and the columns repeated by halos stay within ``ratio * W``.  A run in
+    which every slice holds every column is exempt: that is an operand read whole (a column-sliced MatMul's
+    A, whose K columns every output column reads), reloaded per slice, not a halo.
+
+    >>> ws = [SliceWindow((0, 1), (0, 4), (0, 7)), SliceWindow((0, 1), (0, 4), (3, 10))]
+    >>> check_column_halos("x", 10, ws, 2, 0.5)  # 4 columns repeated of 10: within 5
+    >>> try:
+    ...     check_column_halos("x", 10, ws, 2, 0.3)
+    ... except SliceError as e:
+    ...     print(e)
+    w/2 rule: tensor x repeats 4 of its 10 columns over 2 W slices (limit 0.3 x W)
+    """
+    for start in range(0, len(ws), w_slices):
+        run = ws[start:start + w_slices]
+        if all(w.w == (0, width) for w in run):
+            continue
+        for i in range(1, len(run)):
+            if run[i].w[0] < run[i - 1].w[0] or run[i].w[1] <= run[i - 1].w[1]:
+                raise SliceError(f"tensor {tensor}: W slice {i} ({run[i].w}) does not advance past slice {i - 1} "
+                                 f"({run[i - 1].w})")
+        dup = h_overlap(width, [w.w for w in run])
+        if dup > ratio * width:
+            raise SliceError(f"w/2 rule: tensor {tensor} repeats {dup} of its {width} columns over {w_slices} W "
+                             f"slices (limit {ratio:g} x W)")
 
 
 def h_overlap(height: int, windows: Sequence[Window]) -> int:

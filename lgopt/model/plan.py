@@ -119,6 +119,12 @@ Window4 = tuple[int, int, int, int]  # n0, n1, h0, h1
 Cols = tuple[int, int]  # w0, w1: the columns a W-sliced window holds
 
 
+def _range(given: Mapping[str, tuple[Cols, ...]], tensor: str, s: int, size: int) -> Cols:
+    """Slice ``s``'s range of a sliced axis of ``tensor``, or the whole axis (``size``) when it is not sliced."""
+    ranges = given.get(tensor)
+    return ranges[s] if ranges is not None else (0, size)
+
+
 @dataclass(frozen=True)
 class GroupPlan:
     ops: tuple[str, ...]
@@ -161,23 +167,19 @@ class GroupPlan:
 
     def chans(self, tensor: str, s: int, channels: int) -> Cols:
         """Channels of ``tensor`` (of ``channels`` channels) that slice ``s`` holds in LMEM."""
-        cs = self.c_windows.get(tensor)
-        return cs[s] if cs is not None else (0, channels)
+        return _range(self.c_windows, tensor, s, channels)
 
     def stored_chans(self, tensor: str, s: int, channels: int) -> Cols:
         """Channels of group output ``tensor`` that slice ``s`` writes back."""
-        cs = self.c_stores.get(tensor)
-        return cs[s] if cs is not None else (0, channels)
+        return _range(self.c_stores, tensor, s, channels)
 
     def cols(self, tensor: str, s: int, width: int) -> Cols:
         """Columns of ``tensor`` (of width ``width``) that slice ``s`` holds in LMEM."""
-        ws = self.w_windows.get(tensor)
-        return ws[s] if ws is not None else (0, width)
+        return _range(self.w_windows, tensor, s, width)
 
     def stored_cols(self, tensor: str, s: int, width: int) -> Cols:
         """Columns of group output ``tensor`` that slice ``s`` writes back."""
-        ws = self.w_stores.get(tensor)
-        return ws[s] if ws is not None else (0, width)
+        return _range(self.w_stores, tensor, s, width)
 
     def weight_columns(self, op: str, s: int) -> Cols | None:
         """Columns of ``op``'s weights slice ``s`` loads, or None when it loads them whole."""

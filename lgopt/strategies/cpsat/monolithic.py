@@ -37,7 +37,7 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
     align = chip.align_bytes
     cands: list[tuple[Key, Slicing, cp_model.IntVar, GroupVars]] = []  # (interval, slicing, presence, variables)
     terms = []
-    hint = {(g.ops[0], g.ops[-1], g.n_slices, g.h_slices, g.w_slices) for g in base.groups}
+    hint = {(g.ops[0], g.ops[-1], g.n_slices, g.h_slices, g.w_slices, g.c_slices) for g in base.groups}
     buffers = 0
     for iv in space.intervals():
         ops = space.names[iv[0]:iv[1] + 1]
@@ -51,7 +51,7 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
                            bank_rule="hard" if search.bank_rule == "hard" else "off")
             buffers += len(c.table.buffers)
             terms.append(gv.cost)
-            chosen = iv[2] == "" and (ops[0], ops[-1], c.n, c.h, c.w) in hint
+            chosen = iv[2] == "" and (ops[0], ops[-1], c.n, c.h, c.w, c.c) in hint
             m.add_hint(x, chosen)
             if chosen:  # the greedy plan loads weights by the seed's rule: the table's own rows
                 mine = current_loads(c.table)
