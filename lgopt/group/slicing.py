@@ -270,15 +270,7 @@ def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices:
         return
     by_h = ws[::w_slices]
     for start in range(0, len(by_h), h_slices):
-        run = by_h[start:start + h_slices]
-        for i in range(1, len(run)):
-            if run[i].h[0] < run[i - 1].h[0] or run[i].h[1] <= run[i - 1].h[1]:
-                raise SliceError(f"tensor {tensor}: H slice {i} ({run[i].h}) does not advance past slice {i - 1} "
-                                 f"({run[i - 1].h})")
-        dup = h_overlap(height, [w.h for w in run])
-        if dup > h_ratio * height:
-            raise SliceError(f"h/2 rule: tensor {tensor} repeats {dup} of its {height} rows over {h_slices} "
-                             f"H slices (limit {h_ratio:g} x H)")
+        _check_run(tensor, height, [w.h for w in by_h[start:start + h_slices]], "H", h_ratio)
 
 
 def check_column_halos(tensor: str, width: int, ws: Sequence[SliceWindow], w_slices: int, ratio: float) -> None:
@@ -296,17 +288,23 @@ def check_column_halos(tensor: str, width: int, ws: Sequence[SliceWindow], w_sli
     w/2 rule: tensor x repeats 4 of its 10 columns over 2 W slices (limit 0.3 x W)
     """
     for start in range(0, len(ws), w_slices):
-        run = ws[start:start + w_slices]
-        if all(w.w == (0, width) for w in run):
-            continue
-        for i in range(1, len(run)):
-            if run[i].w[0] < run[i - 1].w[0] or run[i].w[1] <= run[i - 1].w[1]:
-                raise SliceError(f"tensor {tensor}: W slice {i} ({run[i].w}) does not advance past slice {i - 1} "
-                                 f"({run[i - 1].w})")
-        dup = h_overlap(width, [w.w for w in run])
-        if dup > ratio * width:
-            raise SliceError(f"w/2 rule: tensor {tensor} repeats {dup} of its {width} columns over {w_slices} W "
-                             f"slices (limit {ratio:g} x W)")
+        run = [w.w for w in ws[start:start + w_slices]]
+        if any(c != (0, width) for c in run):
+            _check_run(tensor, width, run, "W", ratio)
+
+
+def _check_run(tensor: str, size: int, run: Sequence[Window], axis: str, ratio: float) -> None:
+    """One run of slices along a halo axis (``"H"`` rows, ``"W"`` columns): every window advances past the one
+    before, and the elements repeated stay within ``ratio * size`` (the h/2 rule, or its W analogue)."""
+    what = "rows" if axis == "H" else "columns"
+    for i in range(1, len(run)):
+        if run[i][0] < run[i - 1][0] or run[i][1] <= run[i - 1][1]:
+            raise SliceError(f"tensor {tensor}: {axis} slice {i} ({run[i]}) does not advance past slice {i - 1} "
+                             f"({run[i - 1]})")
+    dup = h_overlap(size, run)
+    if dup > ratio * size:
+        raise SliceError(f"{axis.lower()}/2 rule: tensor {tensor} repeats {dup} of its {size} {what} over "
+                         f"{len(run)} {axis} slices (limit {ratio:g} x {axis})")
 
 
 def h_overlap(height: int, windows: Sequence[Window]) -> int:
