@@ -313,10 +313,13 @@ def test_a_gemm_between_reshapes_of_a_sequence_is_a_local_row_matmul(tmp_path):
     assert verify_plan(net, plan) == [] and simulate(net, plan).ok
     assert any(mm.name in gr.ops and any(net.op(o).type == "LayerNormalization" for o in gr.ops)
                for gr in plan.groups)
+    # a Gemm whose [2, 16] input nothing else touches reads a matrix of two rows (lgopt cannot tell tokens from
+    # batches there): a row MatMul; a classifier's vectors, made by a Flatten, stay [N, C] and global
+    # (test_a_classifiers_vectors_stay_rank2_and_global)
     g = G((2, 16), opset=17)
     g.out(g.n("Gemm", ["x", g.w([8, 16]), g.w([8])], transB=1))
     _, net = _import(tmp_path, "fc", g.model())
-    assert not net.ops[0].local and net.ops[0].type == "Gemm"
+    assert net.ops[0].local and net.ops[0].type == "MatMul" and net.tensor("x").orig_shape == (1, 2, 16)
 
 
 @pytest.mark.parametrize("shape", [(1, 4, 6, 8), (2, 4, 8, 8)], ids=["oblong", "square"])
@@ -344,3 +347,60 @@ def test_a_transpose_of_each_lanes_planes_is_local(tmp_path, shape):
     g.out(g.n("Transpose", ["x"], perm=[0, 2, 1, 3]))  # heads and rows swapped: across the lanes
     _, net = _import(tmp_path, "heads", g.model())
     assert not net.ops[0].local and "between lanes" in net.ops[0].reason
+
+
+def _matrix_model(path, m=48, k=64, hidden=128):
+    """A transformer MLP block exported on a 2-D ``[tokens, features]`` matrix (batch folded into the tokens)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    r = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(r.normal(size=s).astype(np.float32), n)
+             for n, s in (("w1", (k, hidden)), ("b1", (hidden,)), ("w2", (hidden, k)), ("g", (k,)), ("be", (k,)))]
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "be"], ["n"], axis=1),
+             helper.make_node("Gemm", ["n", "w1", "b1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["a"]),
+             helper.make_node("MatMul", ["a", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "x"], ["y"]),
+             helper.make_node("Softmax", ["y"], ["z"], axis=1)]
+    graph = helper.make_graph(nodes, "matrix", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [m, k])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_a_rank2_matrix_of_rows_groups_like_a_rank3_sequence(tmp_path):
+    """``[48, 64]`` tokens x features, touched only by row ops (LayerNorm and Softmax over axis 1, a plain Gemm, a
+    MatMul, elementwise ops): held as ``[1, 48, 64]``, rows across the lanes, every op local, one group that
+    verifies, simulates exactly and agrees with onnxruntime."""
+    path = tmp_path / "matrix.onnx"
+    _matrix_model(path)
+    net = import_onnx(str(path))
+    assert all(op.local for op in net.ops) and {op.type for op in net.ops} >= {"MatMul", "Softmax"}
+    assert all(net.tensor(t).orig_shape[0] == 1 and net.tensor(t).rows_on_lanes for t in net.tensors)
+    assert net.op("z").attrs["axis"] == -1 and net.op("n").attrs["axis"] == -1  # ONNX's axis 1 of [M, K]
+    plan = greedy(net, BM1684X, SearchSettings())
+    assert len(plan.groups) == 1 and len(plan.groups[0].ops) == len(net.ops)
+    assert verify(net, plan) == [] and simulate(net, plan).ok
+    assert check_with_onnxruntime(net, str(path)).startswith("the numpy reference agrees")
+
+
+def test_a_classifiers_vectors_stay_rank2_and_global(tmp_path):
+    """A batch-2 classifier head (Flatten, Gemm, Relu, Gemm) keeps its ``[2, C]`` vectors: a Flatten from NCHW
+    touches them, so nothing is re-declared, and the Gemms and the Relu between them run as global layers as in
+    TPU-MLIR."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    r = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(r.normal(size=s).astype(np.float32), n) for n, s in (("w1", (64, 32)),
+                                                                                        ("w2", (32, 10)))]
+    nodes = [helper.make_node("Flatten", ["x"], ["f"]), helper.make_node("Gemm", ["f", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["a"]), helper.make_node("Gemm", ["a", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64, 1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], inits)
+    path = tmp_path / "head.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    net = import_onnx(str(path))
+    assert net.tensor("h").orig_shape == (2, 32) and not net.tensor("h").rows_on_lanes
+    assert {op.type for op in net.ops if not op.local} == {"Gemm", "Relu"}  # the vectors' ops run globally
+    assert "rank-2" in net.op("a").reason

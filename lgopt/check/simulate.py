@@ -512,7 +512,10 @@ def check_with_onnxruntime(net: Network, model_path: str, seed: int = 0,
                               if t not in existing)
     try:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        feeds = {t: v.reshape(net.tensor(t).orig_shape).astype(np.float32) for t, v in make_inputs(net, seed).items()}
+        declared = {i.name: i.shape for i in sess.get_inputs()}  # the model's own shape (an [M, K] lgopt lifted)
+        feeds = {t: v.reshape(declared[t] if all(isinstance(d, int) for d in declared.get(t) or ["?"])
+                              else net.tensor(t).orig_shape).astype(np.float32)
+                 for t, v in make_inputs(net, seed).items()}
         outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     except Exception as e:  # a model onnxruntime cannot run is not the plan's fault
         return f"onnxruntime could not run the model ({type(e).__name__}): reference not cross-checked"

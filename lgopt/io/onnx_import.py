@@ -258,6 +258,9 @@ class _Builder:
         self.graph_outputs = {o.name for o in self.g.output}
         self.made_by = {o: n for n in self.g.node for o in n.output}  # tensor -> its node (for error messages)
         self.row_gemms = self._row_gemms()
+        self.lifted = self._row_matrices()
+        self.row_gemms |= {n.name or n.output[0] for n in self.g.node
+                           if n.op_type == "Gemm" and n.output and n.output[0] in self.lifted}
 
     def res(self, name: str) -> str:
         while name in self.alias:
@@ -283,6 +286,53 @@ class _Builder:
             raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown} after shape inference "
                              "(give static input shapes with --input-shape NAME=N,C,H,W)")
         return dims
+
+    def _row_matrices(self) -> frozenset[str]:
+        """Rank-2 activations ``[M, K]`` (M > 1) that only row ops touch, re-declared as rank-3 ``[1, M, K]``:
+        a transformer exported with its batch folded into the tokens, whose elementwise ops, Softmax and
+        LayerNormalization over the last axis, MatMuls and plain Gemms (constant ``B``) see a matrix of rows.
+        As ``[M, K]`` the tensor would fold like a classifier's ``[N, C]`` vectors (one batch per row, global);
+        re-declared, its rows lie across the lanes as TPU-MLIR's matmul groups hold them (the seeds' matrix
+        layout with a row per lane), and every rank-3 rule applies.  The bytes in GMEM are the same.  A tensor
+        a reshape, a Flatten or any other op touches stays ``[M, K]`` (a CNN's classifier head keeps its
+        vectors), and so does every tensor an op shares with such a one (fixpoint)."""
+        def matrix(t: str) -> bool:
+            dims = self.info.get(t, (None, ""))[0]
+            return t not in self.inits and dims is not None and len(dims) == 2 \
+                and all(isinstance(d, int) and d > 0 for d in dims) and dims[0] > 1
+        touchers: dict[str, list[onnx.NodeProto]] = {}
+        for n in self.g.node:
+            for t in list(n.input) + list(n.output):
+                if t and matrix(t):
+                    touchers.setdefault(t, []).append(n)
+        cand = set(touchers)
+        changed = True
+        while changed:
+            changed = False
+            for t in sorted(cand):
+                if not all(self._row_node(n, cand) for n in touchers[t]):
+                    cand.discard(t)
+                    changed = True
+        for t in cand:
+            dims, dt = self.info[t]
+            self.info[t] = ((1,) + tuple(dims or ()), dt)
+        return frozenset(cand)
+
+    def _row_node(self, n: onnx.NodeProto, cand: set[str]) -> bool:
+        """Whether node ``n`` computes row by row over matrices in ``cand`` (every activation it reads or writes
+        is one): an elementwise op, a Softmax or LayerNormalization over the last axis, a MatMul, a plain Gemm."""
+        acts = [i for i in n.input if i and i not in self.inits] + [o for o in n.output if o]
+        if not all(t in cand for t in acts):
+            return False
+        if n.op_type == "Gemm":
+            return len(n.input) >= 2 and n.input[1] in self.inits and not int(_attr(n, "transA", 0)) \
+                and float(_attr(n, "alpha", 1.0)) == 1.0 and float(_attr(n, "beta", 1.0)) == 1.0 \
+                and (len(n.input) < 3 or not n.input[2] or n.input[2] in self.inits)
+        spec = opsem.OP_SPECS.get(n.op_type)
+        if spec is None or spec.family not in (opsem.Family.UNARY, opsem.Family.BINARY, opsem.Family.ROWWISE,
+                                               opsem.Family.MATMUL):
+            return False
+        return spec.family is not opsem.Family.ROWWISE or int(_attr(n, "axis", -1)) in (-1, 1)
 
     def _row_gemms(self) -> frozenset[str]:
         """Gemms that are a linear layer over the rows of a rank-3 sequence, their operands re-declared as rows.
@@ -483,6 +533,8 @@ class _Builder:
         elif t in ("Softmax", "LayerNormalization"):
             rank = len(self.shape(outs[0]))
             axis = int(_attr(node, "axis", -1))
+            if axis >= 0 and outs[0] in self.lifted:  # an axis of the [M, K] matrix, now [1, M, K]
+                axis += 1
             attrs = {"axis": -1 if axis % rank == rank - 1 else axis % rank}
             if t == "LayerNormalization":
                 attrs["epsilon"] = float(_attr(node, "epsilon", 1e-5))
