@@ -213,6 +213,15 @@ def _ref_map(net: Network, ref_ops: dict[int, list[Any]]) -> _RefMap:
             if o is not None:
                 covers.setdefault((si, r.idx), []).append(o)
                 where.setdefault(o, []).append((si, r.idx))
+    for name, pieces in list(where.items()):  # the reader's rule (tpumlir_cache.map_cache): the last piece of a
+        if net.op(name).type != "Patchify" or len(pieces) < 2:  # patch embedding's conv is the MatMul it feeds
+            continue
+        takers = [c for t in net.op(name).outputs for c in net.consumers.get(t, ())]
+        if len(takers) == 1 and takers[0].local and takers[0].name not in where:
+            last = max(pieces)
+            where[name] = [p for p in pieces if p != last]
+            where[takers[0].name] = [last]
+            covers[last] = [takers[0].name if o == name else o for o in covers[last]]
     unplaced: list[str] = []
     for op in reversed(net.ops):  # lgopt ops no TPU-MLIR op is named after: in their first consumer's
         if op.name in where:
@@ -324,6 +333,30 @@ def _take_edge_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, 
     return edge
 
 
+def _take_edge_pieces(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]], grouped: set[str]) -> int:
+    """A piece of an op lgopt runs globally joins the group next to it when TPU-MLIR's reference groups it with
+    that group's edge op: TPU-MLIR lowers the op into several ops and grouped that one with its neighbours (ViT's
+    patch MatMul, the last piece of the Patchify convolution, in its first group on BM1684X; left out, it ran
+    as a global layer and the re-exported grouping measured 0.2 % above TPU-MLIR's own).  Only a piece: an op
+    that TPU-MLIR runs whole lgopt's plan has decided on."""
+    took = 0
+    for sp in spans:
+        si = sp[0]
+        for step_, end in ((-1, 1), (1, 2)):
+            group = rm.byidx[(si, sp[end])].ref_group
+            i = sp[end] + step_
+            while group >= 0 and (si, i) in rm.byidx and (si, i) not in taken:
+                owners = rm.covers.get((si, i), [])
+                if rm.byidx[(si, i)].ref_group != group or not owners or any(o in grouped for o in owners) \
+                        or any(len(rm.where.get(o, ())) < 2 for o in owners):
+                    break
+                taken.add((si, i))
+                sp[end] = i
+                took += 1
+                i += step_
+    return took
+
+
 def _take_io_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]], net: Network) -> int:
     """The Cast of a network input or output joins the group that converts it itself (``GroupPlan.f32_in`` /
     ``f32_out``): the cast TPU-MLIR's lowering put just before the group's first op or just after its last,
@@ -366,8 +399,10 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
         spans.append([si, lo, hi, g])
         taken.update((si, i) for i in range(lo, hi + 1))
     edge = _take_io_casts(spans, rm, taken, net)
+    pieces = 0
     if edge_casts == "reference":
         edge += _take_edge_casts(spans, rm, taken)
+        pieces = _take_edge_pieces(spans, rm, taken, {o for g in plan.groups for o in g.ops})
         for sp in singles:  # TPU-MLIR's [input cast, conv] stem group is one lgopt op with its cast
             if (sp[0], sp[1]) in taken:
                 continue
@@ -395,6 +430,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     if any(g.kept_in or g.kept_out for g in plan.groups):
         notes.append("the plan hands tensors over in LMEM between groups; TPU-MLIR stores and reloads them")
     info = {"reference": str(reference), "interior_casts": interior_casts, "edge_casts": edge,
+            "edge_pieces": pieces,
             "edge_cast_rule": edge_casts,
             "base_groups": "given" if base_groups is not None else "from the reference (its global ops refused)"}
     return _assemble(subs, groups, globs), [*single_notes.values(), *notes], info
