@@ -556,49 +556,40 @@ class Verifier:
                     return
 
     def check_h_rule(self, where: str, g: GroupPlan, tensors: list[str]) -> None:
+        """The h/2 rule on every tensor's rows, and its analogue on W, the other halo axis; with no ratio
+        (TPU-MLIR's rule) neither (empty windows fail elsewhere)."""
         ratio = self.plan.h_ratio
-        if ratio is not None and g.w_slices > 1:
-            self.check_w_rule(where, g, tensors, ratio)
-        if g.h_slices <= 1 or ratio is None:  # None: TPU-MLIR's rule, no limit (empty windows fail elsewhere)
+        if ratio is None:
             return
         for t in tensors:
-            H = self.net.tensor(t).h
-            if H <= 1:
-                continue
-            ws = g.windows[t][::g.w_slices]  # rows do not depend on the W slice: each H slice's first
-            for ni in range(g.n_slices * g.c_slices):  # each N (and channel) slice's run of H slices
-                run = ws[ni * g.h_slices:(ni + 1) * g.h_slices]
-                for i in range(1, len(run)):
-                    if run[i][2] < run[i - 1][2] or run[i][3] <= run[i - 1][3]:
-                        self.fail(where, f"H slices of {t} do not advance (slice {i}: {run[i][2]}:{run[i][3]} "
-                                         f"after {run[i - 1][2]}:{run[i - 1][3]})")
+            ten = self.net.tensor(t)
+            if g.h_slices > 1 and ten.h > 1:
+                ws = g.windows[t][::g.w_slices]  # rows do not depend on the W slice: each H slice's first
+                for ni in range(g.n_slices * g.c_slices):  # each N (and channel) slice's run of H slices
+                    run = [(w[2], w[3]) for w in ws[ni * g.h_slices:(ni + 1) * g.h_slices]]
+                    if not self._check_run(where, t, run, ten.h, "H", ratio):
                         return
-                dup = sum(w[3] - w[2] for w in run) - H
-                if dup > ratio * H:
-                    self.fail(where, f"h/2 rule: {t} repeats {dup} of its {H} rows (limit {ratio:g} x H)")
-                    return
+            if g.w_slices > 1 and ten.w > 1:
+                for start in range(0, len(g.windows[t]), g.w_slices):
+                    run = [g.cols(t, s, ten.w) for s in range(start, start + g.w_slices)]
+                    # a run whose every slice holds every column is a whole read (a column-sliced MatMul's A)
+                    if any(c != (0, ten.w) for c in run) and not self._check_run(where, t, run, ten.w, "W", ratio):
+                        return
 
-    def check_w_rule(self, where: str, g: GroupPlan, tensors: list[str], ratio: float) -> None:
-        """The h/2 rule's analogue on W: within each run of W slices a tensor's columns advance and its halos
-        repeat at most ``ratio * W`` columns; a run whose every slice holds every column is a whole read (a
-        column-sliced MatMul's A), not a halo."""
-        for t in tensors:
-            W = self.net.tensor(t).w
-            if W <= 1:
-                continue
-            for start in range(0, len(g.windows[t]), g.w_slices):
-                run = [g.cols(t, s, W) for s in range(start, start + g.w_slices)]
-                if all(c == (0, W) for c in run):
-                    continue
-                for i in range(1, len(run)):
-                    if run[i][0] < run[i - 1][0] or run[i][1] <= run[i - 1][1]:
-                        self.fail(where, f"W slices of {t} do not advance (slice {i}: {run[i][0]}:{run[i][1]} "
-                                         f"after {run[i - 1][0]}:{run[i - 1][1]})")
-                        return
-                dup = sum(b - a for a, b in run) - W
-                if dup > ratio * W:
-                    self.fail(where, f"w/2 rule: {t} repeats {dup} of its {W} columns (limit {ratio:g} x W)")
-                    return
+    def _check_run(self, where: str, t: str, run: list[tuple[int, int]], size: int, axis: str, ratio: float
+                   ) -> bool:
+        """One run of slices along a halo axis: windows advance, and at most ``ratio * size`` elements repeat."""
+        for i in range(1, len(run)):
+            if run[i][0] < run[i - 1][0] or run[i][1] <= run[i - 1][1]:
+                self.fail(where, f"{axis} slices of {t} do not advance (slice {i}: {run[i][0]}:{run[i][1]} "
+                                 f"after {run[i - 1][0]}:{run[i - 1][1]})")
+                return False
+        dup = sum(b - a for a, b in run) - size
+        if dup > ratio * size:
+            self.fail(where, f"{axis.lower()}/2 rule: {t} repeats {dup} of its {size} "
+                             f"{'rows' if axis == 'H' else 'columns'} (limit {ratio:g} x {axis})")
+            return False
+        return True
 
     def check_table_and_buffers(self, where: str, g: GroupPlan, ops: list[Op], inputs: list[str],
                                 outputs: list[str], tensors: list[str]) -> None:

@@ -585,18 +585,14 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     wsl = g.w_slices > 1
     csl = g.c_slices > 1
 
-    def win(t: str, s: int) -> tuple[int, int, int | None, int | None]:
-        """(batches, rows, columns, channels) of slice ``s`` of ``t``; columns (channels) None when W (C) is not
-        sliced (all of them)."""
-        n0, n1, h0, h1 = windows[t][s]
-        ch = None
-        if csl:
-            c0, c1 = g.chans(t, s, net.tensor(t).c)
-            ch = c1 - c0
-        if not wsl:
-            return n1 - n0, h1 - h0, None, ch
-        w0, w1 = g.cols(t, s, net.tensor(t).w)
-        return n1 - n0, h1 - h0, w1 - w0, ch
+    def win(t: str, s: int, store: bool = False) -> tuple[int, int, int | None, int | None]:
+        """(batches, rows, columns, channels) of slice ``s`` of ``t``, or of the part it stores; columns
+        (channels) None when W (C) is not sliced (all of them)."""
+        ten = net.tensor(t)
+        n0, n1, h0, h1 = (g.stores if store else windows)[t][s]
+        w0, w1 = (g.stored_cols if store else g.cols)(t, s, ten.w)
+        c0, c1 = (g.stored_chans if store else g.chans)(t, s, ten.c)
+        return n1 - n0, h1 - h0, (w1 - w0 if wsl else None), (c1 - c0 if csl else None)
 
     def transfer(name: str, kind: str, store: bool, s: int) -> tuple[int, int]:
         """(bytes, cycles) of one transfer."""
@@ -605,13 +601,7 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
             cols = g.weight_columns(name, s)  # a column-sliced MatMul loads its slice's columns
             n_cols = None if cols is None else cols[1] - cols[0]
             return weight_gmem_bytes(op, n_cols), weight_dma_cycles(chip, op, n_cols)
-        if store and name in g.stores:
-            n0, n1, h0, h1 = g.stores[name][s]
-            w0, w1 = g.stored_cols(name, s, net.tensor(name).w)
-            c0, c1 = g.stored_chans(name, s, net.tensor(name).c)
-            n, h, w, ch = n1 - n0, h1 - h0, (w1 - w0 if wsl else None), (c1 - c0 if csl else None)
-        else:
-            n, h, w, ch = win(name, s)
+        n, h, w, ch = win(name, s, store and name in g.stores)
         key = (name, n, h, w, ch, store)
         hit = dma.get(key)
         if hit is None:

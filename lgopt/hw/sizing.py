@@ -182,5 +182,5 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
         n0, n1 = opsem.backward_n(op, k, (0, o_n), ten.n)
         rows = min(b - a for a, b in (opsem.backward_h(op, k, w, ten.h, out.h) for w in o_rows))
         c0, c1 = opsem.backward_w(op, k, (0, 1), ten.w, out.w) if by_cols else (0, ten.w)
-        total += activation_bytes(chip, ten, n1 - n0, max(1, rows), max(1, c1 - c0), chans and min(chans, ten.c))
+        total += activation_bytes(chip, ten, n1 - n0, max(1, rows), max(1, c1 - c0), chans)
     return total

@@ -108,8 +108,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     # compiles them as lgopt plans them is unmeasured
     inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
-                    incumbent=None if outer is None else lambda p: outer(
-                        replace(p, model_digest=network_digest(net), solver={**p.solver, **as_lowered})))
+                    incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
     plan, extra = spec.solve(onet, chip, inner)
     plan = convert_io_in_groups(onet, chip, plan, inner.search)
     described = COMPILER_SPACE.format(ref=Path(str(o.reference)).name)
@@ -119,6 +118,12 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     if o.judge is not None:
         return _judged(net, onet, chip, o, inner.search, plan, described), extra
     return _against_reference(net, chip, o, plan), extra
+
+
+def _on(net: Network, plan: Plan, as_lowered: dict[str, Any]) -> Plan:
+    """A plan of the reordered (and lowered) network an inner search returns, as one of ``net``: its digest,
+    and the lowering ``network_of`` redoes."""
+    return replace(plan, model_digest=network_digest(net), solver={**plan.solver, **as_lowered})
 
 
 def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, st: SearchSettings, plan: Plan,
@@ -143,9 +148,7 @@ def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, st: Sea
     js = o.judge_settings or JudgeSettings(time_limit=o.cpsat.time_limit)
     out = judged_search(net, onet, chip, st, o.judge, str(o.reference), o.base_groups, starts, js, o.progress,
                         plan.strategy, measure_reference=lambda: o.judge.measure(ref_cache),
-                        incumbent=None if outer is None else
-                        lambda p: outer(replace(p, model_digest=network_digest(net),
-                                                solver={**p.solver, **as_lowered})))
+                        incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
     solver = {**out.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
               "compiler_notes": list(plan.solver.get("compiler_notes", [])),
               "own_cycles": float(plan.cost["cycles"]), **as_lowered}

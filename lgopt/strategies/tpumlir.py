@@ -148,9 +148,9 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     n, c, d, h, w = secs
     if d > 1:
         return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, C, H and W, not D", ""
-    if c > 1 and (mixer := next((o for o in ops if opsem.channel_reason(net, net.op(o))), None)):
-        return None, (n, h, w), (f"shape_secs {list(secs)}: csecs={c} but {mixer} "
-                                 f"{opsem.channel_reason(net, net.op(mixer))}"), ""
+    mixer = next(((o, why) for o in ops if (why := opsem.channel_reason(net, net.op(o)))), None) if c > 1 else None
+    if mixer is not None:
+        return None, (n, h, w), f"shape_secs {list(secs)}: csecs={c} but {mixer[0]} {mixer[1]}", ""
     (n, h, w), note = read_secs(net, ops, n, h, w)
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
     if n > batch:
