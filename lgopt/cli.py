@@ -149,6 +149,10 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
                    help="with --reference: keep TPU-MLIR's own grouping unless lgopt's is predicted at least this "
                         "fraction faster (default 0.05, the calibrated model's per-group error; 0: whenever it is "
                         "predicted no slower)")
+    p.add_argument("--reserve-banks", type=int, default=2, metavar="N",
+                   help="with --reference and no --judge: a group TPU-MLIR's own grouping does not have leaves N of "
+                        "LMEM's banks empty by lgopt's packing (default 2: TPU-MLIR packs less tightly; 0: plan new "
+                        "groups to the last byte)")
 
 
 def _judge_args(p: argparse.ArgumentParser) -> None:
@@ -186,6 +190,13 @@ def _margin(args: argparse.Namespace) -> float:
     if not 0 <= m < 1:
         raise LgoptError(f"--margin must be in [0, 1), got {args.margin}")
     return m
+
+
+def _reserve(args: argparse.Namespace, chip: Any) -> int:
+    if not 0 <= args.reserve_banks < chip.lmem_banks:
+        raise LgoptError(f"--reserve-banks must be in [0, {chip.lmem_banks}) ({chip.name} has {chip.lmem_banks} "
+                         f"banks), got {args.reserve_banks}")
+    return int(args.reserve_banks)
 
 
 def _chip_args(p: argparse.ArgumentParser) -> None:
@@ -337,7 +348,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     refs = {"reference": args.reference, "base_groups": args.base_groups, **judged}
     try:
         plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress, incumbent=keep,
-                                                            margin=margin, **refs))
+                                                            margin=margin, reserve_banks=_reserve(args, chip),
+                                                            **refs))
         seconds = round(time.perf_counter() - t0, 3)
         _clear_progress(progress)
         keep(plan, final=True)
@@ -488,7 +500,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise LgoptError("--reference is a cache of one model: compare one model with it")
     df = compare(models, chip, strategies, args.output, SearchSettings(bank_rule=args.bank_rule), args.time_limit,
                  args.workers, stderr_progress, args.save_plans, reference=args.reference,
-                 base_groups=args.base_groups, margin=_margin(args), backend=_backend(args), seed=args.seed,
+                 base_groups=args.base_groups, margin=_margin(args), reserve_banks=_reserve(args, chip),
+                 backend=_backend(args), seed=args.seed,
                  deterministic=args.deterministic_time)
     if sys.stderr.isatty():
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr)

@@ -11,13 +11,15 @@ import pytest
 from lgopt.check.verify import verify_plan
 from lgopt.cli import main
 from lgopt.errors import LgoptError
+from lgopt.group.build import schedule, try_group
+from lgopt.group.cost import moved_weight_loads
 from lgopt.hw.chip import get_chip
 from lgopt.io.planfile import save_plan
 from lgopt.io.problem import load_model, load_problem
 from lgopt.io.tpumlir_export import compiler_space, export_tpumlir
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
-from lgopt.strategies.settings import SearchSettings, group_runs
+from lgopt.strategies.settings import SearchSettings, group_runs, group_shape, packing
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CAL = SHARED / "calibration"
@@ -125,3 +127,53 @@ def test_the_f32_input_cast_goes_into_the_first_group_where_it_fits(capsys):
     assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--set", "cost_model=tpu-mlir-1.30",
                  "--strategy", "greedy", "--reference", ref, "--margin", "0"]) == 0
     assert "f32 casts: input converted in the group next to it" in capsys.readouterr().out
+
+
+def test_a_group_not_known_to_compile_leaves_the_reserved_banks_empty():
+    """``reserve_banks``: a group packs below the top banks of LMEM unless it is ``trusted`` (the reference's own,
+    known to compile), whichever strategy plans it; its table and costs are those of the whole chip."""
+    net = load_problem(PROBLEMS / "resnet18.json")
+    chip = get_chip("bm1688")
+    room = chip.lmem_bytes - 2 * chip.bank_bytes
+    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=5, workers=2, handover=False))
+    full, _ = parse_strategy("greedy").run(net, chip, opts)
+    big = next(g for g in full.groups if g.cost["lmem_peak"] > room)  # greedy fills LMEM past the two banks
+    for strategy in ("greedy", "cpsat"):
+        plan, _ = parse_strategy(strategy).run(net, chip, replace(opts, search=SearchSettings(reserve_banks=2)))
+        assert verify_plan(net, plan) == []
+        assert max(g.cost["lmem_peak"] for g in plan.groups) <= room, strategy
+    shape = group_shape(big.ops, big.n_slices, big.c_slices, big.h_slices, big.w_slices)
+    trusting = SearchSettings(reserve_banks=2, trusted=frozenset({shape}))
+    assert packing(chip, net, trusting, schedule(net, chip, big.ops, big.n_slices, big.h_slices))[0] is chip
+    again, _ = try_group(net, chip, big.ops, big.n_slices, big.h_slices,
+                         packing=lambda g: packing(chip, net, trusting, g))
+    assert again is not None and again.cost["lmem_peak"] == big.cost["lmem_peak"]  # trusted: all of LMEM
+
+
+def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
+    """TPU-MLIR's memory-aware pass moves a one-slice group's weight loads to earlier rows with spare GDMA time
+    (reference s4.3), lengthening their lifetimes; an untrusted group must still pack with them there."""
+    net = load_problem(PROBLEMS / "resnet18.json")
+    chip = get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"})
+    ops = [op.name for op in net.ops[10:25]]
+    g = schedule(net, chip, ops, 1, 1, None)
+    own = {tr.name: r for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "weight" and tr.stage == 1}
+    moved = moved_weight_loads(chip, net, g)  # the first weight loads in the pipeline fill: it stays there
+    assert set(moved) == set(own) and all(moved[o] <= own[o] for o in own)
+    assert any(moved[o] < own[o] for o in own)
+    room, table = packing(chip, net, SearchSettings(moved_loads=True), g)
+    assert room is chip and {tr.name: r for r, row in enumerate(table.rows) for tr in row.loads
+                             if tr.kind == "weight" and tr.stage == 1} == moved
+    longer = {b.name: b for b in table.buffers if b.kind == "weight"}
+    assert all(longer[b.name].start <= b.start for b in g.buffers if b.kind == "weight")
+    assert moved_weight_loads(chip, net, schedule(net, chip, ops, 1, 2, None)) == {}  # sliced: weights held
+    assert moved_weight_loads(get_chip("bm1684x"), net, g) == {}  # the analytic model does not move loads
+    assert packing(chip, net, SearchSettings(), g) == (chip, g)
+
+
+def test_reserve_banks_on_the_command_line(capsys):
+    _, _, ref = _case("resnet18", "bm1688")
+    model = str(CAL / "onnx" / "resnet18.weightless.onnx")
+    assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--strategy", "greedy", "--reference", ref,
+                 "--reserve-banks", "16"]) == 2
+    assert "--reserve-banks must be in [0, 16)" in capsys.readouterr().err

@@ -9,7 +9,7 @@ are compared on equal terms.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lgopt.group.alloc import (
     Allocation,
@@ -149,11 +149,17 @@ def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, i
     return replace(placed, cost={**placed.cost, **group_cost(chip, net, placed)})
 
 
+Packing = Callable[[GroupPlan], tuple[Chip | None, GroupPlan]]
+"""A scheduled group -> the (LMEM, table) its buffers must pack into (:func:`try_group`)."""
+
+
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
               h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False,
               w_slices: int = 1, f32_copies: tuple[str, ...] = (), reload_columns: bool = True,
-              c_slices: int = 1) -> tuple[GroupPlan | None, str]:
-    """A placed group, or (None, why not).
+              c_slices: int = 1, packing: Packing | None = None) -> tuple[GroupPlan | None, str]:
+    """A placed group, or (None, why not).  ``packing`` gives the (LMEM, table) its buffers must pack into
+    (default: ``chip``'s and its own; :func:`lgopt.strategies.settings.packing` asks more of a group the
+    compiler is not known to compile); the group keeps its own table and costs.
 
     The greedy allocator alone judges a candidate of a search (it is fast and searches try thousands);
     ``thorough`` is for a grouping given from outside (a compiler's cache), where "infeasible" is a
@@ -165,10 +171,13 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
                      reload_columns=reload_columns, c_slices=c_slices)
     except SliceError as e:
         return None, str(e)
+    room, table = (chip, g) if packing is None else packing(g)
+    if room is None:
+        return None, "LMEM allocation failed: no room left"
     if thorough:
-        alloc, why = allocate_thorough(net, chip, g, bank_rule)
+        alloc, why = allocate_thorough(net, room, table, bank_rule)
     else:
-        alloc, why = greedy_allocate(net, chip, g, bank_rule), "LMEM allocation failed"
+        alloc, why = greedy_allocate(net, room, table, bank_rule), "LMEM allocation failed"
     if alloc is None:
         return None, why
     return place(net, chip, g, alloc), ""

@@ -19,7 +19,7 @@ from lgopt.report.parallel import Backend, run_tasks
 from lgopt.report.tables import grouped_fraction
 from lgopt.report.verdict import verify
 from lgopt.strategies.cpsat.common import CpsatSettings
-from lgopt.strategies.registry import StrategyChoice, StrategyOptions
+from lgopt.strategies.registry import REFERENCE_MARGIN, REFERENCE_RESERVE_BANKS, StrategyChoice, StrategyOptions
 from lgopt.strategies.settings import Progress, SearchSettings
 
 
@@ -177,7 +177,8 @@ def compare_one(task: CompareTask) -> tuple[dict[str, Any], Plan, dict[str, Any]
 def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Sequence[StrategyChoice], out: str | None,
             search: SearchSettings = SearchSettings(), time_limit: float = 60.0, workers: int = 2,
             progress: Progress | None = None, save_plans: bool = False, reference: str | None = None,
-            base_groups: str | None = None, margin: float = 0.05, backend: Backend = Backend("sequential", 1),
+            base_groups: str | None = None, margin: float = REFERENCE_MARGIN,
+            reserve_banks: int = REFERENCE_RESERVE_BANKS, backend: Backend = Backend("sequential", 1),
             seed: int = 0, deterministic: float | None = None) -> pd.DataFrame:
     """Every model with every strategy, each pair one task on ``backend``; rows in the order of
     ``models`` then ``strategies`` whatever order the tasks finish in.  ``deterministic`` (units) replaces
@@ -191,7 +192,8 @@ def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Seque
     cpsat = CpsatSettings(time_limit=time_limit if deterministic is None else deterministic, workers=workers,
                           seed=seed, deterministic=deterministic is not None)
     options = StrategyOptions(search, cpsat, exact=False,
-                              reference=reference, base_groups=base_groups, margin=margin)
+                              reference=reference, base_groups=base_groups, margin=margin,
+                              reserve_banks=reserve_banks)
     tasks: list[CompareTask] = []
     for _path, net in models:
         nets[net.name] = net

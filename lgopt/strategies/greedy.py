@@ -27,7 +27,14 @@ from lgopt.hw.chip import Chip, for_chip
 from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import GroupPlan, Plan
-from lgopt.strategies.settings import Progress, SearchSettings, group_runs
+from lgopt.strategies.settings import Progress, SearchSettings, group_runs, packing
+
+
+def _try(net: Network, chip: Chip, st: SearchSettings, ops: Sequence[str], n: int, h: int, c: int = 1, w: int = 1
+         ) -> tuple[GroupPlan | None, str]:
+    """:func:`try_group` under ``st``'s rules, packed as :func:`packing` asks."""
+    return try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule, w_slices=w, c_slices=c,
+                     packing=lambda g: packing(chip, net, st, g))
 
 
 def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSettings
@@ -39,7 +46,7 @@ def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: Sea
     max_n = cdiv(batch, unit)
     why = ""
     for n in range(1, max_n + 1):
-        g, why = try_group(net, chip, ops, n, 1, st.h_ratio, st.bank_rule)
+        g, why = _try(net, chip, st, ops, n, 1)
         if g is not None:
             return g, ""
         if "allocation" not in why:
@@ -52,7 +59,7 @@ def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: Sea
         # shrink no buffer (they only repeat loads), so if that many do not place, more will not
         top = min(top, cdiv(max(net.tensor(t).h for t in io.outputs), chip.npu_num))
     for h in range(2, top + 1):
-        g, why = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule)
+        g, why = _try(net, chip, st, ops, n, h)
         if g is not None:
             return g, ""
         if "allocation" not in why:
@@ -73,7 +80,7 @@ def channel_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSett
         if c > st.max_c_slices:
             break
         for h in range(1, top + 1):
-            g, why = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule, c_slices=c)
+            g, why = _try(net, chip, st, ops, n, h, c=c)
             if g is not None:
                 return g, ""
             if "allocation" not in why:
@@ -102,7 +109,7 @@ def column_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSetti
     n = cdiv(max(net.tensor(t).n for t in group_io(net, ops).outputs), unit)
     for h in (1, 2, 4):
         for w in options:
-            g, why_hw = try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule, w_slices=w)
+            g, why_hw = _try(net, chip, st, ops, n, h, w=w)
             if g is None:
                 if "allocation" not in why_hw:
                     why = why_hw

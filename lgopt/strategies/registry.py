@@ -20,9 +20,13 @@ from lgopt.hw.chip import Chip
 from lgopt.model.network import Network, network_digest, reorder
 from lgopt.model.plan import Plan
 from lgopt.strategies.cpsat.common import CpsatSettings
-from lgopt.strategies.settings import Incumbent, Progress, SearchSettings
+from lgopt.strategies.settings import Incumbent, Progress, SearchSettings, group_shape
 
 REFERENCE_MARGIN = 0.05  # the calibrated model's per-group error on held-out models (docs/cost-model.md)
+# banks of LMEM a group the reference does not have leaves empty, without a judge: lgopt's packing is tighter than
+# TPU-MLIR's (more rows, greedy placement, f32 copies), and every new group the round trip saw refused filled more
+# than 14 of 16 banks by lgopt's count (docs/tpu-mlir.md, "Headroom for new groups")
+REFERENCE_RESERVE_BANKS = 2
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class StrategyOptions:
     reference: str | None = None  # a TPU-MLIR cache of this model and chip: search only what TPU-MLIR compiles
     base_groups: str | None = None  # its base groups (base_groups.json or model_ops.csv): ops it can put in LMEM
     margin: float = REFERENCE_MARGIN  # with a reference: keep its grouping unless ours is predicted this much better
+    reserve_banks: int = REFERENCE_RESERVE_BANKS  # with a reference and no judge: banks a new group leaves empty
     judge: Any = None  # a lgopt.io.tpumlir_judge.Judge: with a reference, TPU-MLIR measures and the search refines
     judge_settings: Any = None  # its lgopt.strategies.judged.JudgeSettings (None: the defaults)
 
@@ -104,20 +109,39 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     space = compiler_space(net, str(o.reference), o.base_groups)
     onet = reorder(net, list(space.order))
     outer = o.incumbent
+    ref_plan, ref_error = _reference_plan(net, chip, o)
+    # the reference's groups compile as they are; unless TPU-MLIR judges, a new one keeps reserve_banks free and
+    # packs with a one-slice group's weight loads where TPU-MLIR's timestep pass moves them
+    reserve = o.reserve_banks if o.judge is None else 0
+    trusted = frozenset() if ref_plan is None else frozenset(
+        group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) for g in ref_plan.groups)
     # no channel slices: none of the calibration's 4,455 compiled groups uses csecs, so whether TPU-MLIR 1.30
     # compiles them as lgopt plans them is unmeasured
-    inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1),
+    inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1,
+                                                      reserve_banks=reserve, moved_loads=o.judge is None,
+                                                      trusted=trusted),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
     plan, extra = spec.solve(onet, chip, inner)
     plan = convert_io_in_groups(onet, chip, plan, inner.search)
     described = COMPILER_SPACE.format(ref=Path(str(o.reference)).name)
     solver = {**plan.solver, "space": described, "reference": str(o.reference), "beyond_compiler": [],
-              "compiler_notes": list(lowered) + list(space.notes), **as_lowered}
+              "compiler_notes": list(lowered) + list(space.notes), "reserve_banks": reserve, **as_lowered}
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
     if o.judge is not None:
         return _judged(net, onet, chip, o, inner.search, plan, described), extra
-    return _against_reference(net, chip, o, plan), extra
+    return _against_reference(plan, o, ref_plan, ref_error), extra
+
+
+def _reference_plan(net: Network, chip: Chip, o: StrategyOptions) -> tuple[Plan | None, str]:
+    """The reference's own grouping built by lgopt's reader (as ``solve --strategy tpu-mlir=REF`` builds it), or
+    (None, why lgopt cannot build it)."""
+    from lgopt.strategies.tpumlir import score
+
+    try:
+        return score(net, chip, str(o.reference), o.search)[0], ""
+    except LgoptError as e:
+        return None, str(e)
 
 
 def _on(net: Network, plan: Plan, as_lowered: dict[str, Any]) -> Plan:
@@ -157,19 +181,15 @@ def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, st: Sea
     return replace(out, solver=solver)
 
 
-def _against_reference(net: Network, chip: Chip, o: StrategyOptions, plan: Plan) -> Plan:
+def _against_reference(plan: Plan, o: StrategyOptions, ref: Plan | None, ref_error: str) -> Plan:
     """``plan``, or the reference's own grouping when ``plan`` is not predicted at least ``o.margin`` faster.
 
     A prediction is only as good as the cost model: where lgopt's best is within the model's error of what
     the compiler already does, deploying it risks a slower program for a gain the model cannot see, so the
     compiler's grouping is kept (built by lgopt's reader, as ``solve --strategy tpu-mlir=REF`` builds it) and
-    ``solver["kept_reference"]`` says why.  A reference lgopt cannot build changes nothing."""
-    from lgopt.strategies.tpumlir import score
-
-    try:
-        ref, _ = score(net, chip, str(o.reference), o.search)
-    except LgoptError as e:
-        return replace(plan, solver={**plan.solver, "reference_cycles": None, "reference_unreadable": str(e)})
+    ``solver["kept_reference"]`` says why.  A reference lgopt cannot build (``ref`` None) changes nothing."""
+    if ref is None:
+        return replace(plan, solver={**plan.solver, "reference_cycles": None, "reference_unreadable": ref_error})
     ours, theirs = float(plan.cost["cycles"]), float(ref.cost["cycles"])
     solver = {**plan.solver, "reference_cycles": theirs, "margin": o.margin}
     if ours <= theirs * (1 - o.margin):

@@ -8,11 +8,15 @@ rule) and the greedy baseline's limits; the CP-SAT strategy adds its own in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
+from lgopt.group.cost import moved_weight_loads
+from lgopt.group.handover import packing_chip
 from lgopt.group.slicing import DEFAULT_H_RATIO
+from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
-from lgopt.model.plan import BankRule, Plan
+from lgopt.model.plan import BankRule, GroupPlan, Plan
+from lgopt.strategies.cpsat.loadtable import with_loads
 
 Progress = Callable[[str], None]
 """Called with a one-line status message while a strategy runs (the CLI draws it on stderr)."""
@@ -33,6 +37,52 @@ class SearchSettings:
     max_c_slices: int = 64  # most channel (heads) slices of a group of channel-local ops; 1: none
     # runs of ops a group must stay within (a compiler's base groups, in its op order); None: any run of local ops
     runs: tuple[tuple[str, ...], ...] | None = None
+    # a group not in ``trusted`` packs as the compiler would need it to (lgopt.strategies.registry): lgopt's
+    # packing of a group is not TPU-MLIR's, so a new group planned to the last byte may not compile
+    reserve_banks: int = 0  # banks at the top of LMEM such a group leaves empty
+    moved_loads: bool = False  # such a one-slice group packs with its weight loads where TPU-MLIR moves them
+    trusted: frozenset[GroupShape] = frozenset()  # groups known to compile as planned (the reference's own)
+
+
+GroupShape = tuple[frozenset[str], int, int, int, int]
+"""A group's ops and its (n, c, h, w) slice counts: what :attr:`SearchSettings.trusted` lists."""
+
+
+def group_shape(ops: Sequence[str], n: int, c: int, h: int, w: int) -> GroupShape:
+    return frozenset(ops), n, c, h, w
+
+
+def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple[Chip | None, GroupPlan]:
+    """(LMEM, table) a candidate group's buffers must pack into: ``chip`` and ``g`` for a trusted group; for
+    another, all but ``st.reserve_banks`` banks at the top of LMEM (None: nothing is left) and, with
+    ``st.moved_loads``, the table with a one-slice group's weight loads moved where TPU-MLIR's memory-aware pass
+    moves them (:func:`lgopt.group.cost.moved_weight_loads`; earlier, so longer lived).  Offsets that pack
+    the returned table pack ``g`` too: its lifetimes are the same or shorter.  Only the packing changes; the
+    group's table and costs stay those of ``g`` on the whole chip.
+
+    >>> from dataclasses import replace
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.io.problem import load_problem
+    >>> from lgopt.group.build import schedule
+    >>> net, chip = load_problem("problems/resnet18.json"), get_chip("bm1684x")
+    >>> g = schedule(net, chip, [op.name for op in net.ops[:3]], 1, 2)
+    >>> st = SearchSettings(reserve_banks=2)
+    >>> packing(chip, net, st, g)[0].lmem_bytes, chip.lmem_bytes
+    (229376, 262144)
+    >>> trusted = replace(st, trusted=frozenset({group_shape(g.ops, 1, 1, 2, 1)}))
+    >>> packing(chip, net, trusted, g)[0] is chip
+    True
+    """
+    if group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) in st.trusted:
+        return chip, g
+    room: Chip | None = chip
+    if st.reserve_banks > 0:
+        room = packing_chip(chip, chip.lmem_bytes - st.reserve_banks * chip.bank_bytes)
+    if st.moved_loads:
+        moved = moved_weight_loads(chip, net, g)
+        if moved:
+            g = with_loads(g, {name: (row, 1) for name, row in moved.items()})
+    return room, g
 
 
 def group_runs(net: Network, st: SearchSettings) -> list[tuple[int, int]]:

@@ -277,7 +277,8 @@ class _Search:
 
     def run(self) -> Plan:
         space, st = self.space, self.st
-        for iv in _greedy_intervals(space.net, self.base):
+        known = set(self.intervals)
+        for iv in _greedy_intervals(space.net, self.base) + [iv for iv in space.trusted_intervals() if iv in known]:
             self.ev.evaluate(*iv, budget=self.budget)
         self.report(0)
         rounds, priced_bound, todo = self.price()

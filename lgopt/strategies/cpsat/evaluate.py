@@ -30,6 +30,7 @@ from lgopt.strategies.cpsat.common import INF, Key
 from lgopt.strategies.cpsat.loadrows import solve_loads
 from lgopt.strategies.cpsat.loadtable import with_loads
 from lgopt.strategies.cpsat.space import CandidateSpace
+from lgopt.strategies.settings import packing
 
 LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
 
@@ -260,7 +261,10 @@ class Evaluator:
             if c.free_loads:
                 sl = slice_group(net, list(ops), 1, 1, n_unit=n_unit(net, chip, ops), h_ratio=st.h_ratio)
                 ahead = [without_kept(schedule_group(net, chip, sl, d, kin, kout)) for d in LOOKAHEAD]
-                lp = solve_loads(net, pchip, without_kept(c.table), ahead, space.objective, st.bank_rule,
+                room, _ = packing(pchip, net, st, without_kept(c.table))  # the room only: loads are chosen here
+                if room is None:
+                    continue
+                lp = solve_loads(net, room, without_kept(c.table), ahead, space.objective, st.bank_rule,
                                  budget, self.seed,
                                  upper=best.cost if best is not None else None, solve=full, deadline=deadline)
                 exact += lp.solved
@@ -274,17 +278,22 @@ class Evaluator:
                     best = Evaluation(lp.value, 0, c.n, c.h, 1, loads, tuple(sorted(lp.offsets.items())))
                 unknown += lp.value is None and lp.status != "infeasible"
                 continue
-            inner = without_kept(c.table)
-            alloc = multi_start_allocate(net, pchip, inner, st.bank_rule)
-            if alloc is not None:
-                best = Evaluation(c.key, 0, c.n, c.h, c.w, c=c.c)
+            table = without_kept(c.table)
+            room, inner = packing(pchip, net, st, table)  # less than pchip for an untrusted group
+            if room is None:
+                continue
+            moved = inner is not table  # packed with its weight loads where TPU-MLIR moves them
+            alloc = multi_start_allocate(net, room, inner, st.bank_rule)
+            if alloc is not None:  # offsets that pack the moved loads pack the table's own: kept with it
+                best = Evaluation(c.key, 0, c.n, c.h, c.w, None, tuple(sorted(alloc.offsets.items())) if moved
+                                  else None, c=c.c)
                 continue
             if not full:  # the quick evaluation leaves exact packing to the refinement: the key stays a bound
                 bound = min(bound, c.key)
                 partial = True
                 continue
             exact += 1
-            res = exact_pack(net, pchip, inner, st.bank_rule, budget, self.seed, self.workers, deadline=deadline)
+            res = exact_pack(net, room, inner, st.bank_rule, budget, self.seed, self.workers, deadline=deadline)
             if res is None:
                 continue
             if res == "unknown":
@@ -312,15 +321,17 @@ class Evaluator:
         pinned = pin_kept(space.chip, g)
         assert pinned is not None
         g, pchip = pinned
+        room, _ = packing(pchip, space.net, space.settings, without_kept(g))
+        assert room is not None  # the evaluation packed it
         if ev.loads is not None:
             g = with_loads(g, {ops[k]: (r, s) for k, r, s in ev.loads})
         if ev.offsets is None:
-            alloc = multi_start_allocate(space.net, pchip, without_kept(g), space.settings.bank_rule)
+            alloc = multi_start_allocate(space.net, room, without_kept(g), space.settings.bank_rule)
             assert alloc is not None
             offs = dict(alloc.offsets)
         else:
             offs = dict(ev.offsets)
-        return place_chosen(space.net, space.chip, g, offs, pchip, space.settings.bank_rule, polish)
+        return place_chosen(space.net, space.chip, g, offs, room, space.settings.bank_rule, polish)
 
 
 _WORKER: Evaluator | None = None  # in a worker process: its forked copy of the parent's evaluator

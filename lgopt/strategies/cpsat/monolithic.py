@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from lgopt.group.alloc import multi_start_allocate
 from lgopt.group.build import place_chosen
 from lgopt.group.handover import without_kept
 from lgopt.group.solver import integral_bound, make_solver, solve_interruptibly
@@ -24,7 +25,7 @@ from lgopt.strategies.cpsat.loadtable import current_loads, with_loads
 from lgopt.strategies.cpsat.master import add_handover_links
 from lgopt.strategies.cpsat.result import result
 from lgopt.strategies.cpsat.space import CandidateSpace, Slicing
-from lgopt.strategies.settings import Progress, SearchSettings
+from lgopt.strategies.settings import Progress, SearchSettings, packing
 
 
 def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, budget: Budget,
@@ -46,8 +47,12 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
         if pchip is None:  # the handed-over tensors leave no room: no slicing
             continue
         for c in space.slicings(ops, kin, kout):  # handed-over tensors are pinned above what add_group packs
+            table = without_kept(c.table)
+            room, moved = packing(pchip, net, search, table)
+            if room is None or (moved is not table and multi_start_allocate(net, room, moved, "off") is None):
+                continue  # an untrusted group that would not pack with its loads where TPU-MLIR moves them
             x = m.new_bool_var(f"c{len(cands)}")
-            gv = add_group(m, net, pchip, without_kept(c.table), st.objective, present=x,
+            gv = add_group(m, net, room, table, st.objective, present=x,
                            bank_rule="hard" if search.bank_rule == "hard" else "off")
             buffers += len(c.table.buffers)
             terms.append(gv.cost)
@@ -91,8 +96,10 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
             o = {bid: int(solver.value(v)) * align for bid, v in gv.offsets.items()}
             pchip = space.inner_chip(sum(space.kept(*iv), ()))
             assert pchip is not None
+            room, _ = packing(pchip, net, search, without_kept(c.table))
+            assert room is not None  # the model packed it
             # the model ignored soft bank pairs: place_chosen reduces them now
-            groups.append(place_chosen(net, chip, g, o, pchip, search.bank_rule))
+            groups.append(place_chosen(net, chip, g, o, room, search.bank_rule))
     groups.sort(key=lambda g: net.op_index[g.ops[0]])
     status: PlanStatus = "optimal" if res == cp_model.OPTIMAL else "time_limit"
     return result(net, chip, search, st, groups, base, integral_bound(solver), status, budget,

@@ -74,6 +74,9 @@ class CandidateSpace:
     def __post_init__(self) -> None:
         net = self.net
         self.names = [op.name for op in net.ops]
+        self._trusted: dict[frozenset[str], tuple[tuple[int, int, int, int], ...]] = {}
+        for t in self.settings.trusted:
+            self._trusted[t[0]] = tuple(sorted((*self._trusted.get(t[0], ()), t[1:])))
         self.runs = group_runs(net, self.settings)
         index = net.op_index
         self.last_use = {t: max((index[c.name] for c in net.consumers.get(t, ())), default=-1) for t in net.tensors}
@@ -172,6 +175,17 @@ class CandidateSpace:
     def global_value(self, k: int) -> int:
         return self.value(global_layer_cost(self.chip, self.net, self.net.ops[k]))
 
+    def trusted_intervals(self) -> list[Key]:
+        """The runs of the trusted groups (the reference's own, :attr:`SearchSettings.trusted`) that are contiguous
+        here, as candidates: a search that evaluates them first starts no worse than the compiler's grouping."""
+        index = self.net.op_index
+        out = set()
+        for ops in self._trusted:
+            k = sorted(index[o] for o in ops if o in index)
+            if len(k) == len(ops) and k[-1] - k[0] + 1 == len(k):
+                out.add((k[0], k[-1], ""))
+        return sorted(out)
+
     def signature(self, i: int, j: int, v: str = "") -> tuple:
         """Structure of the candidate with names replaced by positions (the cost and packing depend only on it)."""
         net = self.net
@@ -197,7 +211,9 @@ class CandidateSpace:
             rows.append((op.type, tuple(sorted(op.attrs.items())), op.fused,
                          tuple((w.shape, w.dtype, w.role) for w in op.weights), tuple(ins), tuple(outs)))
         keep = (v, tuple(ext[t] for t in kin), tuple((pos[t], store_skipped(net, t, j + 1)) for t in kout))
-        return tuple(rows) + (keep,)
+        # a trusted slicing packs into more LMEM (lgopt.strategies.settings.packing_room): part of the structure
+        trusted = self._trusted.get(frozenset(self.names[i:j + 1]), ()) if self._trusted else ()
+        return tuple(rows) + (keep, trusted)
 
     def inner_chip(self, kept: Sequence[str]) -> Chip | None:
         """The LMEM left below the handed-over tensors (the whole chip when there are none)."""
