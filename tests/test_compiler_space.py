@@ -19,7 +19,7 @@ from lgopt.io.problem import load_model, load_problem
 from lgopt.io.tpumlir_export import compiler_space, export_tpumlir
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
-from lgopt.strategies.settings import SearchSettings, group_runs, group_shape, packing
+from lgopt.strategies.settings import SearchSettings, exact_packing_allowed, group_runs, group_shape, packing
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CAL = SHARED / "calibration"
@@ -161,7 +161,7 @@ def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
     moved = moved_weight_loads(chip, net, g)  # the first weight loads in the pipeline fill: it stays there
     assert set(moved) == set(own) and all(moved[o] <= own[o] for o in own)
     assert any(moved[o] < own[o] for o in own)
-    room, table = packing(chip, net, SearchSettings(moved_loads=True), g)
+    room, table = packing(chip, net, SearchSettings(compiler_packing=True), g)
     assert room is chip and {tr.name: r for r, row in enumerate(table.rows) for tr in row.loads
                              if tr.kind == "weight" and tr.stage == 1} == moved
     longer = {b.name: b for b in table.buffers if b.kind == "weight"}
@@ -169,6 +169,11 @@ def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
     assert moved_weight_loads(chip, net, schedule(net, chip, ops, 1, 2, None)) == {}  # sliced: weights held
     assert moved_weight_loads(get_chip("bm1684x"), net, g) == {}  # the analytic model does not move loads
     assert packing(chip, net, SearchSettings(), g) == (chip, g)
+    # TPU-MLIR's allocator is one greedy pass: what only lgopt's exact packer places does not count for a new group
+    shape = group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices)
+    assert exact_packing_allowed(SearchSettings(), g)
+    assert not exact_packing_allowed(SearchSettings(compiler_packing=True), g)
+    assert exact_packing_allowed(SearchSettings(compiler_packing=True, trusted=frozenset({shape})), g)
 
 
 def test_reserve_banks_on_the_command_line(capsys):

@@ -276,3 +276,34 @@ def test_slicings_of_handover_candidates(problem):
     for i, j, v in space.intervals():
         if v and j - i <= 1:
             _check_slicings(space, i, j, v)
+
+
+def test_trusted_groups_are_candidates_of_their_own_and_pack_into_all_of_lmem():
+    """The reference's own groups (``SearchSettings.trusted``) are evaluated first by the decomposed search
+    (contiguous runs only), and a structurally identical run that is not trusted is a different candidate:
+    it packs below the reserved banks."""
+    from lgopt.strategies.settings import group_shape
+
+    net = load_problem(PROBLEMS / "resnet18.json")
+    names = [op.name for op in net.ops]
+    trusted = frozenset({group_shape(names[2:5], 1, 1, 1, 1), group_shape([names[6], names[8]], 1, 1, 1, 1)})
+    space = CandidateSpace(net, get_chip("bm1684x"), SearchSettings(reserve_banks=2, trusted=trusted))
+    assert space.trusted_intervals() == [(2, 4, "")]  # names 6 and 8 are not a run
+    plain = CandidateSpace(net, get_chip("bm1684x"), SearchSettings(reserve_banks=2))
+    assert space.signature(2, 4) != plain.signature(2, 4) and space.signature(5, 7) == plain.signature(5, 7)
+
+
+def test_an_f32_input_load_shares_the_last_ops_row():
+    """TPU-MLIR converts an f32 network input in a Cast row of its own, so the next slice's f32 load overlaps
+    the group's last op; in lgopt's one-op table it sits in a row after the op, and is charged to the op's."""
+    from lgopt.group.cost import pipeline_cells
+
+    net = load_problem(PROBLEMS / "resnet18.json")
+    chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
+    first = [net.ops[0].name]
+    f16 = schedule(net, chip, first, 1, 4, None)
+    f32 = schedule(net, chip, first, 1, 4, None, f32_copies=(net.inputs[0],))
+    assert f32.f32_in == (net.inputs[0],) and not f16.f32_in and len(f32.rows) == 2 and not f32.rows[1].ops
+    c16, c32 = pipeline_cells(chip, net, f16).cells, pipeline_cells(chip, net, f32).cells
+    for i in range(3):  # steady iterations: the next slice's load moved from the tail row to the op's row
+        assert c32.get((i, 1), (0, 0))[1] < c16[(i, 1)][1] and c32[(i, 0)][1] > c16.get((i, 0), (0, 0))[1]

@@ -111,14 +111,14 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     outer = o.incumbent
     ref_plan, ref_error = _reference_plan(net, chip, o)
     # the reference's groups compile as they are; unless TPU-MLIR judges, a new one keeps reserve_banks free and
-    # packs with a one-slice group's weight loads where TPU-MLIR's timestep pass moves them
+    # packs as TPU-MLIR's allocator would need (moved weight loads, a greedy allocator)
     reserve = o.reserve_banks if o.judge is None else 0
     trusted = frozenset() if ref_plan is None else frozenset(
         group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) for g in ref_plan.groups)
     # no channel slices: none of the calibration's 4,455 compiled groups uses csecs, so whether TPU-MLIR 1.30
     # compiles them as lgopt plans them is unmeasured
     inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1,
-                                                      reserve_banks=reserve, moved_loads=o.judge is None,
+                                                      reserve_banks=reserve, compiler_packing=o.judge is None,
                                                       trusted=trusted),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))

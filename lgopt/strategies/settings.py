@@ -40,7 +40,9 @@ class SearchSettings:
     # a group not in ``trusted`` packs as the compiler would need it to (lgopt.strategies.registry): lgopt's
     # packing of a group is not TPU-MLIR's, so a new group planned to the last byte may not compile
     reserve_banks: int = 0  # banks at the top of LMEM such a group leaves empty
-    moved_loads: bool = False  # such a one-slice group packs with its weight loads where TPU-MLIR moves them
+    # such a group packs as TPU-MLIR's allocator would need: one-slice, with its weight loads where TPU-MLIR's
+    # timestep pass moves them; and by lgopt's greedy allocators, not only its exact packer (TPU-MLIR's is greedy)
+    compiler_packing: bool = False
     trusted: frozenset[GroupShape] = frozenset()  # groups known to compile as planned (the reference's own)
 
 
@@ -52,11 +54,22 @@ def group_shape(ops: Sequence[str], n: int, c: int, h: int, w: int) -> GroupShap
     return frozenset(ops), n, c, h, w
 
 
+def trusted(st: SearchSettings, g: GroupPlan) -> bool:
+    """Whether ``g`` (its ops and slice counts) is one of the groups ``st`` knows to compile as planned."""
+    return group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) in st.trusted
+
+
+def exact_packing_allowed(st: SearchSettings, g: GroupPlan) -> bool:
+    """Whether a packing only lgopt's exact packer finds counts for ``g``: not for a group the compiler is not
+    known to compile when ``st.compiler_packing`` asks for what its one-pass greedy allocator could place."""
+    return not st.compiler_packing or trusted(st, g)
+
+
 def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple[Chip | None, GroupPlan]:
     """(LMEM, table) a candidate group's buffers must pack into: ``chip`` and ``g`` for a trusted group; for
     another, all but ``st.reserve_banks`` banks at the top of LMEM (None: nothing is left) and, with
-    ``st.moved_loads``, the table with a one-slice group's weight loads moved where TPU-MLIR's memory-aware pass
-    moves them (:func:`lgopt.group.cost.moved_weight_loads`; earlier, so longer lived).  Offsets that pack
+    ``st.compiler_packing``, the table with a one-slice group's weight loads moved where TPU-MLIR's memory-aware
+    pass moves them (:func:`lgopt.group.cost.moved_weight_loads`; earlier, so longer lived).  Offsets that pack
     the returned table pack ``g`` too: its lifetimes are the same or shorter.  Only the packing changes; the
     group's table and costs stay those of ``g`` on the whole chip.
 
@@ -73,12 +86,12 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
     >>> packing(chip, net, trusted, g)[0] is chip
     True
     """
-    if group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) in st.trusted:
+    if trusted(st, g):
         return chip, g
     room: Chip | None = chip
     if st.reserve_banks > 0:
         room = packing_chip(chip, chip.lmem_bytes - st.reserve_banks * chip.bank_bytes)
-    if st.moved_loads:
+    if st.compiler_packing:
         moved = moved_weight_loads(chip, net, g)
         if moved:
             g = with_loads(g, {name: (row, 1) for name, row in moved.items()})

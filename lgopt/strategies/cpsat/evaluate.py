@@ -30,7 +30,7 @@ from lgopt.strategies.cpsat.common import INF, Key
 from lgopt.strategies.cpsat.loadrows import solve_loads
 from lgopt.strategies.cpsat.loadtable import with_loads
 from lgopt.strategies.cpsat.space import CandidateSpace
-from lgopt.strategies.settings import packing
+from lgopt.strategies.settings import exact_packing_allowed, packing
 
 LOOKAHEAD = (2, 3, 4)  # heuristic tables for unsliced groups: load d weighted ops ahead (1 is the seed's rule)
 
@@ -287,6 +287,8 @@ class Evaluator:
             if alloc is not None:  # offsets that pack the moved loads pack the table's own: kept with it
                 best = Evaluation(c.key, 0, c.n, c.h, c.w, None, tuple(sorted(alloc.offsets.items())) if moved
                                   else None, c=c.c)
+                continue
+            if not exact_packing_allowed(st, table):  # what only the exact packer places, TPU-MLIR's may not
                 continue
             if not full:  # the quick evaluation leaves exact packing to the refinement: the key stays a bound
                 bound = min(bound, c.key)

@@ -25,7 +25,7 @@ from lgopt.strategies.cpsat.loadtable import current_loads, with_loads
 from lgopt.strategies.cpsat.master import add_handover_links
 from lgopt.strategies.cpsat.result import result
 from lgopt.strategies.cpsat.space import CandidateSpace, Slicing
-from lgopt.strategies.settings import Progress, SearchSettings, packing
+from lgopt.strategies.settings import Progress, SearchSettings, exact_packing_allowed, packing
 
 
 def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, base: Plan, budget: Budget,
@@ -49,8 +49,9 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
         for c in space.slicings(ops, kin, kout):  # handed-over tensors are pinned above what add_group packs
             table = without_kept(c.table)
             room, moved = packing(pchip, net, search, table)
-            if room is None or (moved is not table and multi_start_allocate(net, room, moved, "off") is None):
-                continue  # an untrusted group that would not pack with its loads where TPU-MLIR moves them
+            if room is None or ((moved is not table or not exact_packing_allowed(search, table))
+                                and multi_start_allocate(net, room, moved, "off") is None):
+                continue  # an untrusted group TPU-MLIR's allocator may not place (lgopt.strategies.settings)
             x = m.new_bool_var(f"c{len(cands)}")
             gv = add_group(m, net, room, table, st.objective, present=x,
                            bank_rule="hard" if search.bank_rule == "hard" else "off")

@@ -1,0 +1,94 @@
+"""The compiler space's rules for new groups, applied to the calibration's groups: which would they refuse?
+
+    python benchmarks/headroom.py            # about two minutes; writes benchmarks/calibration/headroom.csv
+
+Without a judge, ``solve --reference`` holds a group that is not one of the reference's own to two rules
+(``lgopt.strategies.settings.packing``, ``docs/tpu-mlir.md`` "Headroom for the groups TPU-MLIR has not
+compiled"): it packs below the top ``reserve_banks`` banks, and as TPU-MLIR's allocator would need (one-slice:
+weight loads where TPU-MLIR's timestep pass moves them; by lgopt's greedy allocators, not only its exact
+packer).  Every group of the 473 calibration groupings that lgopt's reader builds is packed that way, and
+counted against what TPU-MLIR did with it: compiled (in opt2, or in another grouping) or the group it failed
+to allocate.  The rules are a caution for new groups, not a predictor: this says what they cost and catch.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lgopt.errors import LgoptError  # noqa: E402
+from lgopt.group.alloc import exact_pack, multi_start_allocate  # noqa: E402
+from lgopt.hw.chip import get_chip  # noqa: E402
+from lgopt.io.problem import load_model  # noqa: E402
+from lgopt.io.tpumlir_cache import load_cache  # noqa: E402
+from lgopt.io.tpumlir_lowering import lower_like  # noqa: E402
+from lgopt.strategies.settings import SearchSettings, group_shape, packing  # noqa: E402
+from lgopt.strategies.tpumlir import build_groups  # noqa: E402
+
+CAL = ROOT.parent / "shared" / "calibration"
+RULES = {"2 banks": SearchSettings(reserve_banks=2), "compiler packing": SearchSettings(compiler_packing=True),
+         "both (the default)": SearchSettings(reserve_banks=2, compiler_packing=True)}
+
+
+def packs(net, chip, st: SearchSettings, g) -> bool:
+    room, table = packing(chip, net, st, g)
+    if room is None:
+        return False
+    if multi_start_allocate(net, room, table, "soft") is not None:
+        return True
+    return not st.compiler_packing and isinstance(exact_pack(net, room, table, "off", 2.0, 0, 2), dict)
+
+
+def main() -> int:
+    if not (CAL / "totals.csv").exists():
+        print(f"no calibration data at {CAL}", file=sys.stderr)
+        return 2
+    tot = pd.read_csv(CAL / "totals.csv")
+    nets: dict[str, object] = {}
+    rows = []
+    for r in tot.itertuples(index=False):
+        if r.model not in nets:
+            nets[r.model] = load_model(CAL / "onnx" / f"{r.model}.weightless.onnx", dtype="f16")
+        chip = get_chip(r.chip, {"cost_model": "tpu-mlir-1.30"})
+        path = str(CAL / r.cache_file)
+        try:
+            built = build_groups(nets[r.model], chip, path, exact=True)
+        except LgoptError:
+            continue
+        net = lower_like(nets[r.model], load_cache(path))[0]
+        for gr in built.groups:
+            g = gr.plan
+            if g is None:
+                continue
+            if r.status == "ok":
+                status = "compiled"
+            elif not pd.isna(r.failed_group_pos) and int(r.failed_group_pos) == gr.index:
+                status = "failed"
+            else:
+                continue  # a group of a refused grouping other than the one that failed: unknown
+            shape = group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices)
+            rows.append({"model": r.model, "chip": r.chip, "variant": r.variant, "group_pos": gr.index,
+                         "ops": len(g.ops), "slices": g.num_slices, "status": status,
+                         "shape": f"{r.model}/{r.chip}/{sorted(shape[0])[0]}+{len(shape[0])}/{shape[1:]}",
+                         **{name: packs(net, chip, st, g) for name, st in RULES.items()}})
+    df = pd.DataFrame(rows)
+    opt2 = set(df.loc[(df.variant == "opt2") & (df.status == "compiled"), "shape"])
+    df["opt2's"] = df["shape"].isin(opt2)
+    df.to_csv(ROOT / "benchmarks" / "calibration" / "headroom.csv", index=False)
+    u = df.drop_duplicates(["shape", "status"])
+    kinds = {"failed to allocate": u[u.status == "failed"],
+             "compiled, not opt2's": u[(u.status == "compiled") & ~u["opt2's"]],
+             "compiled, opt2's (exempt in the search)": u[(u.status == "compiled") & u["opt2's"]]}
+    print("distinct groups the rule would refuse (refused / all):")
+    for name in RULES:
+        print(f"  {name:20s} " + "; ".join(f"{k}: {(~v[name]).sum()} / {len(v)}" for k, v in kinds.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
