@@ -103,13 +103,16 @@ def test_the_reference_grouping_is_kept_unless_ours_is_predicted_faster_by_the_m
     assert [(g["locs"], g["shape_secs"]) for g in out] == [(g["locs"], g["shape_secs"]) for g in theirs]
 
 
-def test_margin_on_the_command_line(capsys):
+def test_margin_and_reserve_banks_on_the_command_line(capsys):
     _, _, ref = _case("resnet18", "bm1688")
     model = str(CAL / "onnx" / "resnet18.weightless.onnx")
     assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--strategy", "greedy", "--reference", ref,
                  "--margin", "0.99"]) == 0
     assert "reference: greedy's best grouping is predicted at" in capsys.readouterr().out
     assert main(["solve", model, "--dtype", "f16", "--reference", ref, "--margin", "1.5"]) == 2
+    assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--reference", ref,
+                 "--reserve-banks", "16"]) == 2
+    assert "--reserve-banks must be in [0, 16)" in capsys.readouterr().err
 
 
 def test_the_f32_input_cast_goes_into_the_first_group_where_it_fits(capsys):
@@ -174,11 +177,3 @@ def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
     assert exact_packing_allowed(SearchSettings(), g)
     assert not exact_packing_allowed(SearchSettings(compiler_packing=True), g)
     assert exact_packing_allowed(SearchSettings(compiler_packing=True, trusted=frozenset({shape})), g)
-
-
-def test_reserve_banks_on_the_command_line(capsys):
-    _, _, ref = _case("resnet18", "bm1688")
-    model = str(CAL / "onnx" / "resnet18.weightless.onnx")
-    assert main(["solve", model, "--dtype", "f16", "--chip", "bm1688", "--strategy", "greedy", "--reference", ref,
-                 "--reserve-banks", "16"]) == 2
-    assert "--reserve-banks must be in [0, 16)" in capsys.readouterr().err
