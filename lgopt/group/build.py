@@ -180,6 +180,9 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
         alloc, why = greedy_allocate(net, room, table, bank_rule), "LMEM allocation failed"
     if alloc is None:
         return None, why
+    if table is not g:  # offsets that pack ``table`` pack ``g``; its bank conflicts are ``g``'s own rows'
+        alloc = replace(alloc, bank_conflicts=count_bank_conflicts(net, chip, g, alloc.offsets)
+                        if bank_rule != "off" else 0)
     return place(net, chip, g, alloc), ""
 
 

@@ -24,7 +24,7 @@ from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
-from lgopt.strategies.settings import SearchSettings
+from lgopt.strategies.settings import SearchSettings, packing
 
 H_FACTORS = (1, 2, 3, 4)  # H slices tried for the group with the f32 slices, as multiples of its own
 
@@ -53,7 +53,8 @@ def convert_io_in_groups(net: Network, chip: Chip, plan: Plan, search: SearchSet
         best = None
         for h in sorted({g.h_slices * m for m in H_FACTORS}):
             wide, _ = try_group(net, chip, g.ops, g.n_slices, h, search.h_ratio, search.bank_rule,
-                                w_slices=g.w_slices, f32_copies=todo, c_slices=g.c_slices)
+                                w_slices=g.w_slices, f32_copies=todo, c_slices=g.c_slices,
+                                packing=lambda t: packing(chip, net, search, t))
             if wide is None or set(wide.f32_in) | set(wide.f32_out) != set(todo):
                 continue
             wide = with_cost(chip, net, wide)
