@@ -150,9 +150,9 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
                         "fraction faster (default 0.05, the calibrated model's per-group error; 0: whenever it is "
                         "predicted no slower)")
     p.add_argument("--reserve-banks", type=int, default=2, metavar="N",
-                   help="with --reference and no --judge: a group TPU-MLIR's own grouping does not have leaves N of "
-                        "LMEM's banks empty by lgopt's packing (default 2: TPU-MLIR packs less tightly; 0: plan new "
-                        "groups to the last byte)")
+                   help="with --reference: a group of lgopt's search that TPU-MLIR's own grouping does not have "
+                        "leaves N of LMEM's banks empty by lgopt's packing (default 2: TPU-MLIR packs less tightly; 0: "
+                        "plan new groups to the last byte; --judge's own moves are not held to it)")
 
 
 def _judge_args(p: argparse.ArgumentParser) -> None:

@@ -181,3 +181,24 @@ def test_without_a_reference_the_judge_takes_the_compilers_own_grouping(judged_c
     own = fresh.prepare()
     assert own.read_text() == ref.read_text() and fresh.own_cache() == own
     assert fresh.prepare() == own  # once per model: no second compile
+
+
+def test_the_judge_starts_from_a_guarded_plan_and_moves_freely(judged_case, monkeypatch):
+    """With a judge, lgopt's start point obeys the rules for new groups (it should compile), and the judge's
+    own moves do not (TPU-MLIR measures each one)."""
+    import lgopt.strategies.registry as registry
+
+    net, chip, ref, judge, _ = judged_case
+    seen = {}
+
+    def spy(net_, onet, chip_, o, st, plan, described):
+        seen.update(st=st, plan=plan)
+        return plan
+
+    monkeypatch.setattr(registry, "_judged", spy)
+    _solve(net, chip, ref, judge)
+    assert seen["st"].reserve_banks == 0 and not seen["st"].compiler_packing
+    assert seen["plan"].solver["reserve_banks"] == 2
+    room = chip.lmem_bytes - 2 * chip.bank_bytes
+    own = {frozenset(g.ops) for g in registry._reference_plan(net, chip, StrategyOptions(reference=str(ref)))[0].groups}
+    assert all(g.cost["lmem_peak"] <= room for g in seen["plan"].groups if frozenset(g.ops) not in own)

@@ -43,7 +43,7 @@ class StrategyOptions:
     reference: str | None = None  # a TPU-MLIR cache of this model and chip: search only what TPU-MLIR compiles
     base_groups: str | None = None  # its base groups (base_groups.json or model_ops.csv): ops it can put in LMEM
     margin: float = REFERENCE_MARGIN  # with a reference: keep its grouping unless ours is predicted this much better
-    reserve_banks: int = REFERENCE_RESERVE_BANKS  # with a reference and no judge: banks a new group leaves empty
+    reserve_banks: int = REFERENCE_RESERVE_BANKS  # with a reference: banks a new group of lgopt's search leaves empty
     judge: Any = None  # a lgopt.io.tpumlir_judge.Judge: with a reference, TPU-MLIR measures and the search refines
     judge_settings: Any = None  # its lgopt.strategies.judged.JudgeSettings (None: the defaults)
 
@@ -110,15 +110,16 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     onet = reorder(net, list(space.order))
     outer = o.incumbent
     ref_plan, ref_error = _reference_plan(net, chip, o)
-    # the reference's groups compile as they are; unless TPU-MLIR judges, a new one keeps reserve_banks free and
-    # packs as TPU-MLIR's allocator would need (moved weight loads, a greedy allocator)
-    reserve = o.reserve_banks if o.judge is None else 0
+    # the reference's groups compile as they are; a new one keeps reserve_banks free and packs as TPU-MLIR's
+    # allocator would need (moved weight loads, a greedy allocator).  With a judge too: its start point is
+    # lgopt's plan, and one that compiles is worth more than one predicted faster that does not
+    reserve = o.reserve_banks
     trusted = frozenset() if ref_plan is None else frozenset(
         group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) for g in ref_plan.groups)
     # no channel slices: none of the calibration's 4,455 compiled groups uses csecs, so whether TPU-MLIR 1.30
     # compiles them as lgopt plans them is unmeasured
     inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1,
-                                                      reserve_banks=reserve, compiler_packing=o.judge is None,
+                                                      reserve_banks=reserve, compiler_packing=True,
                                                       trusted=trusted),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
@@ -129,7 +130,9 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
               "compiler_notes": list(lowered) + list(space.notes), "reserve_banks": reserve, **as_lowered}
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
     if o.judge is not None:
-        return _judged(net, onet, chip, o, inner.search, plan, described), extra
+        # the judge's own moves are free of the cautions: TPU-MLIR measures every one
+        free = replace(inner.search, reserve_banks=0, compiler_packing=False)
+        return _judged(net, onet, chip, o, free, plan, described), extra
     return _against_reference(plan, o, ref_plan, ref_error), extra
 
 
