@@ -413,10 +413,13 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
         if j.get("reference_faster"):
             print(f"judge: {j['reference_faster']}")
     elif sv.get("kept_reference"):
-        print(f"reference: {sv['kept_reference']} (--margin {sv['margin']:g})")
+        print(f"reference: {sv['kept_reference']} (--margin {sv['margin']:g}; cycles by the {s['cost_model']} "
+              "cost model)")
     elif sv.get("reference_cycles"):
         print(f"reference: its own grouping is predicted at {sv['reference_cycles']:,.0f} cycles; this plan is "
-              f"{100 * (1 - s['cycles'] / sv['reference_cycles']):.1f}% faster by the {s['cost_model']} cost model")
+              f"{100 * (1 - s['cycles'] / sv['reference_cycles']):.1f}% faster by the {s['cost_model']} cost model"
+              + (f"; its groups TPU-MLIR's does not have leave {sv['reserve_banks']} banks of LMEM empty "
+                 "(--reserve-banks)" if sv.get("reserve_banks") else ""))
     if sv.get("io_converted_in_groups"):
         print(f"f32 casts: {', '.join(sv['io_converted_in_groups'])} converted in the group next to it (TPU-MLIR "
               "keeps the graph's inputs and outputs f32; the exporter puts those Casts in the group)")

@@ -191,7 +191,7 @@ def test_the_judge_starts_from_a_guarded_plan_and_moves_freely(judged_case, monk
     net, chip, ref, judge, _ = judged_case
     seen = {}
 
-    def spy(net_, onet, chip_, o, st, plan, described):
+    def spy(net_, onet, chip_, o, st, plan, described, ref, unreadable):
         seen.update(st=st, plan=plan)
         return plan
 

@@ -577,6 +577,20 @@ STAGE_SERVES = {int(s): s.serves for s in Stage}  # a stage-k transfer in iterat
 
 
 def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
+    pc = _table_cells(chip, net, g)
+    if g.num_slices == 1 and cost_model(chip).rebalance_loads:
+        cells = dict(pc.cells)
+        loads = _movable_weight_loads(chip, net, g)
+        row_cells = [cells.get((0, r), (0, 0)) for r in range(len(g.rows))]
+        for r, (t_cyc, d_cyc) in enumerate(rebalance_weight_loads(row_cells, [(r, c) for _, r, c in loads])):
+            if t_cyc or d_cyc:
+                cells[(0, r)] = (t_cyc, d_cyc)
+        pc = replace(pc, cells=cells)
+    return pc
+
+
+def _table_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
+    """The cells with every transfer in the row the table gives it (before TPU-MLIR's load moves)."""
     S = g.num_slices
     f32_io = cost_model(chip).f32_io
     f32_in = frozenset(g.f32_in) if f32_io else frozenset()
@@ -650,12 +664,6 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
             t_cyc = tiu[i][r] if 0 <= i < S else 0
             if t_cyc or dma_at[r]:
                 cells[(i, r)] = (t_cyc, dma_at[r])
-    if S == 1 and cost_model(chip).rebalance_loads:
-        loads = _movable_weight_loads(chip, net, g)
-        row_cells = [cells.get((0, r), (0, 0)) for r in range(len(g.rows))]
-        for r, (t_cyc, d_cyc) in enumerate(rebalance_weight_loads(row_cells, [(r, c) for _, r, c in loads])):
-            if t_cyc or d_cyc:
-                cells[(0, r)] = (t_cyc, d_cyc)
     return PipelineCells(cells, pre, traffic)
 
 
@@ -674,13 +682,8 @@ def moved_weight_loads(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]
     if g.num_slices != 1 or not model.rebalance_loads:
         return {}
     loads = _movable_weight_loads(chip, net, g)
-    kept = replace(g, rows=tuple(replace(row, loads=tuple(tr for tr in row.loads if not (
-        tr.kind == "weight" and tr.stage == 1 and g.weight_columns(tr.name, 0) is None))) for row in g.rows))
-    cells = pipeline_cells(chip, net, kept).cells  # the rows without the movable loads: add them back unmoved
-    rows = [list(cells.get((0, r), (0, 0))) for r in range(len(g.rows))]
-    for _, r, c in loads:
-        rows[r][1] += c
-    dest = weight_load_moves([(t, d) for t, d in rows], [(r, c) for _, r, c in loads])
+    cells = _table_cells(chip, net, g).cells
+    dest = weight_load_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))], [(r, c) for _, r, c in loads])
     return {name: row for (name, _, _), row in zip(loads, dest)}
 
 

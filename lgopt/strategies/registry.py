@@ -132,7 +132,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     if o.judge is not None:
         # the judge's own moves are free of the cautions: TPU-MLIR measures every one
         free = replace(inner.search, reserve_banks=0, compiler_packing=False)
-        return _judged(net, onet, chip, o, free, plan, described), extra
+        return _judged(net, onet, chip, o, free, plan, described, ref_plan, ref_error), extra
     return _against_reference(plan, o, ref_plan, ref_error), extra
 
 
@@ -154,20 +154,15 @@ def _on(net: Network, plan: Plan, as_lowered: dict[str, Any]) -> Plan:
 
 
 def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, st: SearchSettings, plan: Plan,
-            described: str) -> Plan:
-    """TPU-MLIR measures the reference's grouping and ``plan`` and judges a local search from the faster
+            described: str, ref: Plan | None, unreadable: str) -> Plan:
+    """TPU-MLIR measures the reference's grouping (``ref``, as lgopt's reader builds it; None when it cannot,
+    ``unreadable`` says why) and ``plan`` and judges a local search from the faster
     (:mod:`lgopt.strategies.judged`); the plan returned is the fastest it measured."""
     import json
 
     from lgopt.strategies.judged import JudgeSettings, judged_search
-    from lgopt.strategies.tpumlir import score
 
-    starts: list[tuple[str, Plan]] = []
-    unreadable = ""
-    try:
-        starts.append(("TPU-MLIR's own grouping", score(net, chip, str(o.reference), o.search)[0]))
-    except LgoptError as e:
-        unreadable = str(e)
+    starts: list[tuple[str, Plan]] = [] if ref is None else [("TPU-MLIR's own grouping", ref)]
     starts.append((plan.strategy, plan))
     ref_cache = json.loads(Path(str(o.reference)).read_text())
     as_lowered = {"tpu_mlir": plan.solver["tpu_mlir"]} if "tpu_mlir" in plan.solver else {}  # net is lowered so
