@@ -18,6 +18,7 @@ reported in the ``relaxed_*`` columns; the summary gives both.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -176,6 +177,32 @@ def _med(xs) -> str:
     return f"{100 * statistics.median(xs):.1f}% (n={len(xs)})" if xs else "-"
 
 
+def ranking(ok: pd.DataFrame, tie: float = 0.01) -> tuple[float, float, float]:
+    """How well the predictions order each model and chip's compiled groupings, which is what a search uses
+    them for: (the share of pairs whose measured cycles differ by more than ``tie`` that the prediction orders
+    the same way; the geometric mean and the worst, over model x chip, of the measured cycles of the grouping
+    predicted fastest over the fastest measured: what picking by the model would have cost).
+
+    >>> df = pd.DataFrame({"model": ["m"] * 3, "chip": ["c"] * 3, "pred_cycles": [10.0, 12.0, 11.0],
+    ...                    "meas_cycles": [105.0, 100.0, 120.0]})
+    >>> ranking(df)  # (10, 12) and (10, 11) disagree with the measure, (12, 11) agrees; 10 picks 105 over 100
+    (0.3333333333333333, 1.05, 1.05)
+    """
+    x = ok.dropna(subset=["pred_cycles", "meas_cycles"])
+    agree = pairs = 0
+    regrets: list[float] = []
+    for _, g in x.groupby(["model", "chip"]):
+        p, m = g.pred_cycles.to_numpy(), g.meas_cycles.to_numpy()
+        for i in range(len(g)):
+            for j in range(i + 1, len(g)):
+                if abs(m[i] / m[j] - 1) > tie:
+                    pairs += 1
+                    agree += int((p[i] < p[j]) == (m[i] < m[j]))
+        regrets.append(float(m[p.argmin()] / m.min()))
+    geo = float(pd.Series(regrets).apply(math.log).mean()) if regrets else 0.0
+    return (agree / pairs if pairs else float("nan"), math.exp(geo), max(regrets, default=float("nan")))
+
+
 def summary(df: pd.DataFrame, gdf: pd.DataFrame, secs: float, model: str) -> None:
     ok = df[df.tpu_mlir_status == "ok"]
     both = df[df.tpu_mlir_status.isin(["ok", "lg_failed"])]
@@ -191,6 +218,10 @@ def summary(df: pd.DataFrame, gdf: pd.DataFrame, secs: float, model: str) -> Non
     held = ok[ok.model.isin(HELD_OUT)]
     print(f"  whole-model |pred/meas-1| median on the models the fit held out ({', '.join(HELD_OUT)}): "
           f"exact {_med(held.ratio)}")
+    agree, regret, worst = ranking(ok)
+    print(f"  ranking: pairs of a model's groupings (measured > 1% apart) ordered as measured {100 * agree:.1f}%; "
+          f"the grouping predicted fastest measures {regret:.4f}x the fastest in geometric mean over model x chip "
+          f"(worst {worst:.3f}x)")
     if len(gdf):
         print(f"  per group   |pred/meas-1| median: exact {_med(gdf[gdf['mode'] == 'exact'].ratio)}, "
               f"exact+relaxed {_med(gdf.ratio)}")

@@ -47,6 +47,7 @@ from lgopt.group.cost import (
     SliceShape,
     Transfer,
     _analytic_tiu,
+    _output_lanes,
     gmem_view,
     lane_copy,
     lane_crossing_work,
@@ -108,8 +109,37 @@ def scale_key(net: Network, op: Op) -> str:
 
 
 def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
-    """The analytic model's TIU cycles of the slice without its issue cost (lane/EU/IC-rounded work)."""
+    """The analytic model's TIU cycles of the slice without its issue cost (lane/EU/IC-rounded work); a stem
+    conv's :func:`stem_conv_work`."""
+    if tiu_category(chip, net, op)[0] == "conv_smallic":
+        return stem_conv_work(chip, net, op, sl)
     return _analytic_tiu(chip, net, op, sl, 0)
+
+
+def stem_conv_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """A stem conv's (input channels <= 4) work: output pixels per lane x ``min(stride_w, 2) x (kw + 2)``.
+
+    TPU-MLIR folds a stem's few input channels with its kernel rows (its ``3ic`` layout), so neither the IC
+    rounding nor the kernel's height that the MAC count pays shows on its timeline; the kernel's width and the
+    stride do.  On the calibration's ten stems (3 x 3 at strides 1 and 2, 6 x 6 and 7 x 7 at 2, 4 x 4 at 4), a
+    fit on MAC work was a median 37 % (BM1684X) and 28 % (BM1688) off on the model left out, 2.5x too cheap
+    for a 3 x 3 / 2 stem on BM1684X; this term is 8 % and 5 % off, worst 27 % and 22 % (ConvNeXt's 4 x 4 / 4
+    patchify, the only stride above 2).  The form is empirical: ``benchmarks/fit_cost.py`` fits its
+    ``a + b * W`` like every category's, ``docs/cost-model.md`` ("Stem convs") has the table.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Network, Tensor, Weight
+    >>> x, y = Tensor("x", (1, 3, 224, 224), "f16"), Tensor("y", (1, 32, 112, 112), "f16")
+    >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (32, 3, 3, 3), "f16", "filter"),),
+    ...           {"strides": (2, 2), "pads": (1, 1, 1, 1)}, local=True)
+    >>> net = Network("n", {"x": x, "y": y}, (conv,), ("x",), ("y",))
+    >>> stem_conv_work(get_chip("bm1684x"), net, conv, SliceShape(1, 8, 17))  # 8 x 112 pixels, 2 x (3 + 2)
+    8960
+    """
+    f = next(w for w in op.weights if w.role == "filter")
+    sw = op.attrs.get("strides", (1, 1))[-1]
+    _, _, cpl_out, ohw = _output_lanes(chip, net, op, sl)
+    return sl.n * cpl_out * ohw * min(sw, 2) * (f.shape[3] + 2)
 
 
 FUSED_PASS_RATE = "Add"  # the category whose fitted rate a fused activation's passes run at (one AR each)
