@@ -302,3 +302,46 @@ def test_without_a_reference_a_group_converting_the_input_says_the_cast_stays_gl
     assert any(g.f32_in for g in plan.groups)
     out = export_tpumlir(plan, net)
     assert any("Casts are not named" in w for w in out["lgopt"]["warnings"])
+
+
+def test_a_group_exactly_the_references_keeps_its_casts_under_the_global_rule():
+    """yolov5s_like / BM1688: TPU-MLIR computes SiLU's Mul in f32 and opens each group with the f32 Cast of the
+    previous group's last conv.  A plan lgopt solved exports its edge casts as global layers, but a group that is
+    one of the reference's own at its slice counts keeps them: without its Cast, [124-154] is another group to
+    TPU-MLIR (its input f32 from a global Cast) and its time-step pass refused it.  A group that differs keeps the
+    rule: it runs its casts globally."""
+    net, ref = cal("yolov5s_like", "bm1688")
+    plan, _ = score(net, get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"}), ref)
+    want = json.loads(Path(ref).read_text())["subfunc_0"]["GroupLayer"]
+    mine = replace(plan, strategy="cpsat", solver={})
+    got = export_tpumlir(mine, net, ref, edge_casts="global")["subfunc_0"]["GroupLayer"]
+    same = [(g["func_start_idx"], g["func_end_idx"], g["locs"]) for g in got]
+    assert same == [(g["func_start_idx"], g["func_end_idx"], g["locs"]) for g in want]
+    assert any(g["locs"][0].endswith("_f32") for g in got)
+    k = next(i for i, g in enumerate(plan.groups) if len(g.ops) > 2 and got[i]["locs"][0].endswith("_f32"))
+    other = replace(mine, groups=tuple(replace(g, h_slices=g.h_slices + 1) if i == k else g
+                                       for i, g in enumerate(plan.groups)))
+    moved = export_tpumlir(other, net, ref, edge_casts="global")["subfunc_0"]["GroupLayer"]
+    assert not moved[k]["locs"][0].endswith("_f32") and moved[k]["func_start_idx"] == got[k]["func_start_idx"] + 1
+
+
+def test_a_transformer_groups_rows_are_its_csecs(tmp_path):
+    """ViT / BM1688: TPU-MLIR views a ``[1, 197, 768]`` group as n=1, c=197, h=768, so row slices are ``csecs``
+    (at most ceil(197 / 32) = 7 there); written as ``nsecs`` (as before) the final Add + LayerNorm failed to
+    allocate, and as ``csecs`` it compiled (34,410,075 cycles, 0.997x opt2).  The exporter writes them so, the
+    reader reads them back as lgopt's H slices, and the compiler space refuses more row slices than TPU-MLIR
+    allows."""
+    from lgopt.strategies.settings import rows_over_lanes
+
+    net, ref = cal("vit_b_16", "bm1688")
+    chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
+    d = json.loads(Path(ref).read_text())
+    first = d["subfunc_0"]["GroupLayer"][0]  # the first block's residual Add and LayerNorm
+    assert first["locs"][-1].endswith("LayerNormalization")
+    first["shape_secs"] = [1, 6, 1, 1, 1]
+    plan, _ = score(net, chip, write(tmp_path, d))
+    g = plan.groups[0]
+    assert (g.n_slices, g.h_slices, g.c_slices) == (1, 6, 1)
+    out = export_tpumlir(replace(plan, strategy="cpsat", solver={}), net, ref)
+    assert out["subfunc_0"]["GroupLayer"][0]["shape_secs"] == [1, 6, 1, 1, 1]
+    assert not rows_over_lanes(chip, net, g) and rows_over_lanes(chip, net, replace(g, h_slices=8))

@@ -67,6 +67,7 @@ class _RefOp:
     loc: str
     ref_group: int  # position of its GroupLayer entry in the reference, -1 = global there
     base: int  # base_group_idx of that entry, -1 = unknown (global there)
+    secs: tuple[int, ...] = ()  # that entry's shape_secs
 
 
 def _subs(d: Mapping[str, Any]) -> list[str]:
@@ -89,7 +90,8 @@ def _reference_ops(path: str) -> tuple[dict[int, list[_RefOp]], list[str]]:
                     raise LgoptError(f"{path}: group {gi} has no func_start_idx: the reference must be a cache "
                                      "TPU-MLIR wrote (its op order is needed)")
                 for k, loc in enumerate(g["locs"]):
-                    ops[start + k] = _RefOp(si, start + k, str(loc), gi, int(g.get("base_group_idx", -1)))
+                    ops[start + k] = _RefOp(si, start + k, str(loc), gi, int(g.get("base_group_idx", -1)),
+                                            tuple(int(v) for v in g.get("shape_secs", ())))
             for x in d[key].get("GlobalLayer", []):
                 fi = int(x["func_idx"])
                 if fi in ops:
@@ -316,21 +318,47 @@ def _extend_over_casts(sp: list[Any], step_: int, rm: _RefMap, taken: set[tuple[
     return took
 
 
-def _take_edge_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]]) -> int:
+def _take_edge_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]],
+                     net: Network | None = None) -> int:
     """A cast next to a group's first or last op joins the group when TPU-MLIR's reference groups it with
-    that very op: TPU-MLIR itself allocated them together (its own groups end on such casts)."""
+    that very op: TPU-MLIR itself allocated them together (its own groups end on such casts).  With ``net``, not
+    the Cast of a network input or output: a group takes those only when it converts them (``f32_in``,
+    ``f32_out``: :func:`_take_io_casts`)."""
     edge = 0
+    io = set() if net is None else set(net.inputs) | set(net.outputs)
     for sp in spans:
         si, lo, hi, _ = sp
         for step_, end in ((1, hi), (-1, lo)):
             group: int = rm.byidx[(si, end)].ref_group
 
             def same_group(i: int, si: int = si, group: int = group) -> bool:
-                return bool(rm.byidx[(si, i)].ref_group == group)
+                return bool(rm.byidx[(si, i)].ref_group == group) and not (
+                    io and net is not None and set(cast_operands(net, [rm.byidx[(si, i)].loc])) & io)
 
             if group >= 0:
                 edge += _extend_over_casts(sp, step_, rm, taken, same_group)
     return edge
+
+
+def _as_in_reference(spans: list[list[Any]], rm: _RefMap, net: Network) -> list[list[Any]]:
+    """The spans that are one of the reference's groups, op for op at its slice counts: they keep the casts
+    TPU-MLIR grouped with them whatever the edge-cast rule.  TPU-MLIR compiled that very group with them, and
+    without them it is another group: yolov5s_like / BM1688's [124-154] without the f32 cast that opens its
+    reference group [123-154] reads f32 from a global Cast, TPU-MLIR's first estimate of its slices grows,
+    and its time-step pass refuses the group (``lgopt.group.forks``)."""
+    out = []
+    for sp in spans:
+        si, lo, hi, g = sp
+        mine = [rm.byidx[(si, i)] for i in range(lo, hi + 1) if (si, i) not in rm.casts]
+        groups = {r.ref_group for r in mine}
+        if len(groups) != 1 or -1 in groups:
+            continue
+        ref = next(iter(groups))
+        whole = [r for r in rm.byidx.values() if r.sub == si and r.ref_group == ref and (si, r.idx) not in rm.casts]
+        secs = write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices)
+        if len(whole) == len(mine) and tuple(secs) == mine[0].secs:
+            out.append(sp)
+    return out
 
 
 def _take_edge_pieces(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]], grouped: set[str]) -> int:
@@ -415,7 +443,9 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
             else:
                 taken.discard((sp[0], sp[1]))
         spans.sort(key=lambda sp: (sp[0], sp[1]))
-    elif edge_casts != "global":
+    elif edge_casts == "global":
+        edge += _take_edge_casts(_as_in_reference(spans, rm, net), rm, taken, net)
+    else:
         raise LgoptError(f"edge_casts must be 'reference' or 'global', not {edge_casts!r}")
     byidx = rm.byidx
     for si, lo, hi, g in spans:

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from lgopt.group.cost import moved_weight_loads
+from lgopt.group.forks import tpumlir_fork
 from lgopt.group.handover import packing_chip
 from lgopt.group.slicing import DEFAULT_H_RATIO
 from lgopt.hw.chip import Chip
+from lgopt.io.tpumlir_cache import rank3_rows_group
 from lgopt.model.network import Network
 from lgopt.model.plan import BankRule, GroupPlan, Plan
 from lgopt.strategies.cpsat.loadtable import with_loads
@@ -67,10 +69,12 @@ def exact_packing_allowed(st: SearchSettings, g: GroupPlan) -> bool:
 
 def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple[Chip | None, GroupPlan]:
     """(LMEM, table) a candidate group's buffers must pack into: ``chip`` and ``g`` for a trusted group; for
-    another, all but ``st.reserve_banks`` banks at the top of LMEM (None: nothing is left) and, with
-    ``st.compiler_packing``, the table with a one-slice group's weight loads moved where TPU-MLIR's memory-aware
-    pass moves them (:func:`lgopt.group.cost.moved_weight_loads`; earlier, so longer lived).  Offsets that pack
-    the returned table pack ``g`` too: its lifetimes are the same or shorter.  Only the packing changes; the
+    another, None where ``st.compiler_packing`` and TPU-MLIR's time-step pass may fail to slice it
+    (:func:`lgopt.group.forks.tpumlir_fork`, :func:`rows_over_lanes`), else all but ``st.reserve_banks`` banks
+    at the top of LMEM (None: nothing is left) and, with ``st.compiler_packing``, the table with a one-slice
+    group's weight loads moved where TPU-MLIR's memory-aware pass moves them
+    (:func:`lgopt.group.cost.moved_weight_loads`; earlier, so longer lived).  Offsets that pack the returned
+    table pack ``g`` too: its lifetimes are the same or shorter.  Only the packing changes; the
     group's table and costs stay those of ``g`` on the whole chip.
 
     >>> from dataclasses import replace
@@ -88,6 +92,8 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
     """
     if trusted(st, g):
         return chip, g
+    if st.compiler_packing and (tpumlir_fork(chip, net, g.ops, g.h_slices) or rows_over_lanes(chip, net, g)):
+        return None, g  # TPU-MLIR's time-step pass cannot slice it (lgopt.group.forks), or its secs exceed the max
     room: Chip | None = chip
     if st.reserve_banks > 0:
         room = packing_chip(chip, chip.lmem_bytes - st.reserve_banks * chip.bank_bytes)
@@ -96,6 +102,16 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
         if moved:
             g = with_loads(g, {name: (row, 1) for name, row in moved.items()})
     return room, g
+
+
+def rows_over_lanes(chip: Chip, net: Network, g: GroupPlan) -> bool:
+    """Whether a transformer group (rank-3 ``[B, M, K]`` tensors, :func:`lgopt.io.tpumlir_cache.rank3_rows_group`)
+    cuts its rows into more slices than TPU-MLIR allows there: its rows are channels, at most ``ceil(M /
+    lanes)`` sections (``get_group_max_secs``); more fail to allocate whatever the LMEM."""
+    if g.h_slices <= 1 or not rank3_rows_group(net, g.ops):
+        return False
+    rows = min(net.tensor(t).h for o in g.ops for t in net.op(o).outputs)
+    return g.h_slices > -(-rows // chip.npu_num)
 
 
 def group_runs(net: Network, st: SearchSettings) -> list[tuple[int, int]]:

@@ -30,7 +30,15 @@ from lgopt.group.build import assemble, n_unit, try_group
 from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
-from lgopt.io.tpumlir_cache import CacheMap, cast_operands, check_secs, load_cache, map_cache, read_secs
+from lgopt.io.tpumlir_cache import (
+    CacheMap,
+    cast_operands,
+    check_secs,
+    load_cache,
+    map_cache,
+    rank3_rows_group,
+    read_secs,
+)
 from lgopt.io.tpumlir_lowering import lower_like
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, reorder
@@ -146,6 +154,8 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     """A group at the slice counts the cache forces: (plan or None, lgopt's n/h/w, why not, how the counts
     were read when not literally)."""
     n, c, d, h, w = secs
+    if (c > 1 or h > 1) and w == 1 and rank3_rows_group(net, ops):  # rows in csecs, columns in hsecs
+        n, c, h, w = n, 1, c, h
     if d > 1:
         return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, C, H and W, not D", ""
     mixer = next(((o, why) for o in ops if (why := opsem.channel_reason(net, net.op(o)))), None) if c > 1 else None

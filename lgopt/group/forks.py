@@ -1,0 +1,107 @@
+"""A rule of TPU-MLIR 1.30.2's time-step pass that lgopt's slicing does not have: forks it cannot slice.
+
+TPU-MLIR slices a group backwards from its outputs (``backward_update_slice``).  When a tensor made in the
+group is wanted with different rows by two of its uses (one branch reaches the group's outputs through a 3 x 3
+conv, which adds halo rows, another through a 1 x 1 conv or straight out of the group), it merges the two
+slicings only if every in-group user of the tensor can take margins: a conv, an elementwise binary op, a
+Concat or a Slice.  An Upsample, a pool or an activation cannot, and the pass fails with "time step assign
+failed" (or the next pass crashes on the table it left half built).  lgopt runs such a group: each slice
+computes the union of what its uses want.  Its search must not hand TPU-MLIR one.
+
+TPU-MLIR runs the pass at its own first estimate of the slice counts, not the cache's
+(``init_group_data_secs``: each op's whole operands, weights and output per lane over the LMEM, rounded up,
+cut along N first, then H).  :func:`tpumlir_fork` checks the fork at the larger of the estimate's and the
+group's H slices (at least 2 rows' sections when either slices H).  yolov5s_like / BM1688: lgopt's group
+[128-177], one H slice, holds the neck's Upsample, whose input also leaves the group and whose output feeds a
+3 x 3 conv; TPU-MLIR estimated several H slices and refused it (docs/tpu-mlir.md, "Forks TPU-MLIR cannot
+slice").  TPU-MLIR's own group [155-181] at two H slices has an Upsample too, followed by a 1 x 1 conv: its
+uses want the same rows, and it compiles.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from lgopt.errors import LgoptError
+from lgopt.group.slicing import slice_group
+from lgopt.hw.chip import Chip
+from lgopt.hw.sizing import activation_bytes, weight_bytes
+from lgopt.model import ops as opsem
+from lgopt.model.network import Network
+
+# the op types whose input TPU-MLIR can give margins (rows beyond what one use wants): Conv2D and the binary
+# elementwise ops, Concat and Slice (``backward_update_slice``'s list, in lgopt's op types)
+UPSAMPLE_RULE = "TPU-MLIR's Upsample"  # how lgopt.group.slicing words its rule on an upsample's output slices
+MARGIN_TYPES = frozenset({"Conv", "Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Slice"})
+
+
+@lru_cache(maxsize=1 << 12)
+def estimated_secs(chip: Chip, net: Network, ops: tuple[str, ...]) -> tuple[int, int]:
+    """TPU-MLIR's first (N, H) slice counts for a group: the largest op's whole operands, output and weights
+    per lane over the LMEM, rounded up, given to N up to the batch and the rest to H.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.io.problem import load_problem
+    >>> net = load_problem("problems/resnet18.json")
+    >>> estimated_secs(get_chip("bm1684x"), net, tuple(op.name for op in net.ops[:2]))
+    (1, 1)
+    """
+    most = 0
+    for name in ops:
+        op = net.op(name)
+        lane = sum(activation_bytes(chip, net.tensor(t), net.tensor(t).n, net.tensor(t).h)
+                   for t in op.inputs + op.outputs)
+        most = max(most, lane + weight_bytes(chip, op))
+    total = -(-most // chip.lmem_bytes)
+    batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
+    n = min(batch, total)
+    return n, -(-total // n)
+
+
+def tpumlir_fork(chip: Chip, net: Network, ops: tuple[str, ...], h_slices: int) -> str:
+    """Why TPU-MLIR's time-step pass may refuse this group (``""``: not on this rule): a tensor whose uses want
+    different rows, with a user that cannot take margins, or an Upsample whose output slices miss its factor,
+    at the H slices TPU-MLIR may try: the group's, its estimate's, and at least two.  lgopt's estimate is a
+    floor of TPU-MLIR's (it leaves out the ops' scratch and the f32 copies of the ops TPU-MLIR computes in f32),
+    and the compiler's own one-slice groups show the rule only bites where TPU-MLIR's estimate slices H, so the
+    check is a caution for groups TPU-MLIR has not compiled, not a predictor: over the calibration's groups
+    it flags 3 of the 12 TPU-MLIR failed to build and 65 of the 4,041 it compiled (``docs/tpu-mlir.md``).
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.io.problem import load_problem
+    >>> net = load_problem("problems/resnet18.json")
+    >>> tpumlir_fork(get_chip("bm1684x"), net, tuple(op.name for op in net.ops[:3]), 1)
+    ''
+    """
+    hs = max(h_slices, estimated_secs(chip, net, ops)[1], 2)
+    return _fork(net, tuple(sorted(ops, key=net.op_index.__getitem__)), hs) if hs > 1 else ""
+
+
+@lru_cache(maxsize=1 << 12)
+def _fork(net: Network, ops: tuple[str, ...], h_slices: int) -> str:
+    try:
+        sl = slice_group(net, ops, 1, h_slices, h_ratio=None)
+    except LgoptError as e:  # TPU-MLIR's Upsample rule fails in the same pass; other limits cap its counts
+        return f"{e} (at {h_slices} H slices)" if str(e).startswith(UPSAMPLE_RULE) else ""
+    inside = set(ops)
+    for t in sl.windows:
+        made = net.producer.get(t)
+        if made is None or made.name not in inside:
+            continue  # a group input: loaded once per slice, as much as its uses want
+        users = [o.name for o in net.consumers.get(t, ()) if o.name in inside]
+        wanted: list[tuple[tuple[int, int], ...]] = []
+        if t in sl.stores:
+            wanted.append(tuple(w.h for w in sl.stores[t]))
+        for u in users:
+            op = net.op(u)
+            out = net.tensor(op.outputs[0])
+            for k, name in enumerate(op.inputs):
+                if name == t:
+                    wanted.append(tuple(opsem.backward_h(op, k, w.h, net.tensor(t).h, out.h)
+                                        for w in sl.windows[op.outputs[0]]))
+        if len(set(wanted)) > 1:
+            stuck = [u for u in users if net.op(u).type not in MARGIN_TYPES]
+            if stuck:
+                return (f"{t} is wanted with different rows by its uses and {stuck[0]} ({net.op(stuck[0]).type}) "
+                        f"cannot take margins: TPU-MLIR's time-step pass fails at {h_slices} H slices")
+    return ""
