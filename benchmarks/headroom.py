@@ -1,14 +1,16 @@
 """The compiler space's rules for new groups, applied to the calibration's groups: which would they refuse?
 
-    python benchmarks/headroom.py            # about two minutes; writes benchmarks/calibration/headroom.csv
+    python benchmarks/headroom.py            # about half a minute; writes benchmarks/calibration/headroom.csv
 
-Without a judge, ``solve --reference`` holds a group that is not one of the reference's own to two rules
+Without a judge, ``solve --reference`` holds a group that is not one of the reference's own to its cautions
 (``lgopt.strategies.settings.packing``, ``docs/tpu-mlir.md`` "Headroom for the groups TPU-MLIR has not
-compiled"): it packs below the top ``reserve_banks`` banks, and as TPU-MLIR's allocator would need (one-slice:
-weight loads where TPU-MLIR's timestep pass moves them; by lgopt's greedy allocators, not only its exact
-packer).  Every group of the 473 calibration groupings that lgopt's reader builds is packed that way, and
-counted against what TPU-MLIR did with it: compiled (in opt2, or in another grouping) or the group it failed
-to allocate.  The rules are a caution for new groups, not a predictor: this says what they cost and catch.
+compiled" and "Forks, transformer rows and the reference's casts"): it packs below the top ``reserve_banks``
+banks; it packs as TPU-MLIR's allocator would need (one-slice: weight loads where TPU-MLIR's timestep pass
+moves them; by lgopt's greedy allocators, not only its exact packer) and passes TPU-MLIR's time-step rules (no
+fork its pass cannot slice); and it budgets the f32 copies of the tensors the reference's casts convert.
+Every group of the 473 calibration groupings that lgopt's reader builds is packed that way, and counted
+against what TPU-MLIR did with it: compiled (in opt2, or in another grouping) or the group it failed to
+allocate.  The rules are a caution for new groups, not a predictor: this says what they cost and catch.
 """
 
 from __future__ import annotations
@@ -27,12 +29,20 @@ from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.io.tpumlir_cache import load_cache  # noqa: E402
 from lgopt.io.tpumlir_lowering import lower_like  # noqa: E402
+from lgopt.strategies.registry import f32_tensors  # noqa: E402
 from lgopt.strategies.settings import SearchSettings, group_shape, packing  # noqa: E402
 from lgopt.strategies.tpumlir import build_groups  # noqa: E402
 
 CAL = ROOT.parent / "shared" / "calibration"
-RULES = {"2 banks": SearchSettings(reserve_banks=2), "compiler packing": SearchSettings(compiler_packing=True),
-         "both (the default)": SearchSettings(reserve_banks=2, compiler_packing=True)}
+RULES = ("2 banks", "compiler packing", "f32 copies", "all (the default)")
+
+
+def rules(f32: frozenset[str]) -> dict[str, SearchSettings]:
+    """Each rule alone and all together, as the compiler space sets them (``f32``: the tensors the reference's
+    casts convert, ``registry.f32_tensors``).  "compiler packing" includes the fork rule (lgopt.group.forks)."""
+    return {"2 banks": SearchSettings(reserve_banks=2), "compiler packing": SearchSettings(compiler_packing=True),
+            "f32 copies": SearchSettings(compiler_packing=True, f32_tensors=f32),
+            "all (the default)": SearchSettings(reserve_banks=2, compiler_packing=True, f32_tensors=f32)}
 
 
 def packs(net, chip, st: SearchSettings, g) -> bool:
@@ -50,6 +60,7 @@ def main() -> int:
         return 2
     tot = pd.read_csv(CAL / "totals.csv")
     nets: dict[str, object] = {}
+    f32: dict[tuple[str, str], frozenset[str]] = {}
     rows = []
     for r in tot.itertuples(index=False):
         if r.model not in nets:
@@ -61,6 +72,9 @@ def main() -> int:
         except LgoptError:
             continue
         net = lower_like(nets[r.model], load_cache(path))[0]
+        if (r.model, r.chip) not in f32:
+            opt2 = CAL / "caches" / f"{r.model}_{r.chip}" / "opt2.layer_group_cache.json"
+            f32[(r.model, r.chip)] = f32_tensors(net, opt2)
         for gr in built.groups:
             g = gr.plan
             if g is None:
@@ -75,7 +89,7 @@ def main() -> int:
             rows.append({"model": r.model, "chip": r.chip, "variant": r.variant, "group_pos": gr.index,
                          "ops": len(g.ops), "slices": g.num_slices, "status": status,
                          "shape": f"{r.model}/{r.chip}/{sorted(shape[0])[0]}+{len(shape[0])}/{shape[1:]}",
-                         **{name: packs(net, chip, st, g) for name, st in RULES.items()}})
+                         **{name: packs(net, chip, st, g) for name, st in rules(f32[(r.model, r.chip)]).items()}})
     df = pd.DataFrame(rows)
     opt2 = set(df.loc[(df.variant == "opt2") & (df.status == "compiled"), "shape"])
     df["opt2's"] = df["shape"].isin(opt2)

@@ -777,9 +777,10 @@ def _add_export(sub: Any) -> None:
     s.add_argument("--base-groups", metavar="BASE.json",
                    help="tpu-mlir: base_groups.json (or model_ops.csv) of the model: ops TPU-MLIR can run in LMEM")
     s.add_argument("--edge-casts", choices=("global", "reference"),
-                   help="tpu-mlir: casts TPU-MLIR inserted at a group's edge run as global layers (default for lgopt's "
-                        "plans: lgopt does not budget their f32 buffers) or join the group where the reference has "
-                        "them (default for TPU-MLIR's own grouping)")
+                   help="tpu-mlir: casts TPU-MLIR inserted at a group's edge join the group where the reference has "
+                        "them (default: a global cast moves its tensor through GMEM twice, which no plan charges) "
+                        "or run as global layers; a network input's or output's Cast goes with the group that "
+                        "converts it either way")
     s.add_argument("--groups-only", action="store_true",
                    help="tpu-mlir: export the groups and slice counts of a plan whose schedule goes beyond what the "
                         "cache can say (lgopt's weight load rows, hand-over); TPU-MLIR then schedules them itself")

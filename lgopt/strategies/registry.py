@@ -120,7 +120,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     # compiles them as lgopt plans them is unmeasured
     inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1,
                                                       reserve_banks=reserve, compiler_packing=True,
-                                                      trusted=trusted),
+                                                      trusted=trusted, f32_tensors=f32_tensors(net, o.reference)),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
     plan, extra = spec.solve(onet, chip, inner)
@@ -134,6 +134,19 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
         free = replace(inner.search, reserve_banks=0, compiler_packing=False)
         return _judged(net, onet, chip, o, free, plan, described, ref_plan, ref_error), extra
     return _against_reference(plan, o, ref_plan, ref_error), extra
+
+
+def f32_tensors(net: Network, reference: str | Path | None) -> frozenset[str]:
+    """The tensors inside the network that TPU-MLIR's F16 lowering casts (the operands of the casts its
+    reference cache lists, in groups or global): it holds them as f32 too where a group computes with them.
+    Network inputs and outputs are left out: a group converting them says so itself (``f32_in``, ``f32_out``)."""
+    if reference is None:
+        return frozenset()
+    from lgopt.io.tpumlir_cache import cast_operands, load_cache
+
+    cache = load_cache(str(reference))
+    locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
+    return frozenset(cast_operands(net, locs)) - set(net.inputs) - set(net.outputs)
 
 
 def _reference_plan(net: Network, chip: Chip, o: StrategyOptions) -> tuple[Plan | None, str]:

@@ -7,7 +7,7 @@ rule) and the greedy baseline's limits; the CP-SAT strategy adds its own in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from lgopt.group.cost import moved_weight_loads
@@ -46,6 +46,9 @@ class SearchSettings:
     # timestep pass moves them; and by lgopt's greedy allocators, not only its exact packer (TPU-MLIR's is greedy)
     compiler_packing: bool = False
     trusted: frozenset[GroupShape] = frozenset()  # groups known to compile as planned (the reference's own)
+    # tensors the compiler also holds as f32 in a group (the operands of the casts its F16 lowering puts around
+    # the ops it computes in f32: yolov5s's SiLU on BM1688): such a group packs with their f32 copies beside them
+    f32_tensors: frozenset[str] = frozenset()
 
 
 GroupShape = tuple[frozenset[str], int, int, int, int]
@@ -101,7 +104,20 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
         moved = moved_weight_loads(chip, net, g)
         if moved:
             g = with_loads(g, {name: (row, 1) for name, row in moved.items()})
+        g = with_f32_copies(g, st.f32_tensors)
     return room, g
+
+
+def with_f32_copies(g: GroupPlan, tensors: frozenset[str]) -> GroupPlan:
+    """``g`` with each activation buffer of ``tensors`` three times its size: the f16 slice and an f32 copy
+    beside it for the buffer's whole lifetime (TPU-MLIR's casts are rows of their own, so its copies live
+    shorter: this is the caution's side).  Offsets that pack it pack ``g``: same buffers and lifetimes, each
+    at least as large.  yolov5s_like / BM1688's plan at a 1 % margin had groups at one H slice that fit by
+    lgopt's packing, not with these copies, and that TPU-MLIR compiled at two (docs/tpu-mlir.md)."""
+    if not tensors or not any(b.kind == "activation" and b.name in tensors for b in g.buffers):
+        return g
+    return replace(g, buffers=tuple(replace(b, size=3 * b.size) if b.kind == "activation" and b.name in tensors
+                                    else b for b in g.buffers))
 
 
 def rows_over_lanes(chip: Chip, net: Network, g: GroupPlan) -> bool:
