@@ -345,3 +345,17 @@ def test_a_transformer_groups_rows_are_its_csecs(tmp_path):
     out = export_tpumlir(replace(plan, strategy="cpsat", solver={}), net, ref)
     assert out["subfunc_0"]["GroupLayer"][0]["shape_secs"] == [1, 6, 1, 1, 1]
     assert not rows_over_lanes(chip, net, g) and rows_over_lanes(chip, net, replace(g, h_slices=8))
+
+
+def test_a_piece_joins_a_group_only_at_the_references_slice_counts():
+    """ViT / BM1688: TPU-MLIR groups the class token's Gather piece with the last Add + LayerNorm.  At the
+    reference's one slice the piece joins the exported group (as TPU-MLIR's own grouping has it); at six row
+    slices it stays global: a one-row piece in a six-slice group failed to allocate."""
+    net, ref = cal("vit_b_16", "bm1688")
+    plan, _ = score(net, get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"}), ref)
+    mine = replace(plan, strategy="cpsat", solver={})
+    last = export_tpumlir(mine, net, ref)["subfunc_0"]["GroupLayer"][-1]
+    assert last["locs"][-1].endswith("Gather_slice") and last["shape_secs"] == [1, 1, 1, 1, 1]
+    rows = replace(mine, groups=mine.groups[:-1] + (replace(mine.groups[-1], h_slices=6),))
+    cut = export_tpumlir(rows, net, ref)["subfunc_0"]["GroupLayer"][-1]
+    assert not cut["locs"][-1].endswith("Gather_slice") and cut["shape_secs"] == [1, 6, 1, 1, 1]

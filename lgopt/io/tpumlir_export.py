@@ -362,18 +362,24 @@ def _as_in_reference(spans: list[list[Any]], rm: _RefMap, net: Network) -> list[
     return out
 
 
-def _take_edge_pieces(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]], grouped: set[str]) -> int:
+def _take_edge_pieces(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, int]], grouped: set[str],
+                      net: Network) -> int:
     """A piece of an op lgopt runs globally joins the group next to it when TPU-MLIR's reference groups it with
     that group's edge op: TPU-MLIR lowers the op into several ops and grouped that one with its neighbours (ViT's
     patch MatMul, the last piece of the Patchify convolution, in its first group on BM1684X; left out, it ran
     as a global layer and the re-exported grouping measured 0.2 % above TPU-MLIR's own).  Only a piece: an op
-    that TPU-MLIR runs whole lgopt's plan has decided on."""
+    that TPU-MLIR runs whole lgopt's plan has decided on.  And only into a group at the slice counts of the
+    reference's: lgopt's plan did not slice the piece (ViT / BM1688's last Add + LayerNorm at six row slices
+    took the class token's one-row Gather and failed to allocate)."""
     took = 0
     for sp in spans:
-        si = sp[0]
+        si, g = sp[0], sp[3]
+        secs = tuple(write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices))
         for step_, end in ((-1, 1), (1, 2)):
             group = rm.byidx[(si, sp[end])].ref_group
             i = sp[end] + step_
+            if rm.byidx[(si, sp[end])].secs != secs:
+                continue
             while group >= 0 and (si, i) in rm.byidx and (si, i) not in taken:
                 owners = rm.covers.get((si, i), [])
                 if rm.byidx[(si, i)].ref_group != group or not owners or any(o in grouped for o in owners) \
@@ -431,7 +437,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     pieces = 0
     if edge_casts == "reference":
         edge += _take_edge_casts(spans, rm, taken, net)
-        pieces = _take_edge_pieces(spans, rm, taken, {o for g in plan.groups for o in g.ops})
+        pieces = _take_edge_pieces(spans, rm, taken, {o for g in plan.groups for o in g.ops}, net)
         for sp in singles:  # TPU-MLIR's [input cast, conv] stem group is one lgopt op with its cast
             if (sp[0], sp[1]) in taken:
                 continue
