@@ -380,3 +380,29 @@ def test_stem_convs_are_priced_by_kernel_width_and_stride():
     spread = {key: max(sorted(v)[len(v) // 2] for v in d.values()) / min(sorted(v)[len(v) // 2] for v in d.values())
               for key, d in per_unit.items()}
     assert all(spread[(c, "stem")] < 1.5 < 2.0 < spread[(c, "mac")] for c in CHIPS), spread
+
+
+@needs_data
+def test_the_lower_bound_prices_weights_by_the_model_and_stays_below_every_compiled_grouping():
+    """The weights cross GMEM at least once at the cheapest transfer the calibrated model has for them
+    (``min_weight_dma``): mnasnet1_0 / BM1684X, weight-bound, gets a bound within 10 % of its opt2 grouping's
+    prediction (the bytes alone gave a quarter), and the bound stays below every opt2 grouping lgopt builds."""
+    import pandas as pd
+
+    from lgopt.group.cost import lower_bound, weight_gmem_bytes
+    from lgopt.io.problem import load_model
+    from lgopt.io.tpumlir_cache import load_cache
+    from lgopt.io.tpumlir_lowering import lower_like
+    from lgopt.strategies.tpumlir import score
+
+    tot = pd.read_csv(CAL / "totals.csv")
+    for r in tot[tot.variant == "opt2"].itertuples():
+        net = load_model(CAL / "onnx" / f"{r.model}.weightless.onnx", dtype="f16")
+        chip = get_chip(r.chip, {"cost_model": NAME})
+        plan, _ = score(net, chip, str(CAL / r.cache_file))
+        lb = lower_bound(chip, lower_like(net, load_cache(str(CAL / r.cache_file)))[0])
+        assert lb["cycles"] <= plan.cost["cycles"], (r.model, r.chip)
+        if (r.model, r.chip) == ("mnasnet1_0", "bm1684x"):
+            weights = sum(weight_gmem_bytes(op) for op in net.ops)
+            assert lb["cycles"] > 0.9 * plan.cost["cycles"]
+            assert lb["dma_cycles"] > 3 * weights * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
