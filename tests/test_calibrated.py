@@ -406,3 +406,23 @@ def test_the_lower_bound_prices_weights_by_the_model_and_stays_below_every_compi
             weights = sum(weight_gmem_bytes(op) for op in net.ops)
             assert lb["cycles"] > 0.9 * plan.cost["cycles"]
             assert lb["dma_cycles"] > 3 * weights * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
+
+
+def test_a_global_type_the_fit_never_saw_runs_like_its_kin():
+    """A transposed conv run globally takes the global conv kernels' constants when the fit saw no global
+    transposed conv (the calibration's only ones are unet_small's, held out), and its own once fitted."""
+    from lgopt.group.calibrated import fitted_key
+    from lgopt.model.network import Network, Op, Tensor, Weight
+
+    t = {"x": Tensor("x", (1, 16, 8, 8), "f16"), "y": Tensor("y", (1, 8, 16, 16), "f16")}
+    attrs = {"kernel": (2, 2), "strides": (2, 2), "dilations": (1, 1), "pads": (0, 0, 0, 0), "group": 1}
+    op = Op("up", "ConvTranspose", ("x",), ("y",), (Weight("w", (16, 8, 2, 2), "f16", "filter"),), attrs=attrs,
+            local=True)
+    net = Network("n", t, (op,), ("x",), ("y",))
+    assert fitted_key({"Conv": 1.09, "Conv/tiu": 1.04}, net, op) == "Conv"
+    assert fitted_key({"ConvTranspose": 1.3, "Conv": 1.09}, net, op) == "ConvTranspose"
+    assert fitted_key({}, net, op) == "Conv"  # nothing fitted: the lookups fall to their defaults all the same
+    chip = get_chip("bm1688", {"cost_model": NAME})
+    model = cost_model(chip)
+    local = model.constants(chip).glob_local
+    assert "ConvTranspose" not in local and model.global_scale(chip, net, op, "tiu") == local["Conv/tiu"]
