@@ -565,7 +565,7 @@ def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None
     if edge_casts is None:
         # a cast at a group's edge joins the group where TPU-MLIR's reference has it there.  Run as a global
         # layer instead it moves its tensor through GMEM twice, which no lgopt plan charges: yolov5s_like /
-        # BM1688's plan at a 1 % margin left 37 of them global, 2.7 M cycles (24.7 M measured, 21.8 M predicted).
+        # BM1688's plan at a 1 % margin left 17 of them global, 2.7 M cycles (24.7 M measured, 21.8 M predicted).
         # The Casts of the network's inputs and outputs go with the groups that convert them (f32_in, f32_out:
         # a group taking in the f32 input's Cast unbudgeted overflows LMEM: resnet18, mobilenet_v2, resnet50 on
         # BM1688), and the compiler space budgets the f32 copies of a new group (settings.with_f32_copies).
