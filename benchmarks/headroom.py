@@ -30,7 +30,7 @@ from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.io.tpumlir_cache import load_cache  # noqa: E402
 from lgopt.io.tpumlir_lowering import lower_like  # noqa: E402
 from lgopt.strategies.registry import f32_tensors  # noqa: E402
-from lgopt.strategies.settings import SearchSettings, group_shape, packing  # noqa: E402
+from lgopt.strategies.settings import SearchSettings, packing, shape_of  # noqa: E402
 from lgopt.strategies.tpumlir import build_groups  # noqa: E402
 
 CAL = ROOT.parent / "shared" / "calibration"
@@ -85,7 +85,7 @@ def main() -> int:
                 status = "failed"
             else:
                 continue  # a group of a refused grouping other than the one that failed: unknown
-            shape = group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices)
+            shape = shape_of(g)
             rows.append({"model": r.model, "chip": r.chip, "variant": r.variant, "group_pos": gr.index,
                          "ops": len(g.ops), "slices": g.num_slices, "status": status,
                          "shape": f"{r.model}/{r.chip}/{sorted(shape[0])[0]}+{len(shape[0])}/{shape[1:]}",

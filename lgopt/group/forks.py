@@ -10,20 +10,19 @@ computes the union of what its uses want.  Its search must not hand TPU-MLIR one
 
 TPU-MLIR runs the pass at its own first estimate of the slice counts, not the cache's
 (``init_group_data_secs``: each op's whole operands, weights and output per lane over the LMEM, rounded up,
-cut along N first, then H).  :func:`tpumlir_fork` checks the fork at the larger of the estimate's and the
-group's H slices (at least 2 rows' sections when either slices H).  yolov5s_like / BM1688: lgopt's group
+cut along N first, then H).  :func:`tpumlir_fork` checks the fork at the largest of the estimate's H slices,
+the group's and two.  yolov5s_like / BM1688: lgopt's group
 [128-177], one H slice, holds the neck's Upsample, whose input also leaves the group and whose output feeds a
-3 x 3 conv; TPU-MLIR estimated several H slices and refused it (docs/tpu-mlir.md, "Forks TPU-MLIR cannot
-slice").  TPU-MLIR's own group [155-181] at two H slices has an Upsample too, followed by a 1 x 1 conv: its
-uses want the same rows, and it compiles.
+3 x 3 conv; TPU-MLIR estimated several H slices and refused it (docs/tpu-mlir.md, "Forks, transformer rows
+and the reference's casts").  TPU-MLIR's own group [155-181] at two H slices has an Upsample too, followed by
+a 1 x 1 conv: its uses want the same rows, and it compiles.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from lgopt.errors import LgoptError
-from lgopt.group.slicing import slice_group
+from lgopt.group.slicing import SliceError, UpsampleSliceError, slice_group
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import activation_bytes, weight_bytes
 from lgopt.model import ops as opsem
@@ -31,7 +30,6 @@ from lgopt.model.network import Network
 
 # the op types whose input TPU-MLIR can give margins (rows beyond what one use wants): Conv2D and the binary
 # elementwise ops, Concat and Slice (``backward_update_slice``'s list, in lgopt's op types)
-UPSAMPLE_RULE = "TPU-MLIR's Upsample"  # how lgopt.group.slicing words its rule on an upsample's output slices
 MARGIN_TYPES = frozenset({"Conv", "Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Slice"})
 
 
@@ -74,15 +72,17 @@ def tpumlir_fork(chip: Chip, net: Network, ops: tuple[str, ...], h_slices: int) 
     ''
     """
     hs = max(h_slices, estimated_secs(chip, net, ops)[1], 2)
-    return _fork(net, tuple(sorted(ops, key=net.op_index.__getitem__)), hs) if hs > 1 else ""
+    return _fork(net, tuple(sorted(ops, key=net.op_index.__getitem__)), hs)
 
 
 @lru_cache(maxsize=1 << 12)
 def _fork(net: Network, ops: tuple[str, ...], h_slices: int) -> str:
     try:
         sl = slice_group(net, ops, 1, h_slices, h_ratio=None)
-    except LgoptError as e:  # TPU-MLIR's Upsample rule fails in the same pass; other limits cap its counts
-        return f"{e} (at {h_slices} H slices)" if str(e).startswith(UPSAMPLE_RULE) else ""
+    except UpsampleSliceError as e:  # TPU-MLIR's Upsample rule fails in the same pass
+        return f"{e} (at {h_slices} H slices)"
+    except SliceError:  # other limits (a group output lower than the slices) cap TPU-MLIR's counts instead
+        return ""
     inside = set(ops)
     for t in sl.windows:
         made = net.producer.get(t)

@@ -63,6 +63,11 @@ class SliceError(LgoptError):
     """This (group, n_slices, h_slices) cannot be sliced; the message says why."""
 
 
+class UpsampleSliceError(SliceError):
+    """An output slice of a nearest Resize by a whole factor misses a multiple of the factor (TPU-MLIR's
+    Upsample rule, :func:`_check_upsample`)."""
+
+
 @dataclass(frozen=True)
 class SliceWindow:
     """What one slice of one tensor covers: batches ``n``, rows ``h``, columns ``w`` and, in a group cut into
@@ -251,8 +256,8 @@ def _check_upsample(op: Op, wins: Sequence[Window | None], in_size: int, out_siz
     f = out_size // in_size
     for w in wins:
         if w is not None and (w[0] % f or (w[1] % f and w[1] != out_size)):
-            raise SliceError(f"TPU-MLIR's Upsample {op.name} needs output slices on multiples of its factor {f}; "
-                             f"a slice covers {what} {w[0]}:{w[1]}")
+            raise UpsampleSliceError(f"TPU-MLIR's Upsample {op.name} needs output slices on multiples of its "
+                                     f"factor {f}; a slice covers {what} {w[0]}:{w[1]}")
 
 
 def check_windows(tensor: str, height: int, ws: Sequence[SliceWindow], h_slices: int,

@@ -54,7 +54,7 @@ from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json
 from lgopt.io.tpumlir_cache import anchor, cast_operands, is_cast, load_cache, map_cache, tensor_aliases, write_secs
 from lgopt.model.network import Network
-from lgopt.model.plan import Plan
+from lgopt.model.plan import GroupPlan, Plan
 
 OPT = 2  # the loader needs the key; its value goes to update_group_io(opt); TPU-MLIR's own caches say 2
 
@@ -341,6 +341,11 @@ def _take_edge_casts(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int, 
     return edge
 
 
+def _secs(net: Network, g: GroupPlan) -> tuple[int, ...]:
+    """The ``shape_secs`` a group is written with (:func:`~lgopt.io.tpumlir_cache.write_secs`)."""
+    return tuple(write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices))
+
+
 def _as_in_reference(spans: list[list[Any]], rm: _RefMap, net: Network) -> list[list[Any]]:
     """The spans that are one of the reference's groups, op for op at its slice counts: they keep the casts
     TPU-MLIR grouped with them whatever the edge-cast rule.  TPU-MLIR compiled that very group with them, and
@@ -356,8 +361,7 @@ def _as_in_reference(spans: list[list[Any]], rm: _RefMap, net: Network) -> list[
             continue
         ref = next(iter(groups))
         whole = [r for r in rm.byidx.values() if r.sub == si and r.ref_group == ref and (si, r.idx) not in rm.casts]
-        secs = write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices)
-        if len(whole) == len(mine) and tuple(secs) == mine[0].secs:
+        if len(whole) == len(mine) and _secs(net, g) == mine[0].secs:
             out.append(sp)
     return out
 
@@ -374,7 +378,7 @@ def _take_edge_pieces(spans: list[list[Any]], rm: _RefMap, taken: set[tuple[int,
     took = 0
     for sp in spans:
         si, g = sp[0], sp[3]
-        secs = tuple(write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices))
+        secs = _secs(net, g)
         for step_, end in ((-1, 1), (1, 2)):
             group = rm.byidx[(si, sp[end])].ref_group
             i = sp[end] + step_
@@ -460,8 +464,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
         base = span[0].base
         if base_groups is not None:
             base = next(i for i, (a, b) in enumerate(base_groups[subs[si]]) if a <= lo and hi <= b)
-        secs = write_secs(net, g.ops, g.n_slices, g.h_slices, g.w_slices, g.c_slices)
-        e = _entry(lo, [r.loc for r in span], secs, base)
+        e = _entry(lo, [r.loc for r in span], list(_secs(net, g)), base)
         groups.setdefault(si, []).append((lo, e))
     globs = {si: [(r.idx, r.loc) for r in ops if (si, r.idx) not in taken] for si, ops in ref_ops.items()}
     if any(g.kept_in or g.kept_out for g in plan.groups):

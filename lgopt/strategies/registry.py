@@ -20,7 +20,7 @@ from lgopt.hw.chip import Chip
 from lgopt.model.network import Network, network_digest, reorder
 from lgopt.model.plan import Plan
 from lgopt.strategies.cpsat.common import CpsatSettings
-from lgopt.strategies.settings import Incumbent, Progress, SearchSettings, group_shape
+from lgopt.strategies.settings import Incumbent, Progress, SearchSettings, shape_of
 
 REFERENCE_MARGIN = 0.05  # the calibrated model's per-group error on held-out models (docs/cost-model.md)
 # banks of LMEM a group the reference does not have leaves empty, without a judge: lgopt's packing is tighter than
@@ -115,7 +115,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     # lgopt's plan, and one that compiles is worth more than one predicted faster that does not
     reserve = o.reserve_banks
     trusted = frozenset() if ref_plan is None else frozenset(
-        group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) for g in ref_plan.groups)
+        shape_of(g) for g in ref_plan.groups)
     # no channel slices: none of the calibration's 4,455 compiled groups uses csecs, so whether TPU-MLIR 1.30
     # compiles them as lgopt plans them is unmeasured
     inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1,

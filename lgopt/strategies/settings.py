@@ -59,9 +59,14 @@ def group_shape(ops: Sequence[str], n: int, c: int, h: int, w: int) -> GroupShap
     return frozenset(ops), n, c, h, w
 
 
+def shape_of(g: GroupPlan) -> GroupShape:
+    """``g``'s ops and slice counts, as :attr:`SearchSettings.trusted` lists them."""
+    return group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices)
+
+
 def trusted(st: SearchSettings, g: GroupPlan) -> bool:
     """Whether ``g`` (its ops and slice counts) is one of the groups ``st`` knows to compile as planned."""
-    return group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices) in st.trusted
+    return shape_of(g) in st.trusted
 
 
 def exact_packing_allowed(st: SearchSettings, g: GroupPlan) -> bool:
