@@ -65,6 +65,7 @@ from lgopt.group.cost import AnalyticModel, SliceShape, global_layer_cost  # noq
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.io.tpumlir_cache import anchor, cast_operands, is_cast, tensor_aliases  # noqa: E402
+from lgopt.io.tpumlir_lowering import merge_pointwise, named_ops  # noqa: E402
 from lgopt.model import ops as opsem  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "calibration"
@@ -149,7 +150,9 @@ def load_maps(data: Path, models, chips) -> tuple[dict, dict]:
     mops = pd.read_csv(data / "model_ops.csv")
     nets, maps = {}, {}
     for m in models:
-        nets[m] = load_model(data / "onnx" / f"{m}.weightless.onnx", dtype="f16")
+        net = load_model(data / "onnx" / f"{m}.weightless.onnx", dtype="f16")
+        # the 1x1 convolutions TPU-MLIR merges are one op on its timeline (the same on every chip)
+        nets[m] = merge_pointwise(net, named_ops(net, mops[mops.model == m].name))[0]
         for c in chips:
             sub = mops[(mops.model == m) & (mops.chip == c)]
             if len(sub):

@@ -143,13 +143,20 @@ def test_groupings_that_once_did_not_load_build_exactly(model, chip, variant):
 
 
 def test_fused_conv_pair_mapped_and_ordered():
-    """TPU-MLIR folds mobilenet_v2's linear 1x1 conv into the next block's 1x1 conv: one op, two of lgopt's;
-    both land in the same group and the plan runs in TPU-MLIR's order."""
+    """TPU-MLIR folds mobilenet_v2's linear 1x1 conv (32 -> 16) into the next block's 1x1 conv (16 -> 96): one op,
+    two of lgopt's.  The plan holds the one op TPU-MLIR runs (a 32 -> 96 filter, reading the first's input), in
+    its group, in TPU-MLIR's order."""
+    from lgopt.io.tpumlir_lowering import network_of
+
     net = cal_net("mobilenet_v2")
     plan, info = check(net, "bm1684x", cal_cache("mobilenet_v2", "bm1684x", "opt2"))
     assert plan is not None
-    assert "/features/features.1/conv/conv.1/Conv" in plan.groups[0].ops
-    assert any(f.startswith("/features/features.1/conv/conv.1/Conv ->") for f in info["fused"])
+    low = network_of(net, plan)
+    first, second = net.op("/features/features.1/conv/conv.1/Conv"), "/features/features.2/conv/conv.0/conv.0.0/Conv"
+    assert first.name not in low.op_by_name and second in plan.groups[0].ops
+    merged = low.op(second)
+    assert merged.inputs == first.inputs and merged.weights[0].shape == (96, 32, 1, 1)
+    assert not any(f.startswith(f"{first.name} ->") for f in info["fused"])
 
 
 def test_mlp_column_halves_run_in_different_steps_load_on_the_lowered_network():

@@ -53,7 +53,8 @@ from typing import Any, Callable, Mapping, Sequence
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json
 from lgopt.io.tpumlir_cache import anchor, cast_operands, is_cast, load_cache, map_cache, tensor_aliases, write_secs
-from lgopt.model.network import Network
+from lgopt.io.tpumlir_lowering import network_of
+from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import GroupPlan, Plan
 
 OPT = 2  # the loader needs the key; its value goes to update_group_io(opt); TPU-MLIR's own caches say 2
@@ -564,7 +565,11 @@ def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None
     A plan whose schedule goes beyond what the cache can say (``plan.solver["beyond_compiler"]``: weight
     load rows lgopt chose, tensors handed over in LMEM) is refused: TPU-MLIR would compile its groups with a
     schedule of its own, not the plan.  ``groups_only`` exports its groups and slice counts anyway, and says so.
+    ``net`` may be the model the plan was solved for: a plan built on it as TPU-MLIR lowered it is exported
+    against that lowering (:func:`lgopt.io.tpumlir_lowering.network_of`).
     """
+    if plan.model_digest and plan.model_digest != network_digest(net):
+        net = network_of(net, plan)
     if edge_casts is None:
         # a cast at a group's edge joins the group where TPU-MLIR's reference has it there.  Run as a global
         # layer instead it moves its tensor through GMEM twice, which no lgopt plan charges: yolov5s_like /

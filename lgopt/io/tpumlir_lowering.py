@@ -22,10 +22,11 @@ the same network from a model and such a plan, so every command that loads the p
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from lgopt.io.tpumlir_cache import LOWERED, Cache, anchor, is_cast, load_cache, tensor_aliases
+from lgopt.io.tpumlir_cache import LOWERED, Cache, anchor, is_cast, load_cache, tensor_aliases, tpu_mlir_fuses
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, Op, Tensor, Weight, check_network, to_nchw
 
@@ -65,8 +66,69 @@ def _chain(net: Network, first: str) -> list[Op] | None:
 
 
 def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
+    """``net`` as TPU-MLIR lowered it for ``cache``: pairs of 1x1 convolutions it merges into one
+    (:func:`merge_pointwise`), every MatMul chain the cache cuts into column pieces run in different steps split
+    the same way; and one line per change (the network unchanged and no lines when there is none)."""
+    locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
+    net, merged = merge_pointwise(net, named_ops(net, locs))
+    split, notes = _split_chains(net, cache)
+    return split, merged + notes
+
+
+def named_ops(net: Network, locs: Iterable[str]) -> frozenset[str]:
+    """The lgopt ops some of TPU-MLIR's op names ``locs`` are named after (casts name none)."""
+    aliases = tensor_aliases(net)
+    return frozenset(n for loc in locs if not is_cast(loc) and (n := anchor(loc, aliases)) is not None)
+
+
+def merge_pointwise(net: Network, named: frozenset[str]) -> tuple[Network, tuple[str, ...]]:
+    """``net`` with each 1x1 convolution that TPU-MLIR folds into the 1x1 convolution reading it
+    (:func:`lgopt.io.tpumlir_cache.tpu_mlir_fuses`; no TPU-MLIR op in ``named`` is named after it) merged into
+    that one, and a line per merge.
+
+    Two linear 1x1 convolutions in a row are one: TPU-MLIR's top-level canonicalisation multiplies the filters,
+    so the merged op reads the first's input and holds an ``out x in`` filter of the outer channels.  That filter
+    can be far larger than the two it replaces (MobileNetV2's last bottleneck 960 -> 320 and the 320 -> 1280 head
+    conv become one 960 -> 1280 conv: 2,457,600 bytes instead of 614,400 + 819,200) and costs that many more
+    MACs; on BM1688's timeline that one load (177,237 cycles for MnasNet's 2,949,120 bytes) idles the TIU for
+    most of its length.  Priced as two ops, MnasNet's last group was 12 % under its measured cycles.
+
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> ts = {n: Tensor(n, (1, c, 7, 7), "f16") for n, c in (("x", 96), ("y", 32), ("z", 128))}
+    >>> pw = {"kernel": (1, 1), "strides": (1, 1), "group": 1}
+    >>> a = Op("a", "Conv", ("x",), ("y",), (Weight("wa", (32, 96, 1, 1), "f16", "filter"),), pw, local=True)
+    >>> b = Op("b", "Conv", ("y",), ("z",), (Weight("wb", (128, 32, 1, 1), "f16", "filter"),), pw, ("Relu",),
+    ...        local=True)
+    >>> merged, notes = merge_pointwise(Network("m", ts, (a, b), ("x",), ("z",)), frozenset({"b"}))
+    >>> [(o.name, o.inputs, o.weights[0].shape, o.fused) for o in merged.ops]
+    [('b', ('x',), (128, 96, 1, 1), ('Relu',))]
+    """
+    notes: list[str] = []
+    while True:
+        pair = next(((a, net.consumers[a.outputs[0]][0]) for a in net.ops
+                     if a.type == "Conv" and a.name not in named and len(net.consumers.get(a.outputs[0], ())) == 1
+                     and net.consumers[a.outputs[0]][0].type == "Conv"
+                     and tpu_mlir_fuses(net, a.name, net.consumers[a.outputs[0]][0].name)), None)
+        if pair is None:
+            return net, tuple(notes)
+        a, b = pair
+        fa = next(w for w in a.weights if w.role == "filter")
+        fb = next(w for w in b.weights if w.role == "filter")
+        ws = [replace(fb, name=f"{fb.name}#merged", shape=(fb.shape[0], fa.shape[1], 1, 1))]
+        if any(w.role == "bias" for w in a.weights + b.weights):
+            ws.append(Weight(f"{fb.name}#merged_bias", (fb.shape[0],), fb.dtype, "bias"))
+        ws += [w for w in b.weights if w.role not in ("filter", "bias")]
+        m = replace(b, inputs=a.inputs, weights=tuple(ws), sources=a.sources + b.sources)
+        ops = tuple(m if o.name == b.name else o for o in net.ops if o.name != a.name)
+        tensors = {t: v for t, v in net.tensors.items() if t != a.outputs[0]}
+        net = check_network(Network(net.name, tensors, ops, net.inputs, net.outputs))
+        notes.append(f"{a.name} -> {b.name}: two 1x1 convolutions TPU-MLIR merges into one "
+                     f"({fa.shape[1]} -> {fb.shape[0]} channels)")
+
+
+def _split_chains(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     """``net`` with every MatMul chain the cache cuts into column pieces run in different steps split the same
-    way, and one line per chain split (the network unchanged and no lines when there is none)."""
+    way, and one line per chain split."""
     pieces = _pieces(net, cache)
     notes: list[str] = []
     new_ops: dict[str, list[Op]] = {}  # first op of a chain -> its replacement
