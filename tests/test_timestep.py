@@ -87,6 +87,21 @@ def test_a_group_output_read_inside_the_group_is_stored_the_row_after_its_produc
     assert (buf["t2"].start, buf["t2"].end) == (2, 3)
 
 
+def test_a_row_appended_for_the_next_slices_loads_holds_loads_only():
+    """The last op reads the group's input (a residual Add), so the next slice's load cannot share its row and a
+    row is appended; the Add's result is still stored during the next slice's first op, as TPU-MLIR's pipeline
+    moves the last row's stores (reference s4.2; MobileNetV2 / BM1688's features.3 group on the timeline: the
+    store under the first conv, the appended row the load alone)."""
+    net = _chain("cr")
+    add = _op("op2", "Add", ["t1", "x"], ["t2"], {})
+    tensors = {**net.tensors, "t2": Tensor("t2", (1, 16, 32, 16), "f16", (1, 16, 32, 16))}
+    net = check_network(Network("res", tensors, net.ops + (add,), ("x",), ("t2",)))
+    g = schedule(net, CHIP, [op.name for op in net.ops], 1, 2)
+    assert [r.ops for r in g.rows] == [("op0",), ("op1",), ("op2",), ()]
+    assert [(t.name, t.stage) for t in g.rows[3].loads] == [("x", 0)] and g.rows[3].stores == ()
+    assert [(t.name, t.stage) for t in g.rows[0].stores] == [("t2", 2)]
+
+
 def test_single_op_group_gets_a_tail_row():
     net = _chain("c")
     g = schedule(net, CHIP, ["op0"], 1, 2)

@@ -79,11 +79,17 @@ def _place_stores(net: Network, ops: tuple[str, ...], outputs: tuple[str, ...], 
     ``Concat_1`` on BM1688, stored in the row of the conv that reads it, is not live into the next slice's
     first row, which its group's allocation needs."""
     prod = {t: i for i, o in enumerate(ops) for t in net.op(o).outputs}
+    k = len(ops)
     placed: dict[str, tuple[int, int]] = {}
     for t in outputs:
         j = prod[t]
         r = j + 1
-        if r < num_rows:
+        if k > 1 and r == k:
+            # the last op's stores go to op0's row of the next slice (reference s4.2), also when a row was
+            # appended for the next slice's loads: that row holds loads only.  MobileNetV2 / BM1688's
+            # features.3 group (its Add reads the group's input) stores under the next slice's first conv
+            placed[t] = (0, 2)
+        elif r < num_rows:
             placed[t] = (r, 1)
         else:
             wrapped = r - num_rows
