@@ -3,7 +3,7 @@ and report its error on held-out models next to the analytic model's.
 
     python benchmarks/fit_cost.py [--data ../shared/calibration] [--chips bm1684x,bm1688]
         [--holdout mobilenet_v3_small,resnet50,unet_small] [--out lgopt/group/calibration]
-        [--report benchmarks/fit] [--no-eval] [--eval-limit N]
+        [--report benchmarks/fit] [--no-eval] [--eval-limit N] [--batch-runs DIR|none]
 
 ``--data`` is a folder in the format of ``shared/calibration`` (``ops.csv.gz``, ``globals.csv``,
 ``groups.csv``, ``totals.csv``, ``model_ops.csv``, ``onnx/MODEL.weightless.onnx``, ``caches/``): run your
@@ -25,7 +25,10 @@ The fit, per chip, on the models not held out:
   one fits better (``point_cap``);
 * global layers: TPU-MLIR's global ops mapped to lgopt's non-local ops (plus the casts around them),
   per op type ``a + b * X``; layer-group op types run globally, ``a + s * max(compute, transfers)`` per type
-  and, where both are seen, per bounding engine (``global_local``).
+  and, where both are seen, per bounding engine (``global_local``);
+* a global Gemm's further rows (``global_rows``): the calibration's global Gemms have one row each; a batch-4
+  round trip's opt2 timelines (``--batch-runs``, by default the one in ``benchmarks/roundtrip/cautions-b4``)
+  show what each further row adds (about a tenth of the first: the weight streams once).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from lgopt.model import ops as opsem  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "calibration"
 HOLDOUT = ("mobilenet_v3_small", "resnet50", "unet_small")
+BATCH_RUNS = ROOT / "benchmarks" / "roundtrip" / "cautions-b4"  # TPU-MLIR's batch-4 opt2 timelines, scored
 CAST_SUFFIX = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32)$")
 CAST_PIECE = re.compile(r"_(f16|f32|bf16)(_\d+)?$")  # a float cast, of a piece when numbered
 
@@ -422,6 +426,36 @@ def fit_global_bw(glob: pd.DataFrame) -> dict:
             "bw": round(float(np.median(x.nbytes / x.gdma_cycles)), 3), "n": int(len(x))}
 
 
+def fit_global_rows(runs: Path | None, glob: pd.DataFrame, chip: str) -> dict:
+    """The share of a global Gemm's first row each further row costs (``global_rows``, read by
+    :func:`lgopt.group.calibrated.global_work`): the median over the one-row global MatMuls of batch-1 opt2
+    (``glob``) of ``(cycles at batch B / cycles at batch 1 - 1) / (B - 1)``, with the batch-B cycles from a
+    round trip's opt2 scores (``roundtrip.py --batch B``: ``runs/scores/MODEL_CHIP_bB_opt2.json``).  The
+    calibration has one-row Gemms only (classifier heads at batch 1); without such runs no share is written and
+    every row costs a full one."""
+    if runs is None or not (runs / "scores").is_dir():
+        return {}
+    one = glob[(glob.chip == chip) & (glob.variant == "opt2") & (glob.type == "tpu.MatMul")
+               & glob.out_shape.astype(str).str.fullmatch(r"1x\d+")]
+    base = {(r.model, r.name): float(r.cycles) for r in one.itertuples()}
+    shares = []
+    for f in sorted((runs / "scores").glob(f"*_{chip}_b*_opt2.json")):
+        m = re.search(r"_b(\d+)_opt2\.json$", f.name)
+        d = json.loads(f.read_text())
+        if m is None or int(m.group(1)) < 2 or d.get("status") != "ok":
+            continue
+        model = f.name[:f.name.index(f"_{chip}_b")]
+        for g in d.get("global_ops", []):
+            b1 = base.get((model, g.get("name")))
+            if b1 and g.get("cycles"):
+                shares.append((float(g["cycles"]) / b1 - 1) / (int(m.group(1)) - 1))
+    if not shares:
+        return {}
+    return {"form": "a global Gemm with a weight: a + b * K * N * (1 + share * (rows - 1))",
+            "share": round(float(np.clip(np.median(shares), 0.0, 1.0)), 4), "n": len(shares),
+            "source": str(runs.relative_to(ROOT) if runs.is_relative_to(ROOT) else runs)}
+
+
 def _clear_constants() -> None:
     from lgopt.group import calibrated as _c
     _c._CONSTANTS.clear()
@@ -562,7 +596,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=str(ROOT / "benchmarks" / "fit"))
     ap.add_argument("--no-eval", action="store_true", help="fit and write the constants only")
     ap.add_argument("--eval-limit", type=int, help="score at most this many held-out groupings per chip")
+    ap.add_argument("--batch-runs", default=str(BATCH_RUNS),
+                    help="a batch > 1 round trip's output (roundtrip.py --batch 4): its opt2 scores give the cost "
+                         "of a global Gemm's further rows; 'none' to skip")
     a = ap.parse_args(argv)
+    batch_runs = None if a.batch_runs == "none" else Path(a.batch_runs)
     data, out, rep = Path(a.data), Path(a.out), Path(a.report)
     if not (data / "ops.csv.gz").exists():
         print(f"no calibration data at {data}", file=sys.stderr)
@@ -597,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                "gdma": {"form": "max(chip.gdma_latency_cycles, c + max(bytes / bw, k * runs + k_point * "
                                 "point_runs), bytes / chip bandwidth) per kind (load, store, weight)", **dma},
                "global": gc, "global_gdma": fit_global_bw(glob[(glob.chip == c) & glob.model.isin(train)]),
+               **({"global_rows": rows} if (rows := fit_global_rows(batch_runs, glob, c)) else {}),
                "source": {"compiler": f"TPU-MLIR {version}", "data": str(data),
                           "timeline": "codegen simulated command timeline (compiler_profile_0.txt)",
                           "fitted_on": train, "held_out": hold,

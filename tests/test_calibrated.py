@@ -385,8 +385,9 @@ def test_stem_convs_are_priced_by_kernel_width_and_stride():
 @needs_data
 def test_the_lower_bound_prices_weights_by_the_model_and_stays_below_every_compiled_grouping():
     """The weights cross GMEM at least once at the cheapest transfer the calibrated model has for them
-    (``min_weight_dma``): mnasnet1_0 / BM1684X, weight-bound, gets a bound within 10 % of its opt2 grouping's
-    prediction (the bytes alone gave a quarter), and the bound stays below every opt2 grouping lgopt builds."""
+    (``min_weight_dma``): mnasnet1_0 / BM1684X, weight-bound, gets a bound within 10 % of what its opt2 grouping
+    measures on TPU-MLIR's timeline (the bytes alone gave a quarter), and the bound stays below every opt2
+    grouping lgopt builds."""
     import pandas as pd
 
     from lgopt.group.cost import lower_bound, weight_gmem_bytes
@@ -404,7 +405,7 @@ def test_the_lower_bound_prices_weights_by_the_model_and_stays_below_every_compi
         assert lb["cycles"] <= plan.cost["cycles"], (r.model, r.chip)
         if (r.model, r.chip) == ("mnasnet1_0", "bm1684x"):
             weights = sum(weight_gmem_bytes(op) for op in net.ops)
-            assert lb["cycles"] > 0.9 * plan.cost["cycles"]
+            assert 0.9 * r.total_cycles < lb["cycles"] < r.total_cycles
             assert lb["dma_cycles"] > 3 * weights * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9)
 
 
@@ -426,3 +427,29 @@ def test_a_global_type_the_fit_never_saw_runs_like_its_kin():
     model = cost_model(chip)
     local = model.constants(chip).glob_local
     assert "ConvTranspose" not in local and model.global_scale(chip, net, op, "tiu") == local["Conv/tiu"]
+
+
+@needs_data
+@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v2"])
+@pytest.mark.parametrize("chip_name", ["bm1684x", "bm1688"])
+def test_a_global_gemms_further_rows_cost_a_tenth_of_its_first(model, chip_name):
+    """The classifier head at batch 4 streams its weight once: TPU-MLIR's timeline (the batch-4 round trip's
+    opt2 scores in the repository) shows 1.26-1.32x its batch-1 cycles; priced within 5 % of both (4x before)."""
+    import pandas as pd
+
+    from lgopt.group.cost import global_layer_cost
+    from lgopt.io.problem import load_model
+    from lgopt.model.network import with_batch
+
+    chip = get_chip(chip_name, {"cost_model": NAME})
+    net = load_model(CAL / "onnx" / f"{model}.weightless.onnx", dtype="f16")
+    glob = pd.read_csv(CAL / "globals.csv")
+    b1 = glob[(glob.model == model) & (glob.chip == chip_name) & (glob.variant == "opt2")
+              & (glob.name == "output_Gemm")].cycles.iloc[0]
+    scores = ROOT / "benchmarks" / "roundtrip" / "cautions-b4" / "scores" / f"{model}_{chip_name}_b4_opt2.json"
+    b4 = next(g["cycles"] for g in json.loads(scores.read_text())["global_ops"] if g["name"] == "output_Gemm")
+    assert 1.2 < b4 / b1 < 1.4
+    for n, meas in ((1, b1), (4, b4)):
+        x = with_batch(net, n)
+        head = next(op for op in x.ops if op.type == "Gemm")
+        assert abs(global_layer_cost(chip, x, head)["cycles"] / meas - 1) < 0.05, (n, meas)

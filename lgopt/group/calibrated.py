@@ -176,12 +176,30 @@ def permute_runs(net: Network, op: Op) -> int:
     return 2 * net.tensor(op.inputs[0]).elems // run if run >= 2 else 0
 
 
-def global_work(net: Network, op: Op) -> int:
-    """The size term of a global layer: MACs for Gemm/MatMul, elements read and written otherwise."""
+def global_work(net: Network, op: Op, row_share: float = 1.0) -> int:
+    """The size term of a global layer: elements read and written; for Gemm/MatMul its MACs, each row after the
+    first counted ``row_share`` of the first where the second operand is a weight.
+
+    TPU-MLIR's global Gemm streams its weight once for all rows: on its timeline a classifier head at batch 4
+    takes 1.26-1.32x its batch-1 cycles (ResNet-18 and MobileNetV2 on BM1684X and BM1688), not 4x.  The
+    calibration's global Gemms all have one row, where MACs and weight size are one term; ``row_share``
+    (``global_rows`` in the constants, measured on batch-4 timelines) prices the others.
+
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> ts = {"x": Tensor("x", (4, 512, 1, 1), "f16", (4, 512)), "y": Tensor("y", (4, 1000, 1, 1), "f16", (4, 1000))}
+    >>> fc = Op("fc", "Gemm", ("x",), ("y",), (Weight("w", (1000, 512), "f16", "filter"),))
+    >>> net = Network("head", ts, (fc,), ("x",), ("y",))
+    >>> global_work(net, fc), global_work(net, fc, 0.1)
+    (2048000, 665600)
+    """
     outs = [net.tensor(t) for t in op.outputs]
     if op.type in ("Gemm", "MatMul") and op.inputs:
         a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
-        return sum(t.elems for t in outs) * (a[-1] if a else 1)
+        o = outs[0].orig_shape or outs[0].shape
+        rows = max(1, outs[0].elems // max(1, o[-1]))
+        per_row = sum(t.elems for t in outs) // rows * (a[-1] if a else 1)
+        share = row_share if any(len(w.shape) >= 2 for w in op.weights) else 1.0  # a weight matrix, streamed once
+        return int(round(per_row * (1 + share * (rows - 1))))
     return sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
 
 
@@ -212,6 +230,7 @@ class ChipConstants:
     glob_local: dict[str, float] = field(default_factory=dict)  # layer-group op type run globally -> scale
     glob_local_a: dict[str, float] = field(default_factory=dict)  # ... -> cycles a global layer adds, beside it
     glob_bw: float | None = None  # bytes per cycle a global layer's transfers stream at (None: as in groups)
+    glob_rows: float = 1.0  # a global Gemm's rows after the first, each this share of the first (global_work)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @staticmethod
@@ -226,7 +245,8 @@ class ChipConstants:
         local_a = {k: float(v.get("a", 0.0)) for k, v in d.get("global_local", {}).items()}
         bw = d.get("global_gdma", {}).get("bw")
         return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, local_a,
-                             None if bw is None else float(bw), d.get("source", {}))
+                             None if bw is None else float(bw), float(d.get("global_rows", {}).get("share", 1.0)),
+                             d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -238,6 +258,8 @@ class ChipConstants:
                              f"(has {', '.join(sorted(self.gdma)) or 'none'})")
         if any(f.c < 0 or f.bw <= 0 or f.k < 0 or f.k_point < 0 for f in self.gdma.values()):
             raise LgoptError(f"calibration {chip_name}: GDMA constants must be non-negative (bandwidth positive)")
+        if not 0 <= self.glob_rows <= 1:
+            raise LgoptError(f"calibration {chip_name}: a global Gemm's row share must be in [0, 1]")
         if self.glob_bw is not None and not self.glob_bw > 0:
             raise LgoptError(f"calibration {chip_name}: the global-layer GDMA rate must be positive")
         if any(v <= 0 for v in self.glob_local.values()) or any(v < 0 for v in self.glob_local_a.values()):
@@ -314,7 +336,7 @@ class CalibratedModel:
         ab = k.glob.get(op.type) or k.glob.get("default")
         if ab is None:
             return AnalyticModel(issue_cycles=k.issue).global_compute(chip, net, op)
-        return int(math.ceil(ab[0] + ab[1] * global_work(net, op)))
+        return int(math.ceil(ab[0] + ab[1] * global_work(net, op, k.glob_rows)))
 
     def global_scale(self, chip: Chip, net: Network, op: Op, bound: Bound | None = None) -> float:
         """The type's scale for the engine that bounds it (``Conv/tiu``: VGG's and UNet's big convs run at 1.04x
@@ -332,6 +354,12 @@ class CalibratedModel:
         networks, not VGG's)."""
         k = self.constants(chip)
         return int(_per_bound(k.glob_local_a, fitted_key(k.glob_local, net, op), bound, 0.0))
+
+    def global_line(self, chip: Chip, net: Network, op: Op) -> bool:
+        """The types :meth:`global_compute` prices by their own fitted line (not the ``default`` one: a type the
+        fit never saw keeps its transfers as a floor)."""
+        return (not chip.local(op) and op.type in self.constants(chip).glob and not gmem_view(net, op)
+                and not permute_runs(net, op))
 
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         k = self.constants(chip)
