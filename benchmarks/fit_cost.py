@@ -26,6 +26,8 @@ The fit, per chip, on the models not held out:
 * global layers: TPU-MLIR's global ops mapped to lgopt's non-local ops (plus the casts around them),
   per op type ``a + b * X``; layer-group op types run globally, ``a + s * max(compute, transfers)`` per type
   and, where both are seen, per bounding engine (``global_local``);
+* the fewest rows a sliced transfer keeps the fitted rate at (``slice_rows``, ``fit_min_slice_rows``): the
+  compiler space keeps new groups' slices at least that tall;
 * a global Gemm's further rows (``global_rows``): the calibration's global Gemms have one row each; a batch-4
   round trip's opt2 timelines (``--batch-runs``, by default the one in ``benchmarks/roundtrip/cautions-b4``)
   show what each further row adds (about a tenth of the first: the weight streams once).
@@ -426,6 +428,39 @@ def fit_global_bw(glob: pd.DataFrame) -> dict:
             "bw": round(float(np.median(x.nbytes / x.gdma_cycles)), 3), "n": int(len(x))}
 
 
+SLICE_RATE_MIN = 0.9  # an activation slice height streams "at the fitted rate" from this share of it on
+SLICE_HEIGHT_MIN_N = 20  # ... judged on heights seen on at least this many sliced transfers
+
+
+def fit_min_slice_rows(ops: pd.DataFrame, dma: dict) -> dict:
+    """The fewest rows an activation slice may have for the fitted transfer rates to hold (``slice_rows``, read
+    by the compiler space's ``short_slices`` caution): the smallest ``r`` such that the sliced activation loads
+    and stores (H cut, at least 4 KiB) of the heights ``>= r`` seen on at least :data:`SLICE_HEIGHT_MIN_N`
+    transfers stream at a median of at least :data:`SLICE_RATE_MIN` of their kind's fitted rate, but for odd
+    heights above which most heights do (every height up to a slow one counted).  TPU-MLIR's
+    timeline moves shorter slices at a quarter to three quarters of it, in steps that follow the slice's shape,
+    which the fitted form (bytes, runs) does not see: 9 rows on BM1688, where 2-8 row slices stream at a
+    median 0.47-0.74 of 16.5 bytes per cycle."""
+    d = ops[(ops.engine == "GDMA") & ops.role.isin(["load", "store"]) & (ops.is_weight != 1)
+            & (ops.group_pos >= 0)].dropna(subset=["hslice", "bytes", "cycles"])
+    height = d.out_shape.astype(str).str.split("x").map(
+        lambda v: int(v[2]) if len(v) == 4 and v[2].isdigit() else -1)
+    d = d[(d.hslice < height) & (d.bytes >= 4096) & (d.cycles > 0)]
+    if d.empty or "load" not in dma or "store" not in dma:
+        return {}
+    bw = np.where(d.role == "load", dma["load"]["bw"], dma["store"]["bw"])
+    share = (d.bytes / d.cycles / bw).groupby(d.hslice).agg(["median", "size"])
+    share = share[share["size"] >= SLICE_HEIGHT_MIN_N]
+    slow = (share["median"] < SLICE_RATE_MIN).to_numpy()
+    # the tallest slow height below which most heights are slow: one odd height further up (BM1688's 32 rows,
+    # 0.80 of the rate on 32 transfers) does not make every shorter one suspect
+    heights = share.index.to_numpy()
+    mostly = [int(h) for i, h in enumerate(heights) if slow[i] and 2 * slow[:i + 1].sum() > i + 1]
+    rows = max(mostly) + 1 if mostly else 0
+    return {"form": "an H-sliced group outside the reference moves no activation slice of fewer rows",
+            "min": rows, "rate_share": SLICE_RATE_MIN, "n": int(share["size"].sum())}
+
+
 def fit_global_rows(runs: Path | None, glob: pd.DataFrame, chip: str) -> dict:
     """The share of a global Gemm's first row each further row costs (``global_rows``, read by
     :func:`lgopt.group.calibrated.global_work`): the median over the one-row global MatMuls of batch-1 opt2
@@ -636,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "point_runs), bytes / chip bandwidth) per kind (load, store, weight)", **dma},
                "global": gc, "global_gdma": fit_global_bw(glob[(glob.chip == c) & glob.model.isin(train)]),
                **({"global_rows": rows} if (rows := fit_global_rows(batch_runs, glob, c)) else {}),
+               **({"slice_rows": sr} if (sr := fit_min_slice_rows(ops[(ops.chip == c) & ops.model.isin(train)],
+                                                                  dma)) else {}),
                "source": {"compiler": f"TPU-MLIR {version}", "data": str(data),
                           "timeline": "codegen simulated command timeline (compiler_profile_0.txt)",
                           "fitted_on": train, "held_out": hold,

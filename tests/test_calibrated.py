@@ -453,3 +453,29 @@ def test_a_global_gemms_further_rows_cost_a_tenth_of_its_first(model, chip_name)
         x = with_batch(net, n)
         head = next(op for op in x.ops if op.type == "Gemm")
         assert abs(global_layer_cost(chip, x, head)["cycles"] / meas - 1) < 0.05, (n, meas)
+
+
+@needs_data
+def test_slices_shorter_than_the_fitted_height_stream_slower_and_are_kept_out_of_new_groups():
+    """BM1688's timeline moves activation slices of 2-8 rows at about half the fitted rate, from 9 rows on at
+    the rate (``fit_min_slice_rows``); the shipped constants say 9, and ``short_slices`` refuses a new group
+    cutting a tensor finer (the compiler space's caution)."""
+    import numpy as np
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from fit_cost import fit_min_slice_rows
+
+    from lgopt.group.calibrated import load_constants, min_slice_rows
+
+    k = load_constants("bm1688")
+    ops = pd.read_csv(CAL / "ops.csv.gz")
+    ops = ops[(ops.chip == "bm1688") & ops.model.isin(k.source["fitted_on"])]
+    dma = {kind: {"bw": f.bw} for kind, f in k.gdma.items()}
+    assert fit_min_slice_rows(ops, dma)["min"] == k.min_slice_rows == 9
+    assert min_slice_rows(get_chip("bm1688", {"cost_model": NAME})) == 9 and min_slice_rows(get_chip("bm1688")) == 0
+    d = ops[(ops.engine == "GDMA") & (ops.role == "load") & (ops.is_weight != 1) & (ops.group_pos >= 0)
+            & (ops.bytes >= 4096)].dropna(subset=["hslice"])
+    d = d[d.hslice < d.out_shape.str.split("x").str[2].astype(float)]  # H cut
+    share = d.bytes / d.cycles / k.gdma["load"].bw
+    assert np.median(share[d.hslice.between(2, 8)]) < 0.75 < 0.9 < np.median(share[d.hslice.between(9, 32)])

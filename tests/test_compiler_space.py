@@ -193,3 +193,22 @@ def test_a_new_group_packed_with_moved_loads_reports_its_own_bank_conflicts():
     plan, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(reference=ref, margin=0.0))
     assert "kept_reference" not in plan.solver and plan.solver["reserve_banks"] == 2
     assert verify_plan(network_of(net, plan), plan) == []
+
+
+def test_new_groups_keep_their_slices_as_tall_as_the_fitted_rates_hold():
+    """With the calibrated model the compiler space keeps a new group's slices at least the chip's
+    ``slice_rows`` tall (9 on BM1688: shorter ones stream at about half the fitted rate on the timeline, so a
+    plan using them only looks fast); the reference's own groups stay allowed, and the judge (which measures
+    every candidate) is not held to it."""
+    from lgopt.group.calibrated import min_slice_rows
+
+    net = load_problem(PROBLEMS / "resnet18.json")
+    chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
+    rows = min_slice_rows(chip)
+    assert rows == 9
+    ops = [op.name for op in net.ops[:3]]
+    fine, short = (schedule(net, chip, ops, 1, h, h_ratio=None) for h in (4, 16))  # 56 rows: 14, 4 a slice
+    st = SearchSettings(compiler_packing=True, min_slice_rows=rows)
+    assert packing(chip, net, st, fine)[0] is not None and packing(chip, net, st, short)[0] is None
+    assert packing(chip, net, replace(st, min_slice_rows=0), short)[0] is not None
+    assert packing(chip, net, replace(st, trusted=frozenset({group_shape(ops, 1, 1, 16, 1)})), short)[0] is chip

@@ -48,6 +48,7 @@ from lgopt.group.cost import (
     Transfer,
     _analytic_tiu,
     _output_lanes,
+    cost_model,
     gmem_view,
     lane_copy,
     lane_crossing_work,
@@ -231,6 +232,7 @@ class ChipConstants:
     glob_local_a: dict[str, float] = field(default_factory=dict)  # ... -> cycles a global layer adds, beside it
     glob_bw: float | None = None  # bytes per cycle a global layer's transfers stream at (None: as in groups)
     glob_rows: float = 1.0  # a global Gemm's rows after the first, each this share of the first (global_work)
+    min_slice_rows: int = 0  # activation slices of fewer rows stream slower than the fitted rates (0: unknown)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @staticmethod
@@ -246,7 +248,7 @@ class ChipConstants:
         bw = d.get("global_gdma", {}).get("bw")
         return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, local_a,
                              None if bw is None else float(bw), float(d.get("global_rows", {}).get("share", 1.0)),
-                             d.get("source", {}))
+                             int(d.get("slice_rows", {}).get("min", 0)), d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -369,6 +371,13 @@ class CalibratedModel:
         for nbytes, runs, point, kind in transfers:  # a group's run costs, streaming at the global kernels' rate
             total += _within_chip(chip, nbytes, replace(k.gdma[kind], bw=k.glob_bw).cycles(nbytes, max(1, runs), point))
         return total
+
+
+def min_slice_rows(chip: Chip) -> int:
+    """The fewest rows an activation slice keeps the fitted transfer rates at on ``chip`` (``slice_rows`` in its
+    constants; 0 where the chip's cost model is not this one or the fit found no such height)."""
+    model = cost_model(chip)
+    return model.constants(chip).min_slice_rows if isinstance(model, CalibratedModel) else 0
 
 
 GLOBAL_FALLBACK = {"ConvTranspose": "Conv"}  # a type no global layer of the fit showed -> the type it runs like

@@ -97,6 +97,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
                        ) -> tuple[Plan, dict[str, Any]]:
     """``spec`` over what TPU-MLIR can compile: the network in its op order, groups within its base groups,
     weights loaded by the table's own rule, no hand-over (the cache it loads can say none of these)."""
+    from lgopt.group.calibrated import min_slice_rows
     from lgopt.io.tpumlir_cache import load_cache
     from lgopt.io.tpumlir_export import compiler_space
     from lgopt.io.tpumlir_lowering import lower_like
@@ -120,7 +121,8 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     # compiles them as lgopt plans them is unmeasured
     inner = replace(o, reference=None, search=replace(o.search, runs=space.runs, h_ratio=None, max_c_slices=1,
                                                       reserve_banks=reserve, compiler_packing=True,
-                                                      trusted=trusted, f32_tensors=f32_tensors(net, o.reference)),
+                                                      trusted=trusted, f32_tensors=f32_tensors(net, o.reference),
+                                                      min_slice_rows=min_slice_rows(chip)),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
     plan, extra = spec.solve(onet, chip, inner)
@@ -131,7 +133,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
     if o.judge is not None:
         # the judge's own moves are free of the cautions: TPU-MLIR measures every one
-        free = replace(inner.search, reserve_banks=0, compiler_packing=False)
+        free = replace(inner.search, reserve_banks=0, compiler_packing=False, min_slice_rows=0)
         return _judged(net, onet, chip, o, free, plan, described, ref_plan, ref_error), extra
     return _against_reference(plan, o, ref_plan, ref_error), extra
 

@@ -49,6 +49,9 @@ class SearchSettings:
     # tensors the compiler also holds as f32 in a group (the operands of the casts its F16 lowering puts around
     # the ops it computes in f32: yolov5s's SiLU on BM1688): such a group packs with their f32 copies beside them
     f32_tensors: frozenset[str] = frozenset()
+    # an H-sliced group not in ``trusted`` moves no activation slice of fewer rows than this (0: any): below it
+    # the cost model's transfer rates are not the compiler's (``short_slices``)
+    min_slice_rows: int = 0
 
 
 GroupShape = tuple[frozenset[str], int, int, int, int]
@@ -102,6 +105,8 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
         return chip, g
     if st.compiler_packing and (tpumlir_fork(chip, net, g.ops, g.h_slices) or rows_over_lanes(chip, net, g)):
         return None, g  # TPU-MLIR's time-step pass cannot slice it (lgopt.group.forks), or its secs exceed the max
+    if short_slices(net, g, st.min_slice_rows):
+        return None, g  # its transfers would run at rates the cost model does not know
     room: Chip | None = chip
     if st.reserve_banks > 0:
         room = packing_chip(chip, chip.lmem_bytes - st.reserve_banks * chip.bank_bytes)
@@ -123,6 +128,39 @@ def with_f32_copies(g: GroupPlan, tensors: frozenset[str]) -> GroupPlan:
         return g
     return replace(g, buffers=tuple(replace(b, size=3 * b.size) if b.kind == "activation" and b.name in tensors
                                     else b for b in g.buffers))
+
+
+def short_slices(net: Network, g: GroupPlan, min_rows: int) -> bool:
+    """Whether H-sliced ``g`` loads or stores an activation in slices of fewer than ``min_rows`` rows (its
+    largest slice; a tensor that is not cut does not count).
+
+    On TPU-MLIR's timeline such transfers stream at a fraction of the rate of taller ones, in steps (a quarter,
+    a half, three quarters) that follow the slice's shape: on BM1688, slices of 2-8 rows move at a median 0.47-0.74
+    of the fitted rate, from 9 rows on at 0.9-1.0 (``benchmarks/fit_cost.py``, ``fit_min_slice_rows``).  The cost
+    model prices every slice at the full rate, so a search left free there finds groups that only look fast:
+    yolov5s_like / BM1688's plan at a 1 % margin cut two groups into slices of 2 and 3 rows, predicted 253,000
+    and 130,000 cycles, measured 521,000 and 242,000 (the plan 1.4 % slower than TPU-MLIR's own).
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.io.problem import load_problem
+    >>> from lgopt.group.build import schedule
+    >>> net, chip = load_problem("problems/resnet18.json"), get_chip("bm1684x")
+    >>> g = schedule(net, chip, [op.name for op in net.ops[:3]], 1, 8)
+    >>> max(h1 - h0 for _, _, h0, h1 in g.windows[net.ops[2].outputs[0]]), short_slices(net, g, 16)
+    (7, True)
+    >>> short_slices(net, g, 4), short_slices(net, g, 0)
+    (False, False)
+    """
+    if min_rows <= 0 or g.h_slices <= 1:
+        return False
+    for row in g.rows:
+        for tr, parts in [(t, g.windows) for t in row.loads] + [(t, g.stores) for t in row.stores]:
+            if tr.kind != "activation" or tr.name not in parts:
+                continue
+            rows = max(h1 - h0 for _, _, h0, h1 in parts[tr.name])
+            if rows < min(min_rows, net.tensor(tr.name).h):
+                return True
+    return False
 
 
 def rows_over_lanes(chip: Chip, net: Network, g: GroupPlan) -> bool:
