@@ -297,6 +297,7 @@ class CalibratedModel:
     directory: str | None = None  # where the per-chip JSON files are (None: lgopt/group/calibration)
     free_views: bool = True  # reshapes and one-batch channel slices run globally cost 0 on the timeline
     rebalance_loads: bool = True  # TPU-MLIR moves a one-slice group's weight loads to rows with spare GDMA
+    pipelined_preloads: bool = True  # ... and loads a sliced group's resident weights during its first slice
     f32_io: bool = True  # TPU-MLIR's F16 deployment keeps the graph's inputs and outputs f32 and converts them
 
     def constants(self, chip: Chip) -> ChipConstants:
