@@ -7,7 +7,8 @@ Without a judge, ``solve --reference`` holds a group that is not one of the refe
 compiled" and "Forks, transformer rows and the reference's casts"): it packs below the top ``reserve_banks``
 banks; it packs as TPU-MLIR's allocator would need (one-slice: weight loads where TPU-MLIR's timestep pass
 moves them; by lgopt's greedy allocators, not only its exact packer) and passes TPU-MLIR's time-step rules (no
-fork its pass cannot slice); and it budgets the f32 copies of the tensors the reference's casts convert.
+fork its pass cannot slice); it budgets the f32 copies of the tensors the reference's casts convert; and it cuts
+no tensor into slices shorter than the chip's ``slice_rows`` (the fitted transfer rates hold from there).
 Every group of the 473 calibration groupings that lgopt's reader builds is packed that way, and counted
 against what TPU-MLIR did with it: compiled (in opt2, or in another grouping) or the group it failed to
 allocate.  The rules are a caution for new groups, not a predictor: this says what they cost and catch.
@@ -25,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from lgopt.errors import LgoptError  # noqa: E402
 from lgopt.group.alloc import exact_pack, multi_start_allocate  # noqa: E402
+from lgopt.group.calibrated import min_slice_rows  # noqa: E402
 from lgopt.hw.chip import get_chip  # noqa: E402
 from lgopt.io.problem import load_model  # noqa: E402
 from lgopt.io.tpumlir_cache import load_cache  # noqa: E402
@@ -34,15 +36,19 @@ from lgopt.strategies.settings import SearchSettings, packing, shape_of  # noqa:
 from lgopt.strategies.tpumlir import build_groups  # noqa: E402
 
 CAL = ROOT.parent / "shared" / "calibration"
-RULES = ("2 banks", "compiler packing", "f32 copies", "all (the default)")
+RULES = ("2 banks", "compiler packing", "f32 copies", "short slices", "all (the default)")
 
 
-def rules(f32: frozenset[str]) -> dict[str, SearchSettings]:
-    """Each rule alone and all together, as the compiler space sets them (``f32``: the tensors the reference's
-    casts convert, ``registry.f32_tensors``).  "compiler packing" includes the fork rule (lgopt.group.forks)."""
+def rules(f32: frozenset[str], rows: int) -> dict[str, SearchSettings]:
+    """The rules one at a time and together (``f32``: the tensors the reference's casts convert,
+    ``registry.f32_tensors``; ``rows``: the chip's ``slice_rows``).  "compiler packing" includes the fork rule
+    (lgopt.group.forks); "short slices" refuses a group cutting a tensor into slices shorter than ``rows``
+    (``settings.short_slices``)."""
     return {"2 banks": SearchSettings(reserve_banks=2), "compiler packing": SearchSettings(compiler_packing=True),
             "f32 copies": SearchSettings(compiler_packing=True, f32_tensors=f32),
-            "all (the default)": SearchSettings(reserve_banks=2, compiler_packing=True, f32_tensors=f32)}
+            "short slices": SearchSettings(min_slice_rows=rows),
+            "all (the default)": SearchSettings(reserve_banks=2, compiler_packing=True, f32_tensors=f32,
+                                                min_slice_rows=rows)}
 
 
 def packs(net, chip, st: SearchSettings, g) -> bool:
@@ -89,7 +95,8 @@ def main() -> int:
             rows.append({"model": r.model, "chip": r.chip, "variant": r.variant, "group_pos": gr.index,
                          "ops": len(g.ops), "slices": g.num_slices, "status": status,
                          "shape": f"{r.model}/{r.chip}/{sorted(shape[0])[0]}+{len(shape[0])}/{shape[1:]}",
-                         **{name: packs(net, chip, st, g) for name, st in rules(f32[(r.model, r.chip)]).items()}})
+                         **{name: packs(net, chip, st, g)
+                            for name, st in rules(f32[(r.model, r.chip)], min_slice_rows(chip)).items()}})
     df = pd.DataFrame(rows)
     opt2 = set(df.loc[(df.variant == "opt2") & (df.status == "compiled"), "shape"])
     df["opt2's"] = df["shape"].isin(opt2)
