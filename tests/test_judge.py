@@ -202,3 +202,21 @@ def test_the_judge_starts_from_a_guarded_plan_and_moves_freely(judged_case, monk
     room = chip.lmem_bytes - 2 * chip.bank_bytes
     own = {frozenset(g.ops) for g in registry._reference_plan(net, chip, StrategyOptions(reference=str(ref)))[0].groups}
     assert all(g.cost["lmem_peak"] <= room for g in seen["plan"].groups if frozenset(g.ops) not in own)
+
+
+def test_a_groups_slice_counts_move_by_one_and_by_halves_and_doubles():
+    """The neighbourhood reaches half and twice a group's N and H slice counts in one edit, not only one more
+    or one fewer: ResNet-18 / BM1688 at batch 4 measures 3.5 % faster with its big group at 2 N slices than at
+    TPU-MLIR's 4, and 3 (uneven batches) is no step towards it."""
+    from lgopt.io.problem import load_problem
+    from lgopt.model.network import with_batch
+    from lgopt.strategies.judged import Cut, _Builder, neighbours
+    from lgopt.strategies.settings import SearchSettings
+
+    net = with_batch(load_problem(Path(__file__).resolve().parents[1] / "problems" / "resnet18.json"), 4)
+    b = _Builder(net, net, get_chip("bm1688"), SearchSettings(), "greedy")
+    ops = tuple(op.name for op in net.ops[:3])
+    labels = {label for label, _ in neighbours(b, (Cut(ops, 4, 4),), [(0, len(net.ops) - 1)])}
+    slices = {lab.split("] ", 1)[1] for lab in labels if lab.startswith("[")}
+    assert {"n 4->3", "n 4->2", "h 4->3", "h 4->5", "h 4->2", "h 4->8"} <= slices
+    assert not any(s.startswith("n 4->5") or s.startswith("n 4->8") for s in slices)  # at most one batch a slice

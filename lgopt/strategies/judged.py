@@ -9,11 +9,12 @@ read from codegen's simulated timeline (:mod:`lgopt.io.tpumlir_judge`).
 1. Start points: TPU-MLIR's own grouping (the reference) and the plan the wrapped strategy found in the
    compiler's space; each is compiled, the fastest that compiles is the incumbent.
 2. Rounds of local search from the incumbent.  Its neighbours are the groupings one edit away (a group's
-   N or H slice count up or down, a group split at a point where one tensor crosses, two neighbouring groups
-   merged, a boundary moved by one to three ops, a group grown by a global op beside it or shrunk by one, a
-   group dissolved); each is built by lgopt's own rules (slices, timestep table, LMEM allocation) and ranked
-   by the cost model.  The best-ranked ones are compiled in turn; the first that is measured faster becomes
-   the incumbent, and the round's other measured gains that touch other groups are tried on top of it.
+   N or H slice count one up or down, halved or doubled, a group split at a point where one tensor crosses,
+   two neighbouring groups merged, a boundary moved by one to three ops, a group grown by a global op beside
+   it or shrunk by one, a group dissolved); each is built by lgopt's own rules (slices, timestep table, LMEM
+   allocation) and ranked by the cost model.  The best-ranked ones are compiled in turn; the first that is
+   measured faster becomes the incumbent, and the round's other measured gains that touch other groups are
+   tried on top of it.
 3. It stops when a round finds nothing faster, or at the compile budget or the time limit.
 
 The result is measured, not predicted: never slower than TPU-MLIR's own grouping when that one is among
@@ -155,13 +156,15 @@ def neighbours(b: _Builder, grouping: Grouping, runs: Sequence[tuple[int, int]])
         io = group_io(onet, c.ops)
         batch = max(onet.tensor(t).n for t in io.outputs)
         unit = n_unit(onet, b.chip, c.ops)
-        if c.h > 1:
-            put(f"{span(c)} h {c.h}->{c.h - 1}", i, i + 1, [Cut(c.ops, c.n, c.h - 1)])
-        put(f"{span(c)} h {c.h}->{c.h + 1}", i, i + 1, [Cut(c.ops, c.n, c.h + 1)])
-        if c.n > 1:
-            put(f"{span(c)} n {c.n}->{c.n - 1}", i, i + 1, [Cut(c.ops, c.n - 1, c.h)])
-        if c.n < cdiv(batch, unit):
-            put(f"{span(c)} n {c.n}->{c.n + 1}", i, i + 1, [Cut(c.ops, c.n + 1, c.h)])
+        # one more or one fewer slice, and half or twice as many: ResNet-18 / BM1688 at batch 4 gains 3.5 % with
+        # its big group at 2 N slices instead of TPU-MLIR's 4, and 4 -> 3 (uneven batches) is no step towards it
+        max_n = cdiv(batch, unit)
+        for h in sorted({c.h - 1, c.h // 2, c.h + 1, 2 * c.h} - {c.h}):
+            if h >= 1:
+                put(f"{span(c)} h {c.h}->{h}", i, i + 1, [Cut(c.ops, c.n, h)])
+        for n in sorted({c.n - 1, c.n // 2, c.n + 1, 2 * c.n} - {c.n}):
+            if 1 <= n <= max_n:
+                put(f"{span(c)} n {c.n}->{n}", i, i + 1, [Cut(c.ops, n, c.h)])
         for k in _one_tensor_cuts(onet, c.ops):
             put(f"split {span(c)} at {idx[c.ops[k]]}", i, i + 1, [b.fit(c.ops[:k]), b.fit(c.ops[k:])])
         if len(c.ops) <= 4:
