@@ -153,7 +153,7 @@ class AnalyticModel:
                     point_runs: bool = False) -> int:
         """Latency plus bytes over bandwidth; the transfer's shape costs nothing extra (an assumption:
         docs/cost-model.md)."""
-        return chip.gdma_latency_cycles + cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+        return chip.gdma_latency_cycles + peak_stream_cycles(chip, nbytes)
 
     def global_compute(self, chip: Chip, net: Network, op: Op) -> int:
         outs = [net.tensor(t) for t in op.outputs]
@@ -504,6 +504,11 @@ def global_transfers(net: Network, op: Op, chip: Chip) -> list[Transfer]:
     return [t for t in out if t[0]]
 
 
+def peak_stream_cycles(chip: Chip, nbytes: int) -> int:
+    """Cycles ``nbytes`` take at the chip's peak GMEM bandwidth: no transfer is faster."""
+    return cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+
+
 def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     if cost_model(chip).free_views and gmem_view(net, op):
         return {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
@@ -515,13 +520,13 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     if dma is None:
         dma = sum(gdma_cycles(chip, b, runs, kind, point) for b, runs, point, kind in transfers)
     compute = model.global_compute(chip, net, op)
+    stream = peak_stream_cycles(chip, traffic)
     cycles = max(compute, dma)
     if model.global_line(chip, net, op):  # fitted with its transfers: a classifier head's weight streams at
         # 54-58 bytes per cycle on BM1684X's timeline, faster than the global layers' median (49.5): the max
         # with them charged ResNet-18's head 21,356 cycles, measured 18,849
-        cycles = max(compute, cdiv(int(traffic * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9)))
+        cycles = max(compute, stream)
     if op.local:  # never below streaming its own bytes, so the lower bound's transfer term holds
-        stream = cdiv(int(traffic * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
         bound: Bound = "tiu" if compute >= dma else "gdma"
         cycles = max(model.global_overhead(chip, net, op, bound)
                      + math.ceil(cycles * model.global_scale(chip, net, op, bound)), stream)
@@ -608,16 +613,13 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     # slices; TPU-MLIR's timeline loads a 3x3 conv's 1.2 MB beside the conv before, not beside a 1x1 one
     cells = dict(pc.cells)
     rows = len(g.rows)
-    dest = weight_load_moves([cells.get((0, r), (0, 0)) for r in range(rows)], [(r, c) for _, r, c in loads])
+    moved = [(r, c) for _, r, c in loads]
+    dest = weight_load_moves([cells.get((0, r), (0, 0)) for r in range(rows)], moved)
     for i in range(g.num_slices):
-        t = [cells.get((i, r), (0, 0))[0] for r in range(rows)]
-        d = [cells.get((i, r), (0, 0))[1] for r in range(rows)]
-        for (_, r, c), j in zip(loads, dest):
-            d[r] -= c
-            d[j] += c
-        for r in range(rows):
-            if t[r] or d[r]:
-                cells[(i, r)] = (t[r], d[r])
+        passed = rebalance_weight_loads([cells.get((i, r), (0, 0)) for r in range(rows)], moved, dest)
+        for r, cell in enumerate(passed):
+            if any(cell):
+                cells[(i, r)] = cell
             else:
                 cells.pop((i, r), None)
     return replace(pc, cells=cells)
@@ -733,9 +735,11 @@ def moved_weight_loads(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]
     return {name: row for (name, _, _), row in zip(loads, dest)}
 
 
-def rebalance_weight_loads(rows: list[tuple[int, int]], loads: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def rebalance_weight_loads(rows: list[tuple[int, int]], loads: list[tuple[int, int]],
+                           dest: list[int] | None = None) -> list[tuple[int, int]]:
     """Rows' (TIU, GDMA) cycles after moving weight loads to earlier rows, as TPU-MLIR's
-    ``memory_aware_timestep_assignment`` moves them (reference s4.3, :func:`weight_load_moves`).
+    ``memory_aware_timestep_assignment`` moves them (reference s4.3): to ``dest``, by default the rows
+    :func:`weight_load_moves` finds for these ``rows``.
 
     On TPU-MLIR's timeline a weight-bound one-slice group runs near its GDMA time (ResNet-18's 29-op group on
     BM1684X: 539,578 cycles, 513,697 of GDMA); without the moves lgopt charged it 652,496, with them 576,796.
@@ -745,7 +749,7 @@ def rebalance_weight_loads(rows: list[tuple[int, int]], loads: list[tuple[int, i
     """
     t = [a for a, _ in rows]
     d = [b for _, b in rows]
-    for (r, c), j in zip(loads, weight_load_moves(rows, loads)):
+    for (r, c), j in zip(loads, weight_load_moves(rows, loads) if dest is None else dest):
         d[r] -= c
         d[j] += c
     return list(zip(t, d))
@@ -809,8 +813,7 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
             must += sum(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs
                         if t not in net.inputs and t not in net.outputs)
     weights = sum(weight_gmem_bytes(op) for op in net.ops)
-    dma = cdiv(int(must * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9)) + sum(min_weight_dma(chip, net, op)
-                                                                                 for op in net.ops)
+    dma = peak_stream_cycles(chip, must) + sum(min_weight_dma(chip, net, op) for op in net.ops)
     return {"cycles": max(compute, dma), "compute_cycles": compute, "dma_cycles": dma,
             "traffic_bytes": must + weights}
 
@@ -834,7 +837,7 @@ def min_weight_dma(chip: Chip, net: Network, op: Op) -> int:
     glob = model.global_dma_cycles(chip, ws)
     if glob is None:
         glob = sum(gdma_cycles(chip, b, r, k, p) for b, r, p, k in ws)
-    stream = cdiv(int(sum(t[0] for t in ws) * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+    stream = peak_stream_cycles(chip, sum(t[0] for t in ws))
     if op.local:  # a local op type run globally: its layer is scaled, never below streaming its bytes
         glob = max(stream, math.floor(glob * min(1.0, model.global_scale(chip, net, op))))
     elif model.global_line(chip, net, op):  # its line may beat its transfers, never the bytes at the peak

@@ -103,12 +103,15 @@ def merge_pointwise(net: Network, named: frozenset[str]) -> tuple[Network, tuple
     >>> [(o.name, o.inputs, o.weights[0].shape, o.fused) for o in merged.ops]
     [('b', ('x',), (128, 96, 1, 1), ('Relu',))]
     """
+    def folded(a: Op) -> tuple[Op, Op] | None:
+        takers = net.consumers.get(a.outputs[0], ())
+        if a.type != "Conv" or a.name in named or len(takers) != 1 or takers[0].type != "Conv":
+            return None
+        return (a, takers[0]) if tpu_mlir_fuses(net, a.name, takers[0].name) else None
+
     notes: list[str] = []
     while True:
-        pair = next(((a, net.consumers[a.outputs[0]][0]) for a in net.ops
-                     if a.type == "Conv" and a.name not in named and len(net.consumers.get(a.outputs[0], ())) == 1
-                     and net.consumers[a.outputs[0]][0].type == "Conv"
-                     and tpu_mlir_fuses(net, a.name, net.consumers[a.outputs[0]][0].name)), None)
+        pair = next((p for a in net.ops if (p := folded(a)) is not None), None)
         if pair is None:
             return net, tuple(notes)
         a, b = pair
