@@ -29,6 +29,9 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from floor import named as issue_cases  # noqa: E402
 
 from lgopt.errors import LgoptError  # noqa: E402
 from lgopt.group.cost import lower_bound  # noqa: E402
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     multi = df[df.groups > 1]
     print(f"where opt2 makes more than one group ({len(multi)} cases): a grouping saves at most "
           f"{100 * (1 - _geo(multi)):.1f} % in geometric mean under {MODEL}")
-    named = multi[((multi.chip == "bm1688") & (multi.batch == 4)) | multi.model.isin(["yolov5s_like", "unet_small"])]
+    named = issue_cases(df)
     print(f"the cases issue 13's 8 % target names (BM1688 at batch 4, YOLO, UNet; {len(named)}): at most "
           f"{100 * (1 - _geo(named)):.1f} % in geometric mean; "
           + ", ".join(f"{r.model} {r.chip} b{r.batch} {100 * r.room:.1f} %" for r in named.itertuples()))

@@ -1,0 +1,114 @@
+"""The measured floor (benchmarks/floor.py): every op's cheapest measured cost, summed, bounds a grouping."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import floor  # noqa: E402
+
+needs_data = pytest.mark.skipif(not (floor.CAL / "ops.csv.gz").exists(), reason="needs ../shared/calibration")
+needs_reader = pytest.mark.skipif(not (floor.SHARED / "tpu-mlir" / "lg_roundtrip.py").exists(),
+                                  reason="needs ../shared/tpu-mlir/lg_roundtrip.py")
+
+
+def _costs(rows: list[tuple[str, str, float | None, str, str]]) -> pd.DataFrame:
+    local = pd.DataFrame([(k, o, c) for k, o, c, kind, _ in rows if kind == "local"], columns=["key", "op", "cycles"])
+    glob = pd.DataFrame([(k, o, c, t) for k, o, c, kind, t in rows if kind == "global"],
+                        columns=["key", "op", "cycles", "type"])
+    return floor.op_costs(local, glob)
+
+
+def test_floor_is_the_sum_of_each_ops_cheapest_measurement():
+    costs = _costs([
+        ("opt2", "conv", 100, "local", ""), ("opt2", "add", 30, "local", ""), ("opt2", "cat", 20, "local", ""),
+        ("v1", "conv", 90, "local", ""), ("v1", "add", 50, "global", "tpu.Add"),
+        ("v1", "cat", None, "global", "tpu.Concat"),  # written in place by its producers: free
+        ("v2", "conv", None, "global", "tpu.Conv2D"),  # the timeline missed it: no measurement, not free
+        ("v2", "cast", 1, "local", ""),  # an op opt2 does not have: not counted
+    ])
+    f = floor.floor_of(costs, "opt2")
+    assert f == {"groupings": 3, "opt2_op_sum": 150, "floor": 90 + 30 + 0}
+
+
+def test_a_grouping_scaled_to_batch_n_slices_n_times_as_often():
+    cache = {"opt": 2, "subfunc_0": {"GroupLayer": [{"shape_secs": [1, 1, 1, 4, 1]}, {"shape_secs": [0, 0, 0, 0, 0]},
+                                                    {"shape_secs": [2, 1, 1, 1, 1]}]}}
+    out = floor.n_sliced(cache, 4)
+    assert [g["shape_secs"] for g in out["subfunc_0"]["GroupLayer"]] == [[4, 1, 1, 4, 1], [0, 0, 0, 0, 0],
+                                                                        [8, 1, 1, 1, 1]]
+    assert cache["subfunc_0"]["GroupLayer"][0]["shape_secs"] == [1, 1, 1, 4, 1]  # the input is left alone
+
+
+def test_the_issue_targets_cases():
+    df = pd.DataFrame([
+        {"model": "resnet18", "chip": "bm1688", "batch": 4, "groups": 3},
+        {"model": "resnet18", "chip": "bm1688", "batch": 1, "groups": 3},
+        {"model": "unet_small", "chip": "bm1684x", "batch": 1, "groups": 3},
+        {"model": "yolov5s_like", "chip": "bm1684x", "batch": 1, "groups": 1},
+    ])
+    assert [(r.model, r.batch) for r in floor.named(df).itertuples()] == [("resnet18", 4), ("unet_small", 1)]
+
+
+@needs_data
+def test_calibration_floor_bounds_every_compiled_grouping():
+    """What makes it a floor: no grouping TPU-MLIR compiled measured less, and opt2's own op costs sit between."""
+    tot = pd.read_csv(floor.CAL / "totals.csv")
+    best = tot[tot.status == "ok"].groupby(["model", "chip"]).total_cycles.min()
+    rows = floor.calibration_rows()
+    assert len(rows) == len(best)
+    for r in rows:
+        assert 0 < r["floor"] <= r["opt2_op_sum"] <= r["opt2_measured"], r
+        assert r["floor"] <= best[(r["model"], r["chip"])], r
+
+
+@needs_reader
+def test_read_run_takes_local_ops_tiu_and_global_ops_segments(tmp_path: Path):
+    (tmp_path / "m_final.mlir").write_text("\n".join([
+        '#loc = loc(unknown)',
+        'module @m {',
+        '  func.func @subfunc_0(%arg0: tensor<1x3x8x8xf16> loc("input")) -> tensor<1x3x8x8xf16> {',
+        '    %1 = "tpu.Group"(%arg0) ({',
+        '      %2 = "tpu.Load"(%arg0) {ginfo = 0} : (tensor<1x3x8x8xf16>) -> tensor<1x3x8x8xf16> loc(#loc1)',
+        '      %3 = "tpu.Conv2D"(%2) {ginfo = 0} : (tensor<1x3x8x8xf16>) -> tensor<1x3x8x8xf16> loc(#loc2)',
+        '      %4 = "tpu.Store"(%3) {ginfo = 0} : (tensor<1x3x8x8xf16>) -> tensor<1x3x8x8xf16> loc(#loc2)',
+        '      "tpu.Yield"(%4) : (tensor<1x3x8x8xf16>) -> () loc(#loc2)',
+        '    }) {csecs = 1 : i64, hsecs = 2 : i64, nsecs = 1 : i64} : (tensor<1x3x8x8xf16>) -> tensor<1x3x8x8xf16> '
+        'loc(#loc2)',
+        '    %5 = "tpu.Add"(%1, %1) : (tensor<1x3x8x8xf16>, tensor<1x3x8x8xf16>) -> tensor<1x3x8x8xf16> loc(#loc3)',
+        '    return %5 : tensor<1x3x8x8xf16> loc(#loc)',
+        '  } loc(#loc)',
+        '} loc(#loc)',
+        '#loc1 = loc("input")',
+        '#loc2 = loc("conv")',
+        '#loc3 = loc("add")',
+    ]))
+    (tmp_path / "compiler_profile_0.txt").write_text("\n".join([
+        "ENGINE_BD    ENGINE_GDMA",
+        "                    Load_5|GDMA_TENSOR|s:0|b:0|g:1|e:99|t:100|dr:0|sz:384|bw:3.84",
+        "Conv2D_6|CONV|s:100|b:1|g:1|e:129|t:30    Load_5|GDMA_TENSOR|s:100|b:1|g:2|e:149|t:50|dr:0|sz:384|bw:7",
+        "Conv2D_6|CONV|s:150|b:2|g:2|e:169|t:20",
+        "Add_10|AR|s:200|b:3|g:3|e:209|t:10",
+        "API_END total_cycle:300|b:3|g:3",
+    ]))
+    score = {"global_ops": [{"name": "add", "type": "tpu.Add", "cycles": 80}]}
+    got = floor.read_run(tmp_path, score).set_index("op").cycles.to_dict()
+    assert got == {"conv": 50, "add": 80}
+
+
+def test_caches_for_batch4_are_distinct(tmp_path: Path, monkeypatch):
+    cal = tmp_path / "cal"
+    (cal / "caches" / "m_c").mkdir(parents=True)
+    one = {"opt": 2, "subfunc_0": {"GroupLayer": [{"shape_secs": [1, 1, 1, 2, 1]}]}}
+    (cal / "caches" / "m_c" / "opt2.layer_group_cache.json").write_text(json.dumps(one))
+    (cal / "caches" / "m_c" / "v01.layer_group_cache.json").write_text(json.dumps({**one, "lgopt": {"note": 1}}))
+    monkeypatch.setattr(floor, "CAL", cal)
+    monkeypatch.setattr(floor, "ROOT", tmp_path)
+    out = floor.batch4_caches("m", "c", tmp_path)
+    assert [p.name for p in out] == ["opt2.layer_group_cache.json", "opt2_n4.layer_group_cache.json"]
