@@ -58,6 +58,14 @@ def geomean(xs: pd.Series) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if len(xs) else 1.0
 
 
+def write_table(df: pd.DataFrame, out: Path, source: str) -> None:
+    """Write ``df`` to ``out`` and print it, headed by where its numbers come from."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"{source}; written to {out}")
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"))
+
+
 def op_costs(local_tiu: pd.DataFrame, global_wall: pd.DataFrame) -> pd.DataFrame:
     """One row per (grouping, op): its TIU cycles when local, its segment when global (``key``, ``op``, ``cycles``).
 
@@ -241,10 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     df = pd.DataFrame(rows)
     df["floor_over_opt2"] = df.floor / df.opt2_measured
     df["opt2_ops_over_total"] = df.opt2_op_sum / df.opt2_measured
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(a.out, index=False)
-    print(f"cycles measured by {SOURCE}; written to {a.out}")
-    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    write_table(df, a.out, f"cycles measured by {SOURCE}")
     n = named(df)
     print(f"the cases issue 13's 8 % target names ({len(n)}): the measured floor is {geomean(n.floor_over_opt2):.3f} "
           f"of opt2 in geometric mean (a grouping saves at most {100 * (1 - geomean(n.floor_over_opt2)):.1f} %); "

@@ -21,7 +21,6 @@ cases where opt2 makes more than one group (the issue-13 target's set).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from floor import geomean, write_table  # noqa: E402
 from floor import named as issue_cases  # noqa: E402
 
 from lgopt.errors import LgoptError  # noqa: E402
@@ -63,7 +63,7 @@ def room_row(net, chip_name: str, cache: Path, measured: float) -> dict | None:
 
 def _geo(df: pd.DataFrame) -> float:
     """Geometric mean of lower bound over opt2 predicted."""
-    return math.exp(sum(math.log(x) for x in df.lower_bound / df.opt2_predicted) / len(df)) if len(df) else 1.0
+    return geomean(df.lower_bound / df.opt2_predicted)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,10 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 if row:
                     rows.append({"model": model, "chip": r.chip, "batch": 4, **row})
     df = pd.DataFrame(rows)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(a.out, index=False)
-    print(f"cycles by cost model {MODEL}, measured by TPU-MLIR 1.30.2's codegen timeline; written to {a.out}")
-    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}" if v < 10 else f"{v:,.0f}"))
+    write_table(df, a.out, f"cycles by cost model {MODEL}, measured by TPU-MLIR 1.30.2's codegen timeline")
     multi = df[df.groups > 1]
     print(f"where opt2 makes more than one group ({len(multi)} cases): a grouping saves at most "
           f"{100 * (1 - _geo(multi)):.1f} % in geometric mean under {MODEL}")
