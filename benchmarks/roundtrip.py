@@ -1,7 +1,7 @@
 """lgopt's groupings compiled by TPU-MLIR 1.30.2: solve, export, force into the compiler, read its cycles.
 
     PEER_RUN=/path/to/tpu-mlir-run python benchmarks/roundtrip.py [--models resnet18,mobilenet_v2]
-        [--chips bm1684x] [--strategies greedy,cpsat] [--time-limit 30] [--out benchmarks/roundtrip]
+        [--chips bm1684x] [--strategies greedy,cpsat] [--time-limit 30] [--out benchmarks/roundtrip/latest]
 
 Needs TPU-MLIR installed by ``../shared/tpu-mlir/install.sh`` under ``$PEER_RUN`` (its venv and the full
 ONNX models in ``$PEER_RUN/models``); without it the script says so and exits 2.  For every model and chip:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategies", default="greedy,cpsat")
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "roundtrip"))
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "roundtrip" / "latest"))
     ap.add_argument("--space", choices=("compiler", "free"), default="compiler",
                     help="compiler: solve with the opt2 cache as --reference (what TPU-MLIR compiles as planned); "
                          "free: lgopt's own space, exported with --groups-only")
