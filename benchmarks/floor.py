@@ -1,7 +1,8 @@
 """What TPU-MLIR's own timeline says any grouping can gain: every op's cheapest measured cost, summed.
 
     python benchmarks/floor.py                       # batch 1, from ../shared/calibration (seconds)
-    PEER_RUN=/path/to/tpu-mlir-run python benchmarks/floor.py --batch4   # also batch 4 (compiles; minutes)
+    PEER_RUN=/path/to/tpu-mlir-run python benchmarks/floor.py --batch 4 [--models M,..] [--chips C,..]
+                                                     # also batch 4, by compiling (a few minutes)
 
 ``benchmarks/room.py`` bounds the gain with lgopt's model; this bounds it with the compiler's measurements,
 so it does not depend on the model being right.  In a compiled grouping every op is either local, in a
@@ -16,13 +17,14 @@ recompute fewer halo rows, a layout with more lanes), and a little of a group's 
 neighbour's segment (``cycles_span``).  Across the 419 calibration groupings the floor of a compute-bound model
 is within 1-2 % of the op costs in TPU-MLIR's own grouping, which is why it is useful there.
 
-Batch 1: every compiled grouping in ``../shared/calibration`` (``ops.csv.gz``, ``globals.csv``).  Batch 4
-(``--batch4``): every distinct batch-4 cache the round trips left (``benchmarks/roundtrip/*/caches/
-MODEL_CHIP_b4_*.layer_group_cache.json``) and the calibration's batch-1 caches of the same model and chip (they
-name the same ops; slice counts that do not fit at batch 4 are refused and skipped), compiled once each with
-``score_grouping.sh --keep`` and read from the kept timeline.  Writes ``benchmarks/calibration/floor.csv`` and
-prints the floors over the cases issue 13's 8 % target names.  Without ``--batch4`` the batch-4 rows of an
-existing ``--out`` are kept.
+Batch 1: every compiled grouping in ``../shared/calibration`` (``ops.csv.gz``, ``globals.csv``).  A larger batch
+(``--batch N``): the model with its batch set to N (written beside ``$PEER_RUN/models/MODEL.onnx``), TPU-MLIR's
+own grouping of it (compiled once by the scoring tool), every distinct batch-N cache the round trips left
+(``benchmarks/roundtrip/**/caches/MODEL_CHIP_bN_*``) and the calibration's batch-1 caches of the model and chip,
+as they are and with N times their N slices (they name the same ops; slice counts that do not fit are refused
+and skipped), compiled once each with ``score_grouping.sh --keep`` and read from the kept timeline.  Writes
+``benchmarks/calibration/floor.csv`` (rows of other batch sizes already in it are kept) and prints the floors
+over the cases issue 13's 8 % target names.
 """
 
 from __future__ import annotations
@@ -169,19 +171,18 @@ def n_sliced(cache: dict, n: int) -> dict:
     return out
 
 
-def batch4_caches(model: str, chip: str, tmp: Path) -> list[Path]:
-    """Distinct caches to compile at batch 4: round trips' batch-4 caches first (TPU-MLIR's own ``tpu-mlir`` one
-    first of all), then the calibration's batch-1 groupings of the model and chip, as they are and with 4 times
+def batch_caches(model: str, chip: str, batch: int, own: Path, tmp: Path) -> list[Path]:
+    """Distinct caches to compile at ``batch``: TPU-MLIR's own (``own``) first, the round trips' caches of that
+    batch, then the calibration's batch-1 groupings of the model and chip as they are and with ``batch`` times
     their N slices (written to ``tmp``)."""
-    rt = sorted(ROOT.glob(f"benchmarks/roundtrip/*/caches/{model}_{chip}_b4_*.layer_group_cache.json"),
-                key=lambda p: (not p.name.endswith("_tpu-mlir.layer_group_cache.json"), str(p)))
+    rt = sorted(ROOT.glob(f"benchmarks/roundtrip/**/caches/{model}_{chip}_b{batch}_*.layer_group_cache.json"))
     cal = sorted((CAL / "caches" / f"{model}_{chip}").glob("*.layer_group_cache.json"))
     for p in list(cal):
-        q = tmp / f"{p.name.split('.')[0]}_n4.layer_group_cache.json"
-        q.write_text(json.dumps(n_sliced(json.loads(p.read_text()), 4)))
+        q = tmp / f"{p.name.split('.')[0]}_n{batch}.layer_group_cache.json"
+        q.write_text(json.dumps(n_sliced(json.loads(p.read_text()), batch)))
         cal.append(q)
     seen, out = set(), []
-    for p in rt + cal:
+    for p in [own, *rt, *cal]:
         body = {k: v for k, v in json.loads(p.read_text()).items() if k != "lgopt"}
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         if digest not in seen:
@@ -190,63 +191,74 @@ def batch4_caches(model: str, chip: str, tmp: Path) -> list[Path]:
     return out
 
 
-def batch4_rows(peer: Path, models: list[tuple[str, str]]) -> list[dict]:
-    rows = []
-    for model, chip in models:
-        onnx = peer / "models" / f"{model}_b4.onnx"
-        with tempfile.TemporaryDirectory(prefix="lgopt-floor-") as tmp:
-            row = batch4_row(peer, model, chip, onnx, batch4_caches(model, chip, Path(tmp)))
-        if row:
-            rows.append(row)
-    return rows
+def batch_row(peer: Path, model: str, chip: str, batch: int) -> dict | None:
+    """The floor of one model and chip at ``batch``, over every cache :func:`batch_caches` finds that compiles."""
+    from roundtrip import with_batch_onnx
 
+    from lgopt.errors import LgoptError
+    from lgopt.io.tpumlir_judge import find_judge
 
-def batch4_row(peer: Path, model: str, chip: str, onnx: Path, caches: list[Path]) -> dict | None:
-    """The batch-4 floor of one model and chip over ``caches`` (the first is TPU-MLIR's own)."""
-    if not onnx.exists() or not caches or not caches[0].name.endswith("_tpu-mlir.layer_group_cache.json"):
-        print(f"  {model} {chip} b4: no batch-4 model or TPU-MLIR cache, skipped", file=sys.stderr)
+    full = peer / "models" / f"{model}.onnx"
+    if not full.exists():
+        print(f"  {model} {chip} b{batch}: no {full}, skipped", file=sys.stderr)
         return None
-    costs, own_total, own_groups = [], None, 0
-    for i, cache in enumerate(caches):
-        c = compile_kept(onnx, chip, cache, peer)
-        if c is None:
-            continue
-        if i == 0:
-            own_total, own_groups = int(c.total.iloc[0]), int(c.n_groups.iloc[0])
-        costs.append(c.assign(key="opt2" if i == 0 else cache.stem))
+    onnx = with_batch_onnx(full, batch)
+    try:
+        own = find_judge(onnx, chip, script=SCORE, peer_run=peer).prepare()
+    except LgoptError as e:
+        print(f"  {model} {chip} b{batch}: {e}, skipped", file=sys.stderr)
+        return None
+    with tempfile.TemporaryDirectory(prefix="lgopt-floor-") as tmp:
+        caches = batch_caches(model, chip, batch, own, Path(tmp))
+        costs, own_total, own_groups = [], None, 0
+        for i, cache in enumerate(caches):
+            c = compile_kept(onnx, chip, cache, peer)
+            if c is None:
+                continue
+            if i == 0:
+                own_total, own_groups = int(c.total.iloc[0]), int(c.n_groups.iloc[0])
+            costs.append(c.assign(key="opt2" if i == 0 else str(cache)))
     if own_total is None:
-        print(f"  {model} {chip} b4: TPU-MLIR's own grouping did not compile, skipped", file=sys.stderr)
+        print(f"  {model} {chip} b{batch}: TPU-MLIR's own grouping did not compile, skipped", file=sys.stderr)
         return None
-    row = {"model": model, "chip": chip, "batch": 4, "groups": own_groups, "opt2_measured": own_total,
+    row = {"model": model, "chip": chip, "batch": batch, "groups": own_groups, "opt2_measured": own_total,
            **floor_of(pd.concat(costs, ignore_index=True), "opt2")}
-    print(f"  {model} {chip} b4: {row['groupings']} groupings compiled of {len(caches)}", file=sys.stderr)
+    print(f"  {model} {chip} b{batch}: {row['groupings']} groupings compiled of {len(caches)}", file=sys.stderr)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch4", action="store_true", help="also batch 4, by compiling (needs PEER_RUN)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="> 1: also that batch size, by compiling (needs PEER_RUN); rows of other batches in --out "
+                         "are kept")
+    ap.add_argument("--models", default=None, help="with --batch: these models (default: UNet, YOLO and, on "
+                                                     "BM1688, ResNet-18 and MobileNetV2: issue 13's cases)")
+    ap.add_argument("--chips", default="bm1684x,bm1688")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "calibration" / "floor.csv")
     a = ap.parse_args(argv)
     if not (CAL / "ops.csv.gz").exists():
         print(f"no calibration data at {CAL}", file=sys.stderr)
         return 2
+    if a.batch < 1:
+        print(f"--batch must be at least 1, not {a.batch}", file=sys.stderr)
+        return 2
     rows = calibration_rows()
-    if a.batch4:
+    keep = pd.read_csv(a.out) if a.out.exists() else pd.DataFrame(columns=["batch"])
+    keep = keep[(keep.batch != 1) & (keep.batch != a.batch)]  # what needs the compiler is kept
+    if a.batch > 1:
         peer = Path(os.environ.get("PEER_RUN", ""))
         if not (peer / "venv" / "bin" / "model_deploy").exists() or not SCORE.exists():
-            print("--batch4 needs PEER_RUN set to a TPU-MLIR 1.30.2 install (../shared/tpu-mlir/install.sh)",
+            print("--batch needs PEER_RUN set to a TPU-MLIR 1.30.2 install (../shared/tpu-mlir/install.sh)",
                   file=sys.stderr)
             return 2
-        b1 = pd.DataFrame(rows)
-        cases = [(r.model, r.chip) for r in b1.itertuples()
-                 if r.chip == "bm1688" or r.model in ("yolov5s_like", "unet_small")]
-        cases = [c for c in cases if any(ROOT.glob(f"benchmarks/roundtrip/*/caches/{c[0]}_{c[1]}_b4_*"))]
-        rows += batch4_rows(peer, cases)
-    elif a.out.exists():  # batch 4 needs the compiler: keep the last --batch4 run's rows
-        last = pd.read_csv(a.out)
-        rows += last[last.batch != 1][list(rows[0])].to_dict("records")
-    df = pd.DataFrame(rows)
+        chips = a.chips.split(",")
+        cases = ([(m, c) for m in a.models.split(",") for c in chips] if a.models else
+                 [(m, c) for c in chips for m in ("resnet18", "mobilenet_v2", "yolov5s_like", "unet_small")
+                  if c == "bm1688" or m in ("yolov5s_like", "unet_small")])
+        rows += [r for m, c in cases if (r := batch_row(peer, m, c, a.batch)) is not None]
+    rows += keep[list(rows[0])].to_dict("records") if len(keep) else []
+    df = pd.DataFrame(rows).sort_values(["batch", "model", "chip"], kind="stable")
     df["floor_over_opt2"] = df.floor / df.opt2_measured
     df["opt2_ops_over_total"] = df.opt2_op_sum / df.opt2_measured
     write_table(df, a.out, f"cycles measured by {SOURCE}")

@@ -102,13 +102,16 @@ def test_read_run_takes_local_ops_tiu_and_global_ops_segments(tmp_path: Path):
     assert got == {"conv": 50, "add": 80}
 
 
-def test_caches_for_batch4_are_distinct(tmp_path: Path, monkeypatch):
+def test_caches_for_a_batch_are_distinct_and_start_with_the_compilers_own(tmp_path: Path, monkeypatch):
     cal = tmp_path / "cal"
     (cal / "caches" / "m_c").mkdir(parents=True)
     one = {"opt": 2, "subfunc_0": {"GroupLayer": [{"shape_secs": [1, 1, 1, 2, 1]}]}}
     (cal / "caches" / "m_c" / "opt2.layer_group_cache.json").write_text(json.dumps(one))
     (cal / "caches" / "m_c" / "v01.layer_group_cache.json").write_text(json.dumps({**one, "lgopt": {"note": 1}}))
+    own = tmp_path / "own.layer_group_cache.json"
+    own.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [{"shape_secs": [4, 1, 1, 1, 1]}]}}))
     monkeypatch.setattr(floor, "CAL", cal)
     monkeypatch.setattr(floor, "ROOT", tmp_path)
-    out = floor.batch4_caches("m", "c", tmp_path)
-    assert [p.name for p in out] == ["opt2.layer_group_cache.json", "opt2_n4.layer_group_cache.json"]
+    out = floor.batch_caches("m", "c", 4, own, tmp_path)
+    assert [p.name for p in out] == ["own.layer_group_cache.json", "opt2.layer_group_cache.json",
+                                     "opt2_n4.layer_group_cache.json"]
