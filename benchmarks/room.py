@@ -1,6 +1,6 @@
 """How much could any grouping gain over TPU-MLIR's own?  Its opt2 grouping against lgopt's lower bound.
 
-    python benchmarks/room.py [--b4 benchmarks/roundtrip/judged-b4]   # about a minute
+    python benchmarks/room.py [--b4 benchmarks/roundtrip/judged-b4]   # seconds
 
 For every model and chip of ``../shared/calibration`` (batch 1), and at batch 4 where a round trip left
 TPU-MLIR's batch-4 opt2 caches (``roundtrip.py --batch 4`` writes them to ``OUT/caches``), TPU-MLIR's opt2
