@@ -30,17 +30,17 @@ over the cases issue 13's 8 % target names.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
+
+from lgopt.io.tpumlir_judge import cache_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -117,10 +117,11 @@ def calibration_rows() -> list[dict]:
     return rows
 
 
-# ------------------------------------------------------------------ batch 4: compile and read the timeline
+# ------------------------------------------------------------------ other batch sizes: compile, read the timeline
 def read_run(workdir: Path, score: dict) -> pd.DataFrame:
     """Per-op costs of one kept compile: TIU cycles of each local op, the segment of each global op."""
-    sys.path.insert(0, str(SHARED / "tpu-mlir"))
+    if str(SHARED / "tpu-mlir") not in sys.path:
+        sys.path.insert(0, str(SHARED / "tpu-mlir"))
     import lg_roundtrip  # noqa: PLC0415  (the scoring tool's reader, plain python)
 
     final = next(workdir.glob("*_final.mlir"))
@@ -138,16 +139,12 @@ def read_run(workdir: Path, score: dict) -> pd.DataFrame:
     return op_costs(loc, glob)
 
 
-def compile_kept(onnx: Path, chip: str, cache: Path, peer: Path) -> pd.DataFrame | None:
+def compile_kept(onnx: Path, chip: str, cache: Path) -> pd.DataFrame | None:
     """Compile one cache with ``--keep``; its per-op costs, or None when TPU-MLIR refused it."""
+    from roundtrip import compile_cache
+
     with tempfile.TemporaryDirectory(prefix="lgopt-floor-") as tmp:
-        out = Path(tmp) / "score.json"
-        subprocess.run(["nice", "-n", "10", "bash", str(SCORE), str(onnx), chip, str(cache), str(out), "--keep"],
-                       capture_output=True, text=True, timeout=3600, env={**os.environ, "PEER_RUN": str(peer)})
-        try:
-            score = json.loads(out.read_text())
-        except (OSError, ValueError):
-            return None
+        score = compile_cache(onnx, chip, cache, Path(tmp) / "score.json", "--keep")
     workdir = Path(score["workdir"]) if score.get("workdir") else None
     try:
         if score.get("status") != "ok" or not score.get("honoured_exactly", True) or workdir is None:
@@ -183,8 +180,7 @@ def batch_caches(model: str, chip: str, batch: int, own: Path, tmp: Path) -> lis
         cal.append(q)
     seen, out = set(), []
     for p in [own, *rt, *cal]:
-        body = {k: v for k, v in json.loads(p.read_text()).items() if k != "lgopt"}
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        digest = cache_digest(json.loads(p.read_text()))
         if digest not in seen:
             seen.add(digest)
             out.append(p)
@@ -212,7 +208,7 @@ def batch_row(peer: Path, model: str, chip: str, batch: int) -> dict | None:
         caches = batch_caches(model, chip, batch, own, Path(tmp))
         costs, own_total, own_groups = [], None, 0
         for i, cache in enumerate(caches):
-            c = compile_kept(onnx, chip, cache, peer)
+            c = compile_kept(onnx, chip, cache)
             if c is None:
                 continue
             if i == 0:

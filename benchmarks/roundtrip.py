@@ -84,10 +84,10 @@ def model_cache_dir(peer: Path, onnx: Path, chip: str) -> Path:
     return peer / "score_cache" / f"{onnx.stem}_{chip}_f16_{md5}"
 
 
-def compile_cache(onnx: Path, chip: str, cache: Path, out: Path) -> dict:
-    """score_grouping.sh on one cache (one compile at a time: this blocks)."""
+def compile_cache(onnx: Path, chip: str, cache: Path, out: Path, *options: str) -> dict:
+    """score_grouping.sh on one cache, with its ``options`` (``--keep``); one compile at a time: this blocks."""
     t0 = time.perf_counter()
-    p = subprocess.run(["nice", "-n", "10", "bash", str(SCORE), str(onnx), chip, str(cache), str(out)],
+    p = subprocess.run(["nice", "-n", "10", "bash", str(SCORE), str(onnx), chip, str(cache), str(out), *options],
                        capture_output=True, text=True, timeout=3600)
     try:
         r = json.loads(out.read_text())

@@ -32,6 +32,16 @@ PEER_ENV = "PEER_RUN"  # the folder holding TPU-MLIR's venv (../shared/tpu-mlir/
 SOURCE = "TPU-MLIR 1.30.2 codegen timeline (compiler_profile_0.txt), measured"
 
 
+def cache_body(cache: Mapping[str, Any]) -> dict[str, Any]:
+    """What TPU-MLIR reads of a layer-group cache: all but lgopt's own ``lgopt`` record."""
+    return {k: v for k, v in cache.items() if k != "lgopt"}
+
+
+def cache_digest(cache: Mapping[str, Any]) -> str:
+    """Two caches with the same digest compile alike (lgopt's record aside)."""
+    return hashlib.sha256(json.dumps(cache_body(cache), sort_keys=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Measurement:
     """What the compiler did with one cache: ``status`` ``ok`` with its cycles, or why it refused."""
@@ -106,8 +116,8 @@ class Judge:
 
     def measure(self, cache: Mapping[str, Any]) -> Measurement:
         """Compile ``cache`` (a layer-group cache as :func:`lgopt.io.tpumlir_export.export_tpumlir` writes it)."""
-        body = {k: v for k, v in cache.items() if k != "lgopt"}
-        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        body = cache_body(cache)
+        key = cache_digest(body)
         if key in self._memo:
             return self._memo[key]
         with tempfile.TemporaryDirectory(prefix="lgopt-judge-") as tmp:
