@@ -23,8 +23,8 @@ own grouping of it (compiled once by the scoring tool), every distinct batch-N c
 (``benchmarks/roundtrip/**/caches/MODEL_CHIP_bN_*``) and the calibration's batch-1 caches of the model and chip,
 as they are and with N times their N slices (they name the same ops; slice counts that do not fit are refused
 and skipped), compiled once each with ``score_grouping.sh --keep`` and read from the kept timeline.  Writes
-``benchmarks/calibration/floor.csv`` (rows of other batch sizes already in it are kept) and prints the floors
-over the cases issue 13's 8 % target names.
+``benchmarks/calibration/floor.csv`` (the rows already in it that this run does not measure again are kept)
+and prints the floors over the cases issue 13's 8 % target names.
 """
 
 from __future__ import annotations
@@ -226,8 +226,8 @@ def batch_row(peer: Path, model: str, chip: str, batch: int) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=1,
-                    help="> 1: also that batch size, by compiling (needs PEER_RUN); rows of other batches in --out "
-                         "are kept")
+                    help="> 1: also that batch size, by compiling (needs PEER_RUN); the rows in --out this run does "
+                         "not measure again are kept")
     ap.add_argument("--models", default=None, help="with --batch: these models (default: UNet, YOLO and, on "
                                                      "BM1688, ResNet-18 and MobileNetV2: issue 13's cases)")
     ap.add_argument("--chips", default="bm1684x,bm1688")
@@ -240,8 +240,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--batch must be at least 1, not {a.batch}", file=sys.stderr)
         return 2
     rows = calibration_rows()
-    keep = pd.read_csv(a.out) if a.out.exists() else pd.DataFrame(columns=["batch"])
-    keep = keep[(keep.batch != 1) & (keep.batch != a.batch)]  # what needs the compiler is kept
     if a.batch > 1:
         peer = Path(os.environ.get("PEER_RUN", ""))
         if not (peer / "venv" / "bin" / "model_deploy").exists() or not SCORE.exists():
@@ -253,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
                  [(m, c) for c in chips for m in ("resnet18", "mobilenet_v2", "yolov5s_like", "unet_small")
                   if c == "bm1688" or m in ("yolov5s_like", "unet_small")])
         rows += [r for m, c in cases if (r := batch_row(peer, m, c, a.batch)) is not None]
-    rows += keep[list(rows[0])].to_dict("records") if len(keep) else []
+    if a.out.exists():  # what needed the compiler and was not measured again now is kept
+        done = {(r["model"], r["chip"], r["batch"]) for r in rows}
+        rows += [r for r in pd.read_csv(a.out)[list(rows[0])].to_dict("records")
+                 if r["batch"] != 1 and (r["model"], r["chip"], r["batch"]) not in done]
     df = pd.DataFrame(rows).sort_values(["batch", "model", "chip"], kind="stable")
     df["floor_over_opt2"] = df.floor / df.opt2_measured
     df["opt2_ops_over_total"] = df.opt2_op_sum / df.opt2_measured

@@ -115,3 +115,23 @@ def test_caches_for_a_batch_are_distinct_and_start_with_the_compilers_own(tmp_pa
     out = floor.batch_caches("m", "c", 4, own, tmp_path)
     assert [p.name for p in out] == ["own.layer_group_cache.json", "opt2.layer_group_cache.json",
                                      "opt2_n4.layer_group_cache.json"]
+
+
+@needs_data
+def test_a_partial_rerun_keeps_the_rows_it_does_not_measure_again(tmp_path: Path, monkeypatch):
+    """``--batch 4 --models resnet18`` replaces resnet18's batch-4 row and keeps every other compiled one."""
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "model_deploy").write_text("")
+    monkeypatch.setenv("PEER_RUN", str(tmp_path))
+    monkeypatch.setattr(floor, "SCORE", Path(__file__))  # any file: batch_row is replaced below
+    row = {"groups": 3, "opt2_measured": 100, "groupings": 2, "opt2_op_sum": 90, "floor": 80}
+    monkeypatch.setattr(floor, "batch_row",
+                        lambda peer, m, c, b: {"model": m, "chip": c, "batch": b, **row, "floor": 70})
+    out = tmp_path / "floor.csv"
+    old = [{"model": m, "chip": "bm1688", "batch": 4, **row} for m in ("resnet18", "unet_small")]
+    pd.DataFrame(old).to_csv(out, index=False)
+    assert floor.main(["--batch", "4", "--models", "resnet18", "--chips", "bm1688", "--out", str(out)]) == 0
+    got = pd.read_csv(out)
+    b4 = got[got.batch == 4].set_index("model").floor.to_dict()
+    assert b4 == {"resnet18": 70, "unet_small": 80}
+    assert (got.batch == 1).sum() == len(floor.calibration_rows())
