@@ -26,35 +26,28 @@ from pathlib import Path
 
 import pandas as pd
 
+from lgopt.check.verify import verify_plan
+from lgopt.cost.fitted import load_constants
+from lgopt.errors import LgoptError
+from lgopt.group.alloc import multi_start_allocate
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_model
+from lgopt.tpumlir.cache import cast_operands, load_cache
+from lgopt.tpumlir.grouping import build_groups
+from lgopt.tpumlir.heldout import Scored
+from lgopt.tpumlir.heldout import run_one as score_cache
+from lgopt.tpumlir.lowering import network_of
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lgopt.check.verify import verify_plan  # noqa: E402
-from lgopt.errors import LgoptError  # noqa: E402
-from lgopt.group.alloc import multi_start_allocate  # noqa: E402
-from lgopt.hw.chip import get_chip  # noqa: E402
-from lgopt.io.problem import load_model  # noqa: E402
-from lgopt.io.tpumlir_cache import cast_operands, load_cache  # noqa: E402
-from lgopt.io.tpumlir_lowering import network_of  # noqa: E402
-from lgopt.strategies.tpumlir import GroupingInfeasible, build_groups, score  # noqa: E402
-
 CAL = ROOT.parent / "shared" / "calibration"
-HELD_OUT = ("mobilenet_v3_small", "resnet50", "unet_small")  # benchmarks/fit_cost.py's default hold-out
+# the models the shipped constants were not fitted on (their source.held_out)
+HELD_OUT = tuple(dict.fromkeys(m for c in ("bm1684x", "bm1688") for m in load_constants(c).source["held_out"]))
 OUT = ROOT / "benchmarks" / "calibration"
 
 
-def run_one(net, chip, cache: str, exact: bool) -> tuple[str, str, float | None, object]:
-    """(status, reason, predicted cycles, plan)."""
-    try:
-        plan, _ = score(net, chip, cache, exact=exact)
-    except GroupingInfeasible as e:
-        return "infeasible", f"group {e.group_index}: {e.reason}", None, None
-    except LgoptError as e:
-        return "error", str(e), None, None
-    bad = verify_plan(network_of(net, plan), plan)
-    if bad:
-        return "error", f"plan fails verification: {bad[0]}", None, None
-    return "loaded", "", float(plan.cost["cycles"]), plan
+def run_one(net, chip, cache: str, exact: bool) -> Scored:
+    """(status, reason, predicted cycles, plan), the plan verified (``lgopt.tpumlir.heldout.run_one``)."""
+    return score_cache(net, chip, cache, exact, check=lambda n, plan: verify_plan(network_of(n, plan), plan))
 
 
 def difference(net, chip, cache: str, plan, r) -> str:

@@ -1,6 +1,6 @@
 """The compiler space's rules for new groups, applied to the calibration's groups: which would they refuse?
 
-    python benchmarks/headroom.py            # about half a minute; writes benchmarks/calibration/headroom.csv
+    python benchmarks/headroom.py    # about half a minute; writes benchmarks/calibration/headroom.csv (not tracked)
 
 Without a judge, ``solve --reference`` holds a group that is not one of the reference's own to its cautions
 (``lgopt.strategies.settings.packing``, ``docs/tpu-mlir.md`` "Headroom for the groups TPU-MLIR has not
@@ -21,20 +21,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from lgopt.cost.registry import min_slice_rows
+from lgopt.errors import LgoptError
+from lgopt.group.alloc import exact_pack, multi_start_allocate
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_model
+from lgopt.strategies.settings import SearchSettings, packing, shape_of
+from lgopt.tpumlir.cache import load_cache
+from lgopt.tpumlir.grouping import build_groups
+from lgopt.tpumlir.lowering import lower_like
+from lgopt.tpumlir.rules import TPU_MLIR_RULES
+from lgopt.tpumlir.space import f32_tensors
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lgopt.errors import LgoptError  # noqa: E402
-from lgopt.group.alloc import exact_pack, multi_start_allocate  # noqa: E402
-from lgopt.group.calibrated import min_slice_rows  # noqa: E402
-from lgopt.hw.chip import get_chip  # noqa: E402
-from lgopt.io.problem import load_model  # noqa: E402
-from lgopt.io.tpumlir_cache import load_cache  # noqa: E402
-from lgopt.io.tpumlir_lowering import lower_like  # noqa: E402
-from lgopt.strategies.registry import f32_tensors  # noqa: E402
-from lgopt.strategies.settings import SearchSettings, packing, shape_of  # noqa: E402
-from lgopt.strategies.tpumlir import build_groups  # noqa: E402
-
 CAL = ROOT.parent / "shared" / "calibration"
 RULES = ("2 banks", "compiler packing", "f32 copies", "short slices", "all (the default)")
 
@@ -42,12 +41,12 @@ RULES = ("2 banks", "compiler packing", "f32 copies", "short slices", "all (the 
 def rules(f32: frozenset[str], rows: int) -> dict[str, SearchSettings]:
     """The rules one at a time and together (``f32``: the tensors the reference's casts convert,
     ``registry.f32_tensors``; ``rows``: the chip's ``slice_rows``).  "compiler packing" includes the fork rule
-    (lgopt.group.forks); "short slices" refuses a group cutting a tensor into slices shorter than ``rows``
+    (lgopt.tpumlir.forks); "short slices" refuses a group cutting a tensor into slices shorter than ``rows``
     (``settings.short_slices``)."""
-    return {"2 banks": SearchSettings(reserve_banks=2), "compiler packing": SearchSettings(compiler_packing=True),
-            "f32 copies": SearchSettings(compiler_packing=True, f32_tensors=f32),
+    return {"2 banks": SearchSettings(reserve_banks=2), "compiler packing": SearchSettings(compiler=TPU_MLIR_RULES),
+            "f32 copies": SearchSettings(compiler=TPU_MLIR_RULES, f32_tensors=f32),
             "short slices": SearchSettings(min_slice_rows=rows),
-            "all (the default)": SearchSettings(reserve_banks=2, compiler_packing=True, f32_tensors=f32,
+            "all (the default)": SearchSettings(reserve_banks=2, compiler=TPU_MLIR_RULES, f32_tensors=f32,
                                                 min_slice_rows=rows)}
 
 
@@ -80,7 +79,7 @@ def main() -> int:
         net = lower_like(nets[r.model], load_cache(path))[0]
         if (r.model, r.chip) not in f32:
             opt2 = CAL / "caches" / f"{r.model}_{r.chip}" / "opt2.layer_group_cache.json"
-            f32[(r.model, r.chip)] = f32_tensors(net, opt2)
+            f32[(r.model, r.chip)] = f32_tensors(net, load_cache(str(opt2)))
         for gr in built.groups:
             g = gr.plan
             if g is None:

@@ -1,7 +1,7 @@
 """The exact packer on lgopt's own groups, before and after the search (not a test: it measures).
 
     python benchmarks/pack_groups.py [--problems resnet18,...] [--chips bm1684x,bm1688,cv181x]
-                                     [--time-limit 5] [--repeat 2] [--confirm 3] [--out benchmarks/pack_groups]
+                                     [--time-limit 5] [--repeat 2] [--confirm 3] [--out benchmarks/out/pack_groups]
 
 Every group of the greedy plan of each bundled problem and chip is packed three ways, each into the
 chip's LMEM and into tighter capacities (the group's peak live bytes, the lower bound, and halfway
@@ -23,9 +23,9 @@ means slower beyond :data:`NOISE` seconds and :data:`NOISE_SHARE` of the before 
 backed by what does not vary: CP-SAT's deterministic time both ways (``before det``, ``after det``: the
 same figure means CP-SAT did the same work) and, where CP-SAT answers after the search gave up, the
 search's own cost before it (``search s``: its first slice timed alone, the sweep included), which is
-all ``after`` adds to ``before`` there.  Writes OUT.csv (every instance) and OUT.md (a summary by bank
-rule and capacity, the instances ``after`` takes longer to pack than ``before`` or no longer packs, and
-the largest gains).
+all ``after`` adds to ``before`` there.  Writes OUT.csv (every instance; not tracked) and its section of
+``benchmarks/results/packer.md`` (a summary by bank rule and capacity, the instances ``after`` takes longer to
+pack than ``before`` or no longer packs, and the largest gains).
 """
 
 from __future__ import annotations
@@ -37,13 +37,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from common import OUT, RESULTS, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lgopt.group.alloc import conflict_pairs, pack_items  # noqa: E402
-from lgopt.group.handover import without_kept  # noqa: E402
-from lgopt.group.pack import (  # noqa: E402
+from lgopt.group.alloc import conflict_pairs, pack_items
+from lgopt.group.handover import without_kept
+from lgopt.group.pack import (
     FIRST_SLICE,
     WORK_PER_UNIT,
     check_packing,
@@ -52,12 +50,14 @@ from lgopt.group.pack import (  # noqa: E402
     peak_live_bytes,
     shared_banks,
 )
-from lgopt.group.packsearch import PackItem, PackProblem  # noqa: E402
-from lgopt.group.packsearch.solver import solve  # noqa: E402
-from lgopt.hw.chip import get_chip  # noqa: E402
-from lgopt.hw.layout import align_up  # noqa: E402
-from lgopt.io.problem import load_problem  # noqa: E402
-from lgopt.strategies.greedy import greedy  # noqa: E402
+from lgopt.group.packsearch import PackItem, PackProblem
+from lgopt.group.packsearch.solver import solve
+from lgopt.hw.chip import get_chip
+from lgopt.hw.layout import align_up
+from lgopt.io.problem import load_problem
+from lgopt.strategies.greedy import greedy
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NOISE = 0.02  # seconds: a difference below this is timer noise, not a slower packer
 NOISE_SHARE = 0.1  # nor is one below this share of the before time (CP-SAT's long runs vary that much)
@@ -111,7 +111,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--confirm", type=int, default=3,
                     help="runs more of each, in turn, for an instance that looks slower after (default 3)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "pack_groups"))
+    ap.add_argument("--out", default=str(OUT / "pack_groups"), help="OUT.csv: every instance")
     args = ap.parse_args()
     solve(PackProblem((PackItem("a", 1, ((0, 1),)),), 1))  # load the compiled search before anything is timed
     pack([PackItem("a", 1, ((0, 1),)), PackItem("b", 1, ((0, 1),))], 1, engine="cpsat")  # and OR-tools
@@ -159,6 +159,7 @@ def main() -> int:
                                      "after det": round(after.deterministic, 4), "search s": search_s})
                         print(pd.DataFrame(rows[-1:]).to_string(index=False, header=len(rows) == 1), flush=True)
     df = pd.DataFrame(rows)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(f"{args.out}.csv", index=False)
     packs_before = df["before"].isin(FOUND)
     late = df[packs_before & slower(df["before s"], df["after s"])]
@@ -190,8 +191,8 @@ def main() -> int:
                  f"time is the same as before on {same_det}, and the search's slice before it costs "
                  f"{1000 * by_cpsat['search s'].median():.1f} ms (median), {1000 * by_cpsat['search s'].max():.1f} "
                  "ms at most.")
-    Path(f"{args.out}.md").write_text(
-        "# The exact packer on lgopt's groups, before and after the search\n\n"
+    write_section(RESULTS / "packer.md", "pack groups",
+        "## The exact packer on lgopt's groups, before and after the search\n\n"
         f"`python benchmarks/pack_groups.py --time-limit {args.time_limit:g} --repeat {args.repeat} "
         f"--confirm {args.confirm}` (2 cores, "
         f"shared; one CP-SAT worker; before and after in turn, the fastest of the repeats, and of {args.confirm} "
@@ -200,14 +201,15 @@ def main() -> int:
         "its peak live bytes and halfway between; before = lowest fit then CP-SAT, after = lowest fit, the search "
         "and CP-SAT (`lgopt.group.pack.pack`).  `before det` / `after det`: CP-SAT's deterministic time (the "
         "same figure: the same CP-SAT work); `search s`: where CP-SAT answers after the search gave up, the "
-        "search's first slice timed alone, all that `after` adds there.  Every instance: `pack_groups.csv`.\n\n"
+        "search's first slice timed alone, all that `after` adds there.  Every instance: "
+        "`benchmarks/out/pack_groups.csv` (not tracked).\n\n"
         f"{line}\n\n" + summary.to_markdown(index=False)
-        + "\n\n## Packed before, slower beyond noise or not packed after\n\n"
+        + "\n\n### Packed before, slower beyond noise or not packed after\n\n"
         + (pd.concat([late, lost]).drop_duplicates().to_markdown(index=False) if len(late) or len(lost)
            else "None.")
-        + "\n\n## Packed before, slower after by any amount (the ten largest differences)\n\n"
+        + "\n\n### Packed before, slower after by any amount (the ten largest differences)\n\n"
         + (worse.to_markdown(index=False) if len(worse) else "None.")
-        + "\n\n## The largest gains\n\n" + gains.to_markdown(index=False) + "\n")
+        + "\n\n### The largest gains\n\n" + gains.to_markdown(index=False) + "\n")
     print("\n" + line)
     print(summary.to_string(index=False))
     return 0

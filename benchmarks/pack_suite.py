@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from common import OUT, RESULTS, write_section
+
+from lgopt.group.pack import check_packing, pack, peak_live_bytes
+from lgopt.group.pack_csv import read_csv
+from lgopt.group.packsearch import PackItem, PackProblem
+from lgopt.group.packsearch.solver import solve
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lgopt.group.pack import check_packing, pack, peak_live_bytes  # noqa: E402
-from lgopt.group.pack_csv import read_csv  # noqa: E402
-from lgopt.group.packsearch import PackItem, PackProblem  # noqa: E402
-from lgopt.group.packsearch.solver import solve  # noqa: E402
 
 
 def main() -> int:
@@ -42,7 +42,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="CP-SAT workers where CP-SAT runs (default 1)")
     ap.add_argument("--reference", help="CSV instance,seconds of another allocator on the same instances")
     ap.add_argument("--reference-name", default="reference")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "pack_suite"))
+    ap.add_argument("--out", default=str(OUT / "pack_suite"), help="OUT.csv: every instance")
     args = ap.parse_args()
     ref: dict[str, float] = {}
     if args.reference:
@@ -72,6 +72,7 @@ def main() -> int:
         rows.append(row)
         print(pd.DataFrame(rows[-1:]).to_string(index=False, header=len(rows) == 1), flush=True)
     df = pd.DataFrame(rows)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(f"{args.out}.csv", index=False)
     solved = df[df["solved"]]
     summary = (f"solved {len(solved)} of {len(df)} within {args.time_limit:g} s each; median "
@@ -80,8 +81,8 @@ def main() -> int:
         both = df.dropna(subset=[f"{args.reference_name} s"])
         summary += (f"; {args.reference_name}: median {statistics.median(both[f'{args.reference_name} s']):.2f} s, "
                     f"median ratio {statistics.median(both['ratio']):.2f}")
-    Path(f"{args.out}.md").write_text(
-        f"# `lgopt pack` on {Path(args.dir).name}\n\n"
+    write_section(RESULTS / "packer.md", "pack suite",
+        f"## `lgopt pack` on {Path(args.dir).name}\n\n"
         f"`python benchmarks/pack_suite.py DIR --time-limit {args.time_limit:g}"
         + (f" --reference {Path(args.reference).name}" if args.reference else "") + "` (2 cores, shared).\n\n"
         f"{summary}.\n\n" + df.to_markdown(index=False) + "\n")

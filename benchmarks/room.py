@@ -1,17 +1,18 @@
 """How much could any grouping gain over TPU-MLIR's own?  Its opt2 grouping against lgopt's lower bound.
 
-    python benchmarks/room.py [--b4 benchmarks/roundtrip/judged-b4]   # seconds
+    python benchmarks/room.py [--b4 RUN_FOLDER]   # seconds
 
 For every model and chip of ``../shared/calibration`` (batch 1), and at batch 4 where a round trip left
-TPU-MLIR's batch-4 opt2 caches (``roundtrip.py --batch 4`` writes them to ``OUT/caches``), TPU-MLIR's opt2
+TPU-MLIR's batch-4 opt2 caches (``roundtrip.py --batch 4`` writes them to ``OUT/caches``; by default the run
+``judged-b4`` of ``benchmarks/roundtrip/runs.tar.xz``, unpacked beside it on first use), TPU-MLIR's opt2
 grouping is rebuilt in lgopt and priced by the calibrated model (``tpu-mlir-1.30``), beside
-:func:`lgopt.group.cost.lower_bound`: every op's full-size compute, and the bytes that must cross GMEM at the
+:func:`lgopt.cost.bound.lower_bound`: every op's full-size compute, and the bytes that must cross GMEM at the
 chip's peak bandwidth.  ``room`` = 1 - bound / opt2 predicted bounds what regrouping can save under that
 model, in lgopt's space and so in the compiler's.  It is loose where weight loads decide (the bound streams
 at the peak, the calibrated transfers at 54 / 16.5 bytes per cycle on BM1684X / BM1688, and one op's loads
 cannot hide behind another's compute in a one-slice group); where compute decides it is close, and then it
 says a target cannot be met: YOLOv5s / BM1688 at batch 4 has at most 7 % to gain, whatever the grouping.
-The weights are priced by the model (``lgopt.group.cost.min_weight_dma``), so the weight-bound classification
+The weights are priced by the model (``lgopt.cost.bound.min_weight_dma``), so the weight-bound classification
 networks on BM1684X are bounded too (about 9-16 % room).
 
 Writes ``benchmarks/calibration/room.csv`` and prints the table and the geometric mean of the bound over the
@@ -25,23 +26,20 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from common import write_table
+
+from lgopt.cost.bound import lower_bound
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_model
+from lgopt.model.network import with_batch
+from lgopt.tpumlir.cache import load_cache
+from lgopt.tpumlir.floor import geomean, target_cases
+from lgopt.tpumlir.grouping import score
+from lgopt.tpumlir.lowering import lower_like
+from lgopt.tpumlir.runs import unpack
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from floor import geomean, write_table  # noqa: E402
-from floor import named as issue_cases  # noqa: E402
-
-from lgopt.errors import LgoptError  # noqa: E402
-from lgopt.group.cost import lower_bound  # noqa: E402
-from lgopt.hw.chip import get_chip  # noqa: E402
-from lgopt.io.problem import load_model  # noqa: E402
-from lgopt.io.tpumlir_cache import load_cache  # noqa: E402
-from lgopt.io.tpumlir_lowering import lower_like  # noqa: E402
-from lgopt.model.network import with_batch  # noqa: E402
-from lgopt.strategies.tpumlir import score  # noqa: E402
-
 CAL = ROOT.parent / "shared" / "calibration"
 MODEL = "tpu-mlir-1.30"
 
@@ -68,10 +66,12 @@ def _geo(df: pd.DataFrame) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--b4", type=Path, default=ROOT / "benchmarks" / "roundtrip" / "judged-b4",
-                    help="a batch-4 round trip's output (its roundtrip.csv and caches/)")
+    ap.add_argument("--b4", type=Path, default=None,
+                    help="a batch-4 round trip's output (its roundtrip.csv and caches/; default: judged-b4 of "
+                         "benchmarks/roundtrip/runs.tar.xz, unpacked beside it)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "calibration" / "room.csv")
     a = ap.parse_args(argv)
+    a.b4 = a.b4 or unpack(ROOT / "benchmarks" / "roundtrip") / "judged-b4"
     if not (CAL / "totals.csv").exists():
         print(f"no calibration data at {CAL}", file=sys.stderr)
         return 2
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     multi = df[df.groups > 1]
     print(f"where opt2 makes more than one group ({len(multi)} cases): a grouping saves at most "
           f"{100 * (1 - _geo(multi)):.1f} % in geometric mean under {MODEL}")
-    named = issue_cases(df)
+    named = target_cases(df)
     print(f"the cases issue 13's 8 % target names (BM1688 at batch 4, YOLO, UNet; {len(named)}): at most "
           f"{100 * (1 - _geo(named)):.1f} % in geometric mean; "
           + ", ".join(f"{r.model} {r.chip} b{r.batch} {100 * r.room:.1f} %" for r in named.itertuples()))

@@ -18,6 +18,11 @@ Columns: ``lgopt predicted`` is lgopt's cycle estimate by ``--cost-model`` (not 
 ``TPU-MLIR measured`` is codegen's simulated timeline of the compiled grouping (or why it was refused);
 ``opt2`` / ``opt1`` are TPU-MLIR's own groupings (opt1 from ``../shared/calibration/totals.csv``).
 Written as ``roundtrip.csv`` and ``roundtrip.md`` under ``--out``, plus every exported cache and score.
+
+The runs kept in the project are one archive, ``benchmarks/roundtrip/runs.tar.xz`` (``README.md`` beside it is
+the index): ``--unpack`` puts their folders back under ``benchmarks/roundtrip/`` (not tracked; the scripts that
+read them unpack on first use), and ``--pack`` makes the archive again from every folder there, a new run's
+included (deterministic: the same folders give the same bytes).  Neither needs TPU-MLIR.
 """
 
 from __future__ import annotations
@@ -38,19 +43,22 @@ from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
 from lgopt.io.exporters import export, write
 from lgopt.io.problem import load_model
-from lgopt.io.tpumlir_export import read_base_groups
-from lgopt.io.tpumlir_judge import find_judge, measurement_of
-from lgopt.io.tpumlir_lowering import network_of
 from lgopt.model.network import with_batch
 from lgopt.strategies.cpsat.common import CpsatSettings
-from lgopt.strategies.judged import JudgeSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
-from lgopt.strategies.tpumlir import score
+from lgopt.tpumlir.export import read_base_groups
+from lgopt.tpumlir.grouping import score
+from lgopt.tpumlir.judge import find_judge, measurement_of
+from lgopt.tpumlir.judged import JudgeSettings
+from lgopt.tpumlir.lowering import network_of
+from lgopt.tpumlir.runs import pack, unpack
+from lgopt.tpumlir.space import ReferenceSpace
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 CAL = SHARED / "calibration"
 SCORE = SHARED / "tpu-mlir" / "score_grouping.sh"
+RUNS = ROOT / "benchmarks" / "roundtrip"
 
 
 def opt1_cycles(model: str, chip: str) -> int | None:
@@ -117,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategies", default="greedy,cpsat")
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "roundtrip" / "latest"))
+    ap.add_argument("--out", default=str(RUNS / "latest"))
     ap.add_argument("--space", choices=("compiler", "free"), default="compiler",
                     help="compiler: solve with the opt2 cache as --reference (what TPU-MLIR compiles as planned); "
                          "free: lgopt's own space, exported with --groups-only")
@@ -127,11 +135,16 @@ def main(argv: list[str] | None = None) -> int:
                          "(0: whenever lgopt's is predicted no slower)")
     ap.add_argument("--judge-budget", type=int, default=0,
                     help="compiler space: > 0 lets TPU-MLIR judge a local search of that many compiles from its own "
-                         "grouping and lgopt's (lgopt.strategies.judged); 0: lgopt's prediction alone decides")
+                         "grouping and lgopt's (lgopt.tpumlir.judged); 0: lgopt's prediction alone decides")
     ap.add_argument("--batch", type=int, default=1,
                     help="> 1: models at this batch ($PEER_RUN/models/MODEL_bN.onnx, made by this script); the "
                          "reference is TPU-MLIR's own grouping at that batch")
+    ap.add_argument("--unpack", action="store_true", help="only unpack benchmarks/roundtrip/runs.tar.xz beside it")
+    ap.add_argument("--pack", action="store_true", help="only make that archive again from every run folder there")
     a = ap.parse_args(argv)
+    if a.unpack or a.pack:
+        print(pack(RUNS) if a.pack else unpack(RUNS))
+        return 0
     peer = Path(os.environ.get("PEER_RUN", ""))
     if not os.environ.get("PEER_RUN") or not (peer / "venv" / "bin" / "model_deploy").exists():
         print("roundtrip: set PEER_RUN to a TPU-MLIR install (../shared/tpu-mlir/install.sh); see docs/tpu-mlir.md",
@@ -181,10 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                              "opt2": opt2, "opt1": opt1, "note": f"lgopt cannot read it: {e}"})
             for st in a.strategies.split(","):
                 print(f"== {tag}: lgopt {st}", file=sys.stderr, flush=True)
-                opts = StrategyOptions(cpsat=CpsatSettings(time_limit=a.time_limit, workers=a.workers),
-                                       reference=str(ref) if a.space == "compiler" else None,
-                                       base_groups=str(bg_path) if a.space == "compiler" and base_groups else None,
-                                       margin=a.margin, **judged)
+                space = None if a.space != "compiler" else ReferenceSpace(
+                    str(ref), str(bg_path) if base_groups else None, a.margin, **judged)
+                opts = StrategyOptions(cpsat=CpsatSettings(time_limit=a.time_limit, workers=a.workers), space=space)
                 t0 = time.perf_counter()
                 try:
                     plan, _ = parse_strategy(st).run(net, chip, opts)
@@ -254,7 +266,7 @@ def write_report(df: pd.DataFrame, out: Path, a: argparse.Namespace) -> None:
           "groups, its slicing and weight-load rules, no hand-over; the reference's grouping kept unless lgopt's "
           "is predicted `--margin` faster, noted as such), `free` in lgopt's own space, exported as groups "
           "only. With `--judge-budget` > 0, TPU-MLIR measures the candidates of a local search from its own "
-          "grouping and lgopt's (`lgopt.strategies.judged`) and the fastest it measured is the plan.", "",
+          "grouping and lgopt's (`lgopt.tpumlir.judged`) and the fastest it measured is the plan.", "",
           df.to_markdown(index=False, floatfmt="g"), ""]
     (out / "roundtrip.md").write_text("\n".join(md))
 

@@ -2,7 +2,8 @@
 
     python benchmarks/run.py [--chips bm1684x,bm1688,cv181x] [--problems resnet18,...] [--time-limit 60]
 
-Writes benchmarks/results.csv and benchmarks/results.md (pandas), one row per problem x chip, and prints
+Writes the table, one row per problem x chip, to its section of benchmarks/results/solver.md (and every
+column to benchmarks/out/greedy_vs_cpsat.csv, not tracked), and prints
 the geometric-mean ratio cpsat/greedy over the rows where greedy is not already at the lower bound.
 Every plan is checked by the independent verifier; a failing plan aborts the run.
 """
@@ -16,15 +17,15 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from common import OUT, RESULTS, write_section
+
+from lgopt.check.verify import verify_plan
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_problem
+from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
+from lgopt.strategies.greedy import greedy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lgopt.check.verify import verify_plan  # noqa: E402
-from lgopt.hw.chip import get_chip  # noqa: E402
-from lgopt.io.problem import load_problem  # noqa: E402
-from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise  # noqa: E402
-from lgopt.strategies.greedy import greedy  # noqa: E402
 
 
 def cold_caches() -> None:
@@ -43,7 +44,7 @@ def main() -> int:
     ap.add_argument("--problems", default=",".join(sorted(p.stem for p in (ROOT / "problems").glob("*.json"))))
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(OUT / "greedy_vs_cpsat"), help="OUT.csv: every column")
     args = ap.parse_args()
     rows = []
     for name in args.problems.split(","):
@@ -78,13 +79,15 @@ def main() -> int:
     df = pd.DataFrame(rows)
     improvable = df[df["greedy/LB"] > 1.0001]
     geo = math.exp(sum(math.log(r) for r in improvable["cpsat/greedy"]) / max(1, len(improvable)))
-    out = Path(args.out)
-    df.to_csv(out.with_suffix(".csv"), index=False)
+    out = Path(f"{args.out}.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
     summary = (f"\n{len(df)} runs; cpsat <= greedy in {int((df['cpsat/greedy'] <= 1).sum())}; "
                f"proven optimal in {int((df['status'] == 'optimal').sum())}; geometric mean cpsat/greedy over the "
                f"{len(improvable)} runs where greedy is above the lower bound: {geo:.4f} "
                f"({100 * (1 - geo):.1f}% fewer cycles); time limit {args.time_limit:g} s, {args.workers} workers\n")
-    out.with_suffix(".md").write_text("# greedy vs cpsat\n\n" + df.to_markdown(index=False) + "\n" + summary)
+    write_section(RESULTS / "solver.md", "greedy vs cpsat",
+                  "## greedy vs cpsat (`python benchmarks/run.py`)\n\n" + df.to_markdown(index=False) + "\n" + summary)
     print(summary)
     return 0
 

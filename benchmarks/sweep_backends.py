@@ -5,7 +5,8 @@ cache, as fresh ``lgopt sweep`` processes (start-up, cluster start, plots all co
 Checks what issue 17 promises: every backend gives the same result per configuration, and the Dask
 cluster's wall time is within 1.3x of the process pool's.  A second, smaller sweep runs cpsat on a
 deterministic budget small enough to stop most searches (``--deterministic-time``): the searches the
-budget stopped must stop at the same point on every backend.  Writes ``benchmarks/sweep_backends.md``.
+budget stopped must stop at the same point on every backend.  Writes its section of
+``benchmarks/results/runtime.md``.
 
     python benchmarks/sweep_backends.py [--skip-sequential] [--units 1]
 """
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from common import RESULTS, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ["problems/resnet18.json", "problems/mobilenet_v2.json", "problems/fixture_yolov5s_like.json"]
@@ -74,7 +76,7 @@ def main() -> int:
     cut_same = {n: cut_base.equals(df) for n, df in cut_frames.items()}
     pool, dask = rows[0][1], rows[1][1]
     load = os.getloadavg()
-    lines = ["# Sweep backends, measured", "",
+    lines = ["## Sweep backends, measured", "",
              f"`python benchmarks/sweep_backends.py`: {len(MODELS)} models x 64 configurations (8 `lmem_bytes` x 8 "
              "`npu_num`) on bm1684x, greedy, each backend into a fresh cache, as a fresh `lgopt sweep` process "
              f"(wall seconds, start-up and report included). Load average at the end: {load[0]:.2f} / {load[1]:.2f} "
@@ -82,7 +84,7 @@ def main() -> int:
              "| backend | configurations | wall s | same results as the process pool |", "|---|---:|---:|---|"]
     lines += [f"| {n} | {k} | {s:.1f} | {'yes' if same[n] else 'NO'} |" for n, s, k in rows]
     lines += ["", f"Dask local cluster / process pool: {dask / pool:.2f}x (target: at most 1.3x).", "",
-              "## Searches stopped by a deterministic budget", "",
+              "### Searches stopped by a deterministic budget", "",
               f"The same models x 4 LMEM sizes ({CUT_SETS[1].split('=')[1]}) on bm1684x, cpsat with 2 CP-SAT "
               f"workers and `--deterministic-time {args.units:g}` per configuration (analytic cost model). A search "
               "its budget stops ends where the work it counted reaches the budget, not where the clock does, so "
@@ -90,7 +92,7 @@ def main() -> int:
               "| backend | configurations | stopped by the budget | wall s | same results as the process pool |",
               "|---|---:|---:|---:|---|"]
     lines += [f"| {n} | {k} | {c} | {s:.1f} | {'yes' if cut_same[n] else 'NO'} |" for n, s, k, c in cut_rows]
-    (ROOT / "benchmarks" / "sweep_backends.md").write_text("\n".join(lines) + "\n")
+    write_section(RESULTS / "runtime.md", "sweep backends", "\n".join(lines))
     print("\n".join(lines))
     return 0 if all(same.values()) and all(cut_same.values()) else 1
 

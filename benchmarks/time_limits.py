@@ -2,7 +2,7 @@
 
 Runs ``lgopt solve --strategy cpsat --time-limit T`` on models whose search uses the whole limit and
 ``lgopt sweep --time-limit T``, each as a fresh process (interpreter start, loading, search, verification,
-writing, plots all counted), and writes ``benchmarks/time_limits.md`` with the overrun of each.  The
+writing, plots all counted), and writes the overrun of each to its section of ``benchmarks/results/runtime.md``.  The
 promise: no command ends more than 1 s after its limit.
 
     python benchmarks/time_limits.py [--limit 20] [--sweep-limit 5]
@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import RESULTS, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "calibration" / "onnx"
@@ -53,13 +55,13 @@ def main() -> int:
             limit = args.sweep_limit * -(-n // 2)
             rows.append((f"sweep mobilenet_v2 {n} configuration(s), 2 jobs", limit, secs, rc))
             print(rows[-1], flush=True)
-    lines = ["# Time limits, measured", "", f"`python benchmarks/time_limits.py --limit {args.limit:g} --sweep-limit "
+    lines = ["## Time limits, measured", "", f"`python benchmarks/time_limits.py --limit {args.limit:g} --sweep-limit "
              f"{args.sweep_limit:g}` on this project's 2-core machine: wall-clock seconds of the whole process.", "",
              "| command | limit s | wall s | overrun s | exit |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {c} | {lim:g} | {s:.2f} | {s - lim:+.2f} | {rc} |" for c, lim, s, rc in rows]
     worst = max(s - lim for _, lim, s, _ in rows)
     lines += ["", f"Largest overrun: {worst:+.2f} s (promise: at most 1 s)."]
-    (ROOT / "benchmarks" / "time_limits.md").write_text("\n".join(lines) + "\n")
+    write_section(RESULTS / "runtime.md", "time limits", "\n".join(lines))
     print("\n".join(lines))
     return 0 if worst <= 1.0 else 1
 

@@ -6,41 +6,40 @@
 
 For each calibration model (``../shared/calibration/onnx``, f16) on each chip and strategy: the fraction of
 ops in groups, the plan's cycles (analytic cost model), the cycles of running every op as a global layer,
-and whether the plan verifies and simulates exactly (``--simulate``; slow on whole models).  Writes
-``benchmarks/transformers.md``.
+and whether the plan verifies and simulates exactly (``--simulate``; slow on whole models).  Writes the
+table to its section of ``benchmarks/results/transformers.md`` (one section per ``--cost-model``).
 
 ``--mlp``: the LLM block's MLP (:func:`lgopt.io.zoo.llm_mlp`: RMSNorm, SwiGLU, residual) at real sizes
 (tokens x dim x hidden, f16, weights of 22-90 MB each, far above bm1684x's 16 MiB of LMEM) on bm1684x:
 all-global cycles, greedy without column slices (``max_w_slices=1``: what lgopt did before), greedy and
 CP-SAT with them, every plan verified (and simulated with ``--simulate``, for dims up to 2048: the
-simulator holds every weight as float64).  Rewrites the MLP section of ``benchmarks/transformers.md``.
+simulator holds every weight as float64).  Rewrites the MLP section of ``benchmarks/results/transformers.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
+from common import RESULTS, write_section
+
+from lgopt.check.simulate import simulate
+from lgopt.check.verify import verify_plan
+from lgopt.cost.cycles import global_layer_cost
+from lgopt.hw.chip import for_chip, get_chip
+from lgopt.io.problem import load_model
+from lgopt.report.tables import grouped_fraction
+from lgopt.strategies.cpsat.common import CpsatSettings
+from lgopt.strategies.registry import StrategyOptions, parse_strategy
+from lgopt.strategies.settings import SearchSettings
+from lgopt.tpumlir.lowering import network_of
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lgopt.check.simulate import simulate  # noqa: E402
-from lgopt.check.verify import verify_plan  # noqa: E402
-from lgopt.group.cost import global_layer_cost  # noqa: E402
-from lgopt.hw.chip import for_chip, get_chip  # noqa: E402
-from lgopt.io.problem import load_model  # noqa: E402
-from lgopt.io.tpumlir_lowering import network_of  # noqa: E402
-from lgopt.report.tables import grouped_fraction  # noqa: E402
-from lgopt.strategies.cpsat.common import CpsatSettings  # noqa: E402
-from lgopt.strategies.registry import StrategyOptions, parse_strategy  # noqa: E402
-from lgopt.strategies.settings import SearchSettings  # noqa: E402
-
 CAL = ROOT.parent / "shared" / "calibration"
 ONNX = CAL / "onnx"
+DOC = RESULTS / "transformers.md"
 
 
 MLP_MARK = "## The LLM MLP with column slices and weight reload"
@@ -90,17 +89,14 @@ def mlp_rows(args: argparse.Namespace) -> list[dict]:
 
 
 def write_mlp(args: argparse.Namespace, rows: list[dict]) -> None:
-    out = ROOT / "benchmarks" / "transformers.md"
-    text = out.read_text() if out.exists() else ""
-    text = text.split(MLP_MARK)[0].rstrip() + "\n\n" if MLP_MARK in text or text else text
     sim = " --simulate" if args.simulate else ""
-    text += (f"{MLP_MARK}\n\n`python benchmarks/transformers.py --mlp --sizes {args.sizes} --time-limit "
-             f"{args.time_limit:g}{sim}`; bm1684x, f16, every cycle count by the analytic cost model "
-             "(docs/cost-model.md), CP-SAT with 2 workers.  The problem is lgopt.io.zoo.llm_mlp (RMSNorm, "
-             "SwiGLU gate/up/down, residual; `problems/llm_mlp.json` is the first 256x2048x5504 row).  "
-             "\"greedy, no column slices\" is greedy with `max_w_slices=1`, what lgopt did before column "
-             "slicing.\n\n" + pd.DataFrame(rows).to_markdown(index=False) + "\n" + SIMULATED)
-    out.write_text(text)
+    text = (f"{MLP_MARK}\n\n`python benchmarks/transformers.py --mlp --sizes {args.sizes} --time-limit "
+            f"{args.time_limit:g}{sim}`; bm1684x, f16, every cycle count by the analytic cost model "
+            "(docs/cost-model.md), CP-SAT with 2 workers.  The problem is lgopt.io.zoo.llm_mlp (RMSNorm, "
+            "SwiGLU gate/up/down, residual; `problems/llm_mlp.json` is the first 256x2048x5504 row).  "
+            "\"greedy, no column slices\" is greedy with `max_w_slices=1`, what lgopt did before column "
+            "slicing.\n\n" + pd.DataFrame(rows).to_markdown(index=False) + "\n" + SIMULATED)
+    write_section(DOC, "llm mlp", text)
 
 
 def main() -> None:
@@ -149,15 +145,12 @@ def main() -> None:
                              "verified": not verify_plan(net, plan), "simulated": sim, "seconds": round(secs, 1)})
                 print(rows[-1], flush=True)
     df = pd.DataFrame(rows)
-    out = ROOT / "benchmarks" / "transformers.md"
-    old = out.read_text() if out.exists() else ""
-    keep = "\n\n" + MLP_MARK + old.split(MLP_MARK)[1] if MLP_MARK in old else ""  # the --mlp section stays
-    out.write_text("# Transformers and modern CNNs as layer groups (issue 16)\n\n"
-                   f"`python benchmarks/transformers.py --models {args.models} --chips {args.chips} --strategies "
-                   f"{args.strategies} --time-limit {args.time_limit:g} --cost-model {args.cost_model}`; f16, cycles "
-                   f"by the {args.cost_model} cost model, CP-SAT with 2 workers.  `tpu-mlir opt2`: TPU-MLIR's own "
-                   "grouping (its cache in the calibration data, read exactly); `grouped %`: the model's ops in "
-                   "groups.\n\n" + df.to_markdown(index=False) + "\n" + keep)
+    write_section(DOC, f"models, {args.cost_model}",
+                  f"`python benchmarks/transformers.py --models {args.models} --chips {args.chips} --strategies "
+                  f"{args.strategies} --time-limit {args.time_limit:g} --cost-model {args.cost_model}`; f16, cycles "
+                  f"by the {args.cost_model} cost model, CP-SAT with 2 workers.  `tpu-mlir opt2`: TPU-MLIR's own "
+                  "grouping (its cache in the calibration data, read exactly); `grouped %`: the model's ops in "
+                  "groups.\n\n" + df.to_markdown(index=False))
     print(df.to_string(index=False))
 
 

@@ -166,12 +166,23 @@ def _judge_args(p: argparse.ArgumentParser) -> None:
                    help="with --judge: compiles of the local search after its start points (default 40, ~1 s each)")
 
 
+def _space(args: argparse.Namespace, chip: Any, time_limit: float, margin: float) -> Any:
+    """The search space ``--reference`` (and ``--judge``, which implies one) asks for: a
+    :class:`lgopt.tpumlir.space.ReferenceSpace`, or None."""
+    from lgopt.tpumlir.space import ReferenceSpace
+
+    refs = {"reference": args.reference, "base_groups": args.base_groups, **_judge(args, chip.name, time_limit)}
+    if refs["reference"] is None:
+        return None
+    return ReferenceSpace(margin=margin, reserve_banks=_reserve(args, chip), **refs)
+
+
 def _judge(args: argparse.Namespace, chip_name: str, time_limit: float) -> dict[str, Any]:
-    """StrategyOptions fields for ``--judge``: the judge, and the reference and base groups it implies."""
+    """ReferenceSpace fields for ``--judge``: the judge, and the reference and base groups it implies."""
     if not getattr(args, "judge", None):
         return {}
-    from lgopt.io.tpumlir_judge import find_judge
-    from lgopt.strategies.judged import JudgeSettings
+    from lgopt.tpumlir.judge import find_judge
+    from lgopt.tpumlir.judged import JudgeSettings
 
     if args.judge_budget < 0:
         raise LgoptError(f"--judge-budget must be at least 0, got {args.judge_budget}")
@@ -319,10 +330,10 @@ RESERVE = 0.5  # seconds of a solve's time limit kept for what follows the searc
 def cmd_solve(args: argparse.Namespace) -> int:
     import time
 
-    from lgopt.io.tpumlir_lowering import network_of
     from lgopt.model.network import with_batch
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
-    from lgopt.strategies.tpumlir import GroupingInfeasible
+    from lgopt.tpumlir.grouping import GroupingInfeasible
+    from lgopt.tpumlir.lowering import network_of
 
     started = getattr(args, "started", time.perf_counter())
     _positive_seconds(args.time_limit, "--time-limit")
@@ -343,13 +354,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
     settings, cpsat = _solve_settings(args, budget)
     t0 = time.perf_counter()
     progress = None if args.json else stderr_progress
-    keep = _Incumbents(net, args.output, args.objective)
-    judged = _judge(args, chip.name, budget)
-    refs = {"reference": args.reference, "base_groups": args.base_groups, **judged}
+    space = _space(args, chip, budget, margin)
+    # the network every plan of this run is of: with a reference, lowered once as its cache lowered it
+    planned = net if space is None else space.lowered(net)[0]
+    keep = _Incumbents(planned, args.output, args.objective)
     try:
         plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress, incumbent=keep,
-                                                            margin=margin, reserve_banks=_reserve(args, chip),
-                                                            **refs))
+                                                            space=space))
         seconds = round(time.perf_counter() - t0, 3)
         _clear_progress(progress)
         keep(plan, final=True)
@@ -363,7 +374,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _clear_progress(progress)
         return keep.interrupted()
-    _print_solve(args, network_of(net, plan), plan, extra, seconds)
+    _print_solve(args, network_of(planned, plan), plan, extra, seconds)  # no second lowering: same digest
     return 0
 
 
@@ -396,7 +407,7 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
               f"{len(extra.get('fused', []))} lgopt ops folded into a TPU-MLIR op; cost model: {s['cost_model']}")
         if extra.get("lowered"):
             print(f"tpu-mlir: {len(extra['lowered'])} MatMul chains split into the column pieces the cache runs in "
-                  "different steps, as TPU-MLIR lowered them (lgopt.io.tpumlir_lowering; the plan is of the model "
+                  "different steps, as TPU-MLIR lowered them (lgopt.tpumlir.lowering; the plan is of the model "
                   "so lowered, which verify, simulate and export rebuild from the cache it records)")
     sv = plan.solver
     if plan.strategy == "cpsat" and "value" in sv:
@@ -461,7 +472,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from lgopt.check.simulate import simulate
     from lgopt.io.planfile import load_plan
-    from lgopt.io.tpumlir_lowering import network_of
+    from lgopt.tpumlir.lowering import network_of
 
     plan = load_plan(args.plan)
     model = _load_model(args, args.model)
@@ -598,7 +609,7 @@ def cmd_chips(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from lgopt.io.exporters import export, get, write
     from lgopt.io.planfile import load_plan
-    from lgopt.io.tpumlir_lowering import network_of
+    from lgopt.tpumlir.lowering import network_of
 
     ex = get(args.format)
     plan = load_plan(args.plan)
@@ -616,6 +627,36 @@ def cmd_export(args: argparse.Namespace) -> int:
           + (f", reference {args.reference}" if args.reference else ""))
     for w in meta.get("warnings", []):
         print(f"  warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _names(text: str | None, flag: str) -> tuple[str, ...]:
+    """A comma-separated list of names (empty: none given); a name twice is a typo, not a wish."""
+    names = tuple(n.strip() for n in (text or "").split(",") if n.strip())
+    if len(set(names)) != len(names):
+        raise LgoptError(f"{flag}: a name is given twice")
+    return names
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from lgopt.report.verdict import verify
+    from lgopt.tpumlir.calibrate import FitOptions, evaluate_fit, fit_model
+
+    if args.eval_limit is not None and args.eval_limit < 1:
+        raise LgoptError(f"--eval-limit must be at least 1, got {args.eval_limit}")
+    opts = FitOptions(Path(args.measurements), Path(args.output), _names(args.chips, "--chips"),
+                      _names(args.models, "--models"), _names(args.holdout, "--holdout"),
+                      Path(args.batch_runs) if args.batch_runs else None, args.date or "", args.name)
+    fit = fit_model(opts, say=print)
+    if args.no_eval:
+        return 0
+    if not fit.held_out:
+        print("no model held out (--holdout M1,M2): no held-out error to report")
+        return 0
+    held = evaluate_fit(fit, args.eval_limit, check=lambda net, plan: verify(net, plan, stop_at_first=True))
+    print("\n".join(held.summary()))
+    if args.report:
+        print(f"wrote {', '.join(map(str, held.write(Path(args.report))))}")
     return 0
 
 
@@ -798,6 +839,40 @@ def _add_chips(sub: Any) -> None:
     s.set_defaults(func=cmd_chips)
 
 
+FIT_HELP = """Fit the constants of the fitted cost model (lgopt.cost.fitted, shipped as tpu-mlir-1.30) on
+measured TPU-MLIR timelines in the calibration format (shared/calibration/README.md: totals.csv, groups.csv,
+globals.csv, ops.csv.gz, model_ops.csv, onnx/, caches/), on every model but the held-out ones, then print its
+error on those next to the analytic model's.  Writes OUT_DIR/<chip>.json for every chip: the folder layout the
+fitted model reads (lgopt/cost/models is the shipped one; elsewhere, register CalibratedModel(name=...,
+directory=OUT_DIR) in a plugin, docs/cost-model.md).  Each file records its data, models, date and the command
+that makes it again (source.command): the same measurements and options give the same constants."""
+
+
+def _add_fit(sub: Any) -> None:
+    """``lgopt fit``."""
+    s = sub.add_parser("fit", help="fit the cost model on measured compiler timelines; write <chip>.json files",
+                       description=FIT_HELP)
+    s.add_argument("measurements", metavar="MEASUREMENTS_DIR", help="a folder in the calibration format")
+    s.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
+                   help="folder to write <chip>.json into, one per chip (created if missing; files replaced)")
+    s.add_argument("--chips", help="comma-separated chips to fit (default: every chip measured)")
+    s.add_argument("--models", help="comma-separated models to use, fitted on and held out (default: all)")
+    s.add_argument("--holdout", help="comma-separated models left out of the fit, to report its error on "
+                                     "(default: none; the shipped models hold out mobilenet_v3_small,resnet50,"
+                                     "unet_small)")
+    s.add_argument("--batch-runs", metavar="DIR",
+                   help="a batch > 1 round trip's output (benchmarks/roundtrip.py --batch 4: DIR/scores/"
+                        "MODEL_CHIP_bB_opt2.json): its opt2 timelines price a global Gemm's further rows "
+                        "(without it, each row costs a full one)")
+    s.add_argument("--date", metavar="YYYY-MM-DD", help="the date recorded in the files (default: today)")
+    s.add_argument("--name", default="tpu-mlir-1.30", help="the cost model's name recorded in the files")
+    s.add_argument("--no-eval", action="store_true", help="fit and write the constants only")
+    s.add_argument("--eval-limit", type=int, metavar="N", help="score at most N held-out groupings per chip")
+    s.add_argument("--report", metavar="DIR",
+                   help="also write the held-out comparison there: ops.csv, groups.csv, groupings.csv, summary.md")
+    s.set_defaults(func=cmd_fit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lgopt", description="LayerGroup optimiser for Sophgo-style TPUs")
     p.add_argument("--version", action="version", version=f"lgopt {__version__}")
@@ -812,6 +887,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_show(sub)
     _add_export(sub)
     _add_chips(sub)
+    _add_fit(sub)
     return p
 
 

@@ -1,7 +1,9 @@
+import os
 from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
@@ -28,7 +30,8 @@ def net_of(path: str):
 def assert_slices_cost_more(chip, net, op, model) -> None:
     """The cost-model contract the bounds rely on: H slices add up to at least the whole op plus one issue
     per extra slice."""
-    from lgopt.group.cost import SliceShape, tiu_cycles
+    from lgopt.cost.cycles import tiu_cycles
+    from lgopt.cost.model import SliceShape
 
     out = net.tensor(op.outputs[0])
     in_h = net.tensor(op.inputs[0]).h if op.inputs else out.h
@@ -55,10 +58,6 @@ def fixtures_dir() -> Path:
 
 
 # CI replays a fixed set of examples so a red run is reproducible; locally hypothesis explores.
-from hypothesis import settings  # noqa: E402
-
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("deep", max_examples=2000, deadline=None)
-import os  # noqa: E402
-
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "default"))

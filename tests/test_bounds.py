@@ -6,10 +6,11 @@ import itertools
 import pytest
 from conftest import PROBLEMS
 
-from lgopt.group.cost import group_cost
+from lgopt.cost.pipeline import group_cost
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_problem
-from lgopt.strategies.cpsat.bounds import fluid_bound, interval_lower_bound, whole_load_bound
+from lgopt.strategies.cpsat.bounds import fluid_bound, whole_load_bound
+from lgopt.strategies.cpsat.interval_bound import interval_lower_bound
 from lgopt.strategies.cpsat.loadtable import chosen_weights, load_options, with_loads
 from lgopt.strategies.cpsat.space import CandidateSpace
 

@@ -1,4 +1,5 @@
-"""The cost model fitted on TPU-MLIR's timeline (lgopt/group/calibrated.py, benchmarks/fit_cost.py).
+"""The cost model fitted on TPU-MLIR's timeline (lgopt/cost/fitted.py) and its fit (``lgopt fit``: lgopt/cost/fit.py,
+lgopt/tpumlir/calibrate.py).
 
 The contract tests need nothing but the shipped constants; the fit and the held-out comparison use
 ``../shared/calibration`` and skip without it.
@@ -7,13 +8,16 @@ The contract tests need nothing but the shipped constants; the fit and the held-
 import itertools
 import json
 import math
-import sys
+import shlex
 from pathlib import Path
 
 import pytest
 from conftest import PROBLEMS, assert_slices_cost_more
 
-from lgopt.group.cost import SliceShape, cost_model, gdma_cycles, gmem_view, tiu_cycles
+from lgopt.cost.cycles import gdma_cycles, tiu_cycles
+from lgopt.cost.model import SliceShape
+from lgopt.cost.registry import cost_model
+from lgopt.cost.work import gmem_view
 from lgopt.hw.chip import get_chip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +82,8 @@ def test_global_layers_of_layer_group_op_types_are_scaled_and_the_lower_bound_ho
     bound stays below an all-global plan and the greedy plan."""
     import math
 
-    from lgopt.group.cost import global_layer_cost, lower_bound
+    from lgopt.cost.bound import lower_bound
+    from lgopt.cost.cycles import global_layer_cost
     from lgopt.group.totals import finish
     from lgopt.io.problem import load_problem
     from lgopt.strategies.greedy import greedy
@@ -117,7 +122,7 @@ def test_a_transfers_shape_is_charged():
 
 
 def test_shipped_constants_are_well_formed():
-    from lgopt.group.calibrated import CALIBRATION_DIR, ChipConstants
+    from lgopt.cost.fitted import CALIBRATION_DIR, ChipConstants
 
     for c in CHIPS:
         d = json.loads((CALIBRATION_DIR / f"{c}.json").read_text())
@@ -128,22 +133,88 @@ def test_shipped_constants_are_well_formed():
 
 
 @needs_data
-def test_fit_script_runs_on_a_subset_and_writes_valid_constants(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import fit_cost
+def test_lgopt_fit_on_a_subset_writes_valid_constants_and_the_held_out_error(tmp_path, capsys):
+    from lgopt.cli import main
+    from lgopt.cost.fitted import load_constants
 
-    from lgopt.group.calibrated import load_constants
-
-    rc = fit_cost.main(["--data", str(CAL), "--chips", "bm1688", "--models", "resnet18,mobilenet_v2,unet_small",
-                        "--holdout", "unet_small", "--out", str(tmp_path), "--no-eval"])
+    out = tmp_path / "models"
+    rc = main(["fit", str(CAL), "-o", str(out), "--chips", "bm1688", "--models", "resnet18,mobilenet_v2,unet_small",
+               "--holdout", "unet_small", "--eval-limit", "2", "--date", "2026-01-02"])
+    printed = capsys.readouterr().out
     assert rc == 0
-    d = json.loads((tmp_path / "bm1688.json").read_text())
+    d = json.loads((out / "bm1688.json").read_text())
     assert d["source"]["held_out"] == ["unet_small"] and "unet_small" not in d["source"]["fitted_on"]
-    k = load_constants("bm1688", tmp_path)
+    assert d["source"]["date"] == "2026-01-02" and d["model"] == NAME and d["global_local"]
+    assert shlex.split(d["source"]["command"])[:2] == ["lgopt", "fit"]
+    k = load_constants("bm1688", out)
     k.check("bm1688")
     # dense convs of these models run close to the analytic work on bm1688 (slope near 1)
     a, b = k.tiu["conv"]
     assert 0.5 < b < 2.0 and a >= k.issue
+    # the held-out error, naming the model, the held-out model and the whole-model error
+    assert f"Cost model {NAME} (constants in {out}), held-out models: unet_small" in printed
+    assert "| bm1688 | model total (exact or relaxed) | 2 |" in printed and "| bm1688 | unet_small | 2 |" in printed
+
+
+def test_lgopt_fit_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from lgopt.cli import main
+
+    assert main(["fit", str(tmp_path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a folder of measurements in the calibration format" in err and len(err.splitlines()) == 1
+    if (CAL / "ops.csv.gz").exists():
+        for bad in (["--holdout", "no_such_model"], ["--chips", "bm9999"], ["--date", "yesterday"]):
+            assert main(["fit", str(CAL), "-o", str(tmp_path / "out"), *bad]) == 2, bad
+            assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        assert not (tmp_path / "out").exists()
+
+
+def _shipped(chip: str) -> dict:
+    from lgopt.cost.fitted import CALIBRATION_DIR
+
+    return json.loads((CALIBRATION_DIR / f"{chip}.json").read_text())
+
+
+def test_the_shipped_constants_carry_the_command_that_makes_them():
+    """``source.command`` is an ``lgopt fit`` command whose options are the ones the file records: its data, the
+    models held out (every other one fitted on), its date, the batch runs its Gemm rows came from, its folder."""
+    from lgopt.cli import build_parser
+    from lgopt.cost.fitted import CALIBRATION_DIR
+
+    for c in CHIPS:
+        d = _shipped(c)
+        src = d["source"]
+        argv = shlex.split(src["command"])
+        assert argv[:2] == ["lgopt", "fit"]
+        args = build_parser().parse_args(argv[1:])
+        assert args.measurements == src["data"] and args.date == src["date"] and c in args.chips.split(",")
+        assert args.holdout.split(",") == src["held_out"] and args.models is None  # every measured model
+        assert args.batch_runs == d["global_rows"]["source"] and args.name == d["model"] == NAME
+        assert (ROOT / args.output).resolve() == CALIBRATION_DIR.resolve()
+
+
+@needs_data
+def test_the_shipped_command_makes_the_shipped_constants_again(tmp_path, monkeypatch):
+    """Run the command a shipped file records (on one chip, into a scratch folder): the same constants, bit for
+    bit, and the same provenance."""
+    from lgopt.cli import main
+
+    monkeypatch.chdir(ROOT)  # the command's relative paths (--batch-runs) are the repository's
+    shipped = _shipped("bm1688")
+    argv = shlex.split(shipped["source"]["command"])[1:]
+    argv[1] = str(CAL)
+    argv[argv.index("-o") + 1] = str(tmp_path)
+    argv[argv.index("--chips") + 1] = "bm1688"
+    # the batch-4 round trip it names lives in benchmarks/roundtrip/runs.tar.xz (``roundtrip.py --unpack``); its
+    # opt2 scores of the models with one-row Gemm heads, all the fit reads of it, are copied beside the tests
+    argv[argv.index("--batch-runs") + 1] = str(ROOT / "tests" / "data" / "roundtrip" / "cautions-b4")
+    assert main([*argv, "--no-eval"]) == 0
+    made = json.loads((tmp_path / "bm1688.json").read_text())
+    for d in (made, shipped):  # where the batch runs were read from differs (above), not what was read
+        d["global_rows"].pop("source")
+    assert {k: v for k, v in made.items() if k != "source"} == {k: v for k, v in shipped.items() if k != "source"}
+    for key in ("compiler", "fitted_on", "held_out", "date", "n_tiu_slices", "n_transfers"):
+        assert made["source"][key] == shipped["source"][key], key
 
 
 @needs_data
@@ -151,11 +222,9 @@ def test_calibrated_is_closer_than_analytic_on_held_out_groupings():
     """TPU-MLIR's own groupings of models the shipped constants were not fitted on."""
     import pandas as pd
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from calibration import run_one
-
-    from lgopt.group.calibrated import load_constants
+    from lgopt.cost.fitted import load_constants
     from lgopt.io.problem import load_model
+    from lgopt.tpumlir.heldout import run_one
 
     tot = pd.read_csv(CAL / "totals.csv")
     cases = [("mobilenet_v3_small", "bm1684x"), ("mobilenet_v3_small", "bm1688"), ("unet_small", "bm1688"),
@@ -182,9 +251,10 @@ def test_views_of_gmem_run_globally_for_free():
     bound stays below the plan, and the plan verifies with its costs recomputed."""
     from conftest import net_of
 
-    from lgopt.group.cost import global_layer_cost, lower_bound
+    from lgopt.cost.bound import lower_bound
+    from lgopt.cost.cycles import global_layer_cost
     from lgopt.report.verdict import verify
-    from lgopt.strategies.tpumlir import score
+    from lgopt.tpumlir.grouping import score
 
     net = net_of(str(CAL / "onnx" / "shufflenet_v2_x1_0.weightless.onnx"))
     cache = str(CAL / "caches" / "shufflenet_v2_x1_0_bm1684x" / "opt2.layer_group_cache.json")
@@ -214,8 +284,8 @@ def test_a_concat_or_slice_off_a_lane_boundary_is_a_lane_copy():
     ("shift": UNet's 32 + 32 on 64 lanes) or wrapping past the last lane ("wrap": ShuffleNet's 58 + 58); a
     split on lane boundaries is vector copies.  The calibrated model charges a wrapping copy its fitted fixed
     cost on top of the copy, and a global layer (a copy in GMEM) none of it."""
-    from lgopt.group.calibrated import tiu_category
-    from lgopt.group.cost import lane_copy
+    from lgopt.cost.fitted import tiu_category
+    from lgopt.cost.work import lane_copy
 
     x = get_chip("bm1684x", {"cost_model": NAME})  # 64 lanes
     for (c1, c2), want in {(58, 58): "wrap", (32, 32): "shift", (64, 64): "", (128, 32): ""}.items():
@@ -241,7 +311,7 @@ def test_lane_copies_are_predicted_within_15_percent_of_the_timeline():
     import pandas as pd
     from conftest import net_of
 
-    from lgopt.group.calibrated import tiu_category
+    from lgopt.cost.fitted import tiu_category
     from lgopt.model import ops as opsem
 
     ops = pd.read_csv(CAL / "ops.csv.gz")
@@ -270,12 +340,12 @@ def test_io_casts_run_globally_unless_a_group_converts_them():
     the group next to it converts it (``f32_in`` / ``f32_out``: its load or store charged at f32 bytes).  The
     compiler-space pass pulls the Casts into those groups where they fit and pay; the analytic model has no
     such casts."""
-    from lgopt.group.cost import io_cast_cost
+    from lgopt.cost.cycles import io_cast_cost
     from lgopt.io.problem import load_problem
     from lgopt.report.verdict import verify
     from lgopt.strategies.greedy import greedy
-    from lgopt.strategies.io_casts import convert_io_in_groups
     from lgopt.strategies.settings import SearchSettings
+    from lgopt.tpumlir.casts import convert_io_in_groups
 
     net = load_problem(str(PROBLEMS / "unet.json"))
     st = SearchSettings(h_ratio=None)
@@ -308,7 +378,7 @@ def test_a_convs_fused_activation_is_charged_its_vector_passes():
     calibrated model charges them at an elementwise Add's rate (``fused_work``), the analytic work of the conv
     stays its MACs.  mobilenet_v2's 16 -> 96 1x1 expansion conv on BM1688 (a 35-row slice measures 17,640
     cycles, three times its MACs) is predicted within 15 %."""
-    from lgopt.group.calibrated import fused_rate, fused_work, work_term
+    from lgopt.cost.fitted import fused_rate, fused_work, work_term
     from lgopt.model.network import Network, Op, Tensor, Weight
 
     t = {"x": Tensor("x", (1, 16, 112, 112), "f16"), "y": Tensor("y", (1, 96, 112, 112), "f16")}
@@ -341,8 +411,8 @@ def test_stem_convs_are_priced_by_kernel_width_and_stride():
     import pandas as pd
     from conftest import net_of
 
-    from lgopt.group.calibrated import stem_conv_work, tiu_category
-    from lgopt.group.cost import _analytic_tiu
+    from lgopt.cost.fitted import stem_conv_work, tiu_category
+    from lgopt.cost.work import analytic_tiu
     from lgopt.model import ops as opsem
 
     models = ("mobilenet_v3_small", "resnet50", "unet_small")
@@ -372,7 +442,7 @@ def test_stem_convs_are_priced_by_kernel_width_and_stride():
             per_unit.setdefault((r.chip, "stem"), {}).setdefault(model, []).append(
                 r.cycles / stem_conv_work(chip, net, stem, sl))
             per_unit.setdefault((r.chip, "mac"), {}).setdefault(model, []).append(
-                r.cycles / _analytic_tiu(chip, net, stem, sl, 0))
+                r.cycles / analytic_tiu(chip, net, stem, sl, 0))
     assert set(errs) == {(m, c) for m in models for c in CHIPS}
     med = {key: sorted(abs(e) for e in v)[len(v) // 2] for key, v in errs.items()}
     assert all(m <= 0.20 for m in med.values()), med
@@ -390,11 +460,12 @@ def test_the_lower_bound_prices_weights_by_the_model_and_stays_below_every_compi
     grouping lgopt builds."""
     import pandas as pd
 
-    from lgopt.group.cost import lower_bound, weight_gmem_bytes
+    from lgopt.cost.bound import lower_bound
+    from lgopt.cost.work import weight_gmem_bytes
     from lgopt.io.problem import load_model
-    from lgopt.io.tpumlir_cache import load_cache
-    from lgopt.io.tpumlir_lowering import lower_like
-    from lgopt.strategies.tpumlir import score
+    from lgopt.tpumlir.cache import load_cache
+    from lgopt.tpumlir.grouping import score
+    from lgopt.tpumlir.lowering import lower_like
 
     tot = pd.read_csv(CAL / "totals.csv")
     for r in tot[tot.variant == "opt2"].itertuples():
@@ -412,7 +483,7 @@ def test_the_lower_bound_prices_weights_by_the_model_and_stays_below_every_compi
 def test_a_global_type_the_fit_never_saw_runs_like_its_kin():
     """A transposed conv run globally takes the global conv kernels' constants when the fit saw no global
     transposed conv (the calibration's only ones are unet_small's, held out), and its own once fitted."""
-    from lgopt.group.calibrated import fitted_key
+    from lgopt.cost.fitted import fitted_key
     from lgopt.model.network import Network, Op, Tensor, Weight
 
     t = {"x": Tensor("x", (1, 16, 8, 8), "f16"), "y": Tensor("y", (1, 8, 16, 16), "f16")}
@@ -437,7 +508,7 @@ def test_a_global_gemms_further_rows_cost_a_tenth_of_its_first(model, chip_name)
     opt2 scores in the repository) shows 1.26-1.32x its batch-1 cycles; priced within 5 % of both (4x before)."""
     import pandas as pd
 
-    from lgopt.group.cost import global_layer_cost
+    from lgopt.cost.cycles import global_layer_cost
     from lgopt.io.problem import load_model
     from lgopt.model.network import with_batch
 
@@ -446,7 +517,7 @@ def test_a_global_gemms_further_rows_cost_a_tenth_of_its_first(model, chip_name)
     glob = pd.read_csv(CAL / "globals.csv")
     b1 = glob[(glob.model == model) & (glob.chip == chip_name) & (glob.variant == "opt2")
               & (glob.name == "output_Gemm")].cycles.iloc[0]
-    scores = ROOT / "benchmarks" / "roundtrip" / "cautions-b4" / "scores" / f"{model}_{chip_name}_b4_opt2.json"
+    scores = ROOT / "tests" / "data" / "roundtrip" / "cautions-b4" / "scores" / f"{model}_{chip_name}_b4_opt2.json"
     b4 = next(g["cycles"] for g in json.loads(scores.read_text())["global_ops"] if g["name"] == "output_Gemm")
     assert 1.2 < b4 / b1 < 1.4
     for n, meas in ((1, b1), (4, b4)):
@@ -463,10 +534,9 @@ def test_slices_shorter_than_the_fitted_height_stream_slower_and_are_kept_out_of
     import numpy as np
     import pandas as pd
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from fit_cost import fit_min_slice_rows
-
-    from lgopt.group.calibrated import load_constants, min_slice_rows
+    from lgopt.cost.fitted import load_constants
+    from lgopt.cost.registry import min_slice_rows
+    from lgopt.tpumlir.measurements import fit_min_slice_rows
 
     k = load_constants("bm1688")
     ops = pd.read_csv(CAL / "ops.csv.gz")
@@ -489,9 +559,9 @@ def test_a_sliced_groups_weight_loads_move_as_tpu_mlirs_table_moves_them():
     where the table first puts them, 10 % over."""
     from lgopt.io.problem import load_model
     from lgopt.model.network import with_batch
-    from lgopt.strategies.tpumlir import score
+    from lgopt.tpumlir.grouping import score
 
-    run = ROOT / "benchmarks" / "roundtrip" / "cautions-b4"
+    run = ROOT / "tests" / "data" / "roundtrip" / "cautions-b4"  # copied from benchmarks/roundtrip/runs.tar.xz
     scores = json.loads((run / "scores" / "resnet18_bm1688_b4_opt2.json").read_text())
     meas = next(g["cycles"] for g in scores["groups"] if g["func_start_idx"] == 3)
     net = with_batch(load_model(CAL / "onnx" / "resnet18.weightless.onnx", dtype="f16"), 4)

@@ -9,9 +9,10 @@ import pytest
 
 from lgopt.check.simulate import simulate
 from lgopt.check.verify import verify_plan
+from lgopt.cost.cycles import global_layer_cost
+from lgopt.cost.work import weight_gmem_bytes
 from lgopt.errors import LgoptError
 from lgopt.group.build import assemble, try_group, w_slice_options
-from lgopt.group.cost import global_layer_cost, weight_gmem_bytes
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import get_chip
 from lgopt.hw.sizing import column_weights, weight_bytes

@@ -12,8 +12,8 @@ from lgopt.check.verify import verify_plan
 from lgopt.cli import main
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_problem
-from lgopt.io.tpumlir_cache import map_groups, read_cache
-from lgopt.strategies.tpumlir import score
+from lgopt.tpumlir.cache import map_groups, read_cache
+from lgopt.tpumlir.grouping import score
 
 CASES = [("fixture_resnet18", "resnet18_bm1684x_f16", "bm1684x"), ("fixture_resnet18", "resnet18_bm1688_f16", "bm1688"),
          ("fixture_yolov5s_like", "yolov5s_like_bm1684x_f16", "bm1684x")]

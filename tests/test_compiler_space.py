@@ -10,17 +10,19 @@ import pytest
 
 from lgopt.check.verify import verify_plan
 from lgopt.cli import main
+from lgopt.cost.pipeline import moved_weight_loads
 from lgopt.errors import LgoptError
 from lgopt.group.build import schedule, try_group
-from lgopt.group.cost import moved_weight_loads
 from lgopt.hw.chip import get_chip
 from lgopt.io.planfile import save_plan
 from lgopt.io.problem import load_model, load_problem
-from lgopt.io.tpumlir_export import compiler_space, export_tpumlir
-from lgopt.io.tpumlir_lowering import network_of
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.strategies.settings import SearchSettings, exact_packing_allowed, group_runs, group_shape, packing
+from lgopt.tpumlir.export import compiler_space, export_tpumlir
+from lgopt.tpumlir.lowering import network_of
+from lgopt.tpumlir.rules import TPU_MLIR_RULES
+from lgopt.tpumlir.space import ReferenceSpace
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CAL = SHARED / "calibration"
@@ -50,7 +52,7 @@ def test_plans_in_the_compiler_space_verify_and_export(model, chip, strategy):
     space = compiler_space(net, ref)
     allowed = {o: k for k, run in enumerate(space.runs) for o in run}
     # margin 0: lgopt's own grouping wherever it is predicted no slower, under the rules for new groups
-    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=20, workers=2), reference=ref, margin=0.0)
+    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=20, workers=2), space=ReferenceSpace(str(ref), margin=0.0))
     plan, _ = parse_strategy(strategy).run(net, c, opts)
     net = network_of(net, plan)  # as TPU-MLIR lowered it: MobileNetV2's last two 1x1 convs are one
     space = compiler_space(net, ref)
@@ -96,11 +98,11 @@ def test_the_reference_grouping_is_kept_unless_ours_is_predicted_faster_by_the_m
     ``margin`` faster than the compiler's own; otherwise it keeps the compiler's grouping (built by the reader),
     says why, and exports exactly the reference's groups and slice counts."""
     net, chip, ref = _case("resnet18", "bm1688")
-    base = StrategyOptions(reference=ref)
-    even, _ = parse_strategy("greedy").run(net, chip, replace(base, margin=0.0))
+    base = StrategyOptions(space=ReferenceSpace(str(ref)))
+    even, _ = parse_strategy("greedy").run(net, chip, replace(base, space=ReferenceSpace(str(ref), margin=0.0)))
     ours, theirs = even.solver.get("own_cycles", even.cost["cycles"]), even.solver["reference_cycles"]
     assert ("kept_reference" in even.solver) == (ours > theirs)  # margin 0: never predicted slower than theirs
-    kept, _ = parse_strategy("greedy").run(net, chip, replace(base, margin=0.99))
+    kept, _ = parse_strategy("greedy").run(net, chip, replace(base, space=ReferenceSpace(str(ref), margin=0.99)))
     assert "not 99% faster" in kept.solver["kept_reference"] and kept.solver["own_cycles"] == ours
     assert kept.cost["cycles"] == kept.solver["reference_cycles"] and verify_plan(net, kept) == []
     out = export_tpumlir(kept, net, ref)["subfunc_0"]["GroupLayer"]
@@ -126,7 +128,7 @@ def test_the_f32_input_cast_goes_into_the_first_group_where_it_fits(capsys):
     slice), the command says so, and the exported cache puts the input's Cast in that group."""
     net, chip, ref = _case("mobilenet_v2", "bm1688")
     chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
-    plan, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(reference=ref, margin=0.0))
+    plan, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(space=ReferenceSpace(str(ref), margin=0.0)))
     first = next(g for g in plan.groups if g.f32_in)
     assert first.f32_in == tuple(net.inputs) and verify_plan(network_of(net, plan), plan) == []
     g0 = export_tpumlir(plan, net, ref, edge_casts="global")["subfunc_0"]["GroupLayer"][0]
@@ -169,7 +171,7 @@ def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
     moved = moved_weight_loads(chip, net, g)  # the first weight loads in the pipeline fill: it stays there
     assert set(moved) == set(own) and all(moved[o] <= own[o] for o in own)
     assert any(moved[o] < own[o] for o in own)
-    room, table = packing(chip, net, SearchSettings(compiler_packing=True), g)
+    room, table = packing(chip, net, SearchSettings(compiler=TPU_MLIR_RULES), g)
     assert room is chip and {tr.name: r for r, row in enumerate(table.rows) for tr in row.loads
                              if tr.kind == "weight" and tr.stage == 1} == moved
     longer = {b.name: b for b in table.buffers if b.kind == "weight"}
@@ -180,8 +182,8 @@ def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
     # TPU-MLIR's allocator is one greedy pass: what only lgopt's exact packer places does not count for a new group
     shape = group_shape(g.ops, g.n_slices, g.c_slices, g.h_slices, g.w_slices)
     assert exact_packing_allowed(SearchSettings(), g)
-    assert not exact_packing_allowed(SearchSettings(compiler_packing=True), g)
-    assert exact_packing_allowed(SearchSettings(compiler_packing=True, trusted=frozenset({shape})), g)
+    assert not exact_packing_allowed(SearchSettings(compiler=TPU_MLIR_RULES), g)
+    assert exact_packing_allowed(SearchSettings(compiler=TPU_MLIR_RULES, trusted=frozenset({shape})), g)
 
 
 def test_a_new_group_packed_with_moved_loads_reports_its_own_bank_conflicts():
@@ -190,7 +192,7 @@ def test_a_new_group_packed_with_moved_loads_reports_its_own_bank_conflicts():
     recounts them)."""
     net, _, ref = _case("mnasnet1_0", "bm1684x")
     chip = get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"})
-    plan, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(reference=ref, margin=0.0))
+    plan, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(space=ReferenceSpace(str(ref), margin=0.0)))
     assert "kept_reference" not in plan.solver and plan.solver["reserve_banks"] == 2
     assert verify_plan(network_of(net, plan), plan) == []
 
@@ -200,7 +202,7 @@ def test_new_groups_keep_their_slices_as_tall_as_the_fitted_rates_hold():
     ``slice_rows`` tall (9 on BM1688: shorter ones stream at about half the fitted rate on the timeline, so a
     plan using them only looks fast); the reference's own groups stay allowed, and the judge (which measures
     every candidate) is not held to it."""
-    from lgopt.group.calibrated import min_slice_rows
+    from lgopt.cost.registry import min_slice_rows
 
     net = load_problem(PROBLEMS / "resnet18.json")
     chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
@@ -208,7 +210,7 @@ def test_new_groups_keep_their_slices_as_tall_as_the_fitted_rates_hold():
     assert rows == 9
     ops = [op.name for op in net.ops[:3]]
     fine, short = (schedule(net, chip, ops, 1, h, h_ratio=None) for h in (4, 16))  # 56 rows: 14, 4 a slice
-    st = SearchSettings(compiler_packing=True, min_slice_rows=rows)
+    st = SearchSettings(compiler=TPU_MLIR_RULES, min_slice_rows=rows)
     assert packing(chip, net, st, fine)[0] is not None and packing(chip, net, st, short)[0] is None
     assert packing(chip, net, replace(st, min_slice_rows=0), short)[0] is not None
     assert packing(chip, net, replace(st, trusted=frozenset({group_shape(ops, 1, 1, 16, 1)})), short)[0] is chip

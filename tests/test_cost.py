@@ -4,8 +4,11 @@ import pytest
 from conftest import PROBLEMS, assert_slices_cost_more
 from dags import _op
 
+from lgopt.cost.bound import lower_bound
+from lgopt.cost.cycles import gdma_cycles, tiu_cycles
+from lgopt.cost.model import SliceShape
+from lgopt.cost.pipeline import group_cost
 from lgopt.group.build import try_group
-from lgopt.group.cost import SliceShape, gdma_cycles, group_cost, lower_bound, tiu_cycles
 from lgopt.hw.chip import get_chip
 from lgopt.model.network import Network, Tensor, Weight, check_network
 
@@ -67,7 +70,8 @@ def test_lower_bound_below_plans():
 def test_analytic_model_keeps_the_contract_the_bounds_rely_on():
     """CostModel's contract: slices add up to the whole plus an issue per extra slice; DMA is monotone,
     at least its latency and subadditive."""
-    from lgopt.group.cost import cost_model, gdma_cycles
+    from lgopt.cost.cycles import gdma_cycles
+    from lgopt.cost.registry import cost_model
     from lgopt.io.problem import load_problem
 
     net = load_problem(PROBLEMS / "yolov5s.json")
@@ -84,8 +88,9 @@ def test_analytic_model_keeps_the_contract_the_bounds_rely_on():
 def test_a_registered_cost_model_is_chosen_by_the_chip():
     from dataclasses import dataclass
 
+    from lgopt.cost.analytic import AnalyticModel
+    from lgopt.cost.registry import COST_MODELS, cost_model, register_cost_model
     from lgopt.errors import LgoptError
-    from lgopt.group.cost import COST_MODELS, AnalyticModel, cost_model, register_cost_model
     from lgopt.io.problem import load_problem
     from lgopt.strategies.greedy import greedy
 

@@ -8,8 +8,9 @@ from dags import _op
 
 from lgopt.check.simulate import simulate
 from lgopt.check.verify import verify_plan
+from lgopt.cost.cycles import global_layer_cost
+from lgopt.cost.pipeline import group_cost
 from lgopt.group.build import n_unit, schedule
-from lgopt.group.cost import global_layer_cost, group_cost
 from lgopt.group.handover import handover, pin_offset
 from lgopt.group.pack import PackItem, pack
 from lgopt.group.slicing import SliceError, group_io
@@ -185,7 +186,7 @@ def test_time_limit_is_reported_not_optimal():
 def test_more_orders_reach_groups_one_order_cannot(fixtures_dir):
     """On the BM1688 ResNet-18 fixture TPU-MLIR groups ops that are contiguous only in its own order; with
     three orders lgopt's proven optimum is at least as good as TPU-MLIR's grouping."""
-    from lgopt.strategies.tpumlir import score
+    from lgopt.tpumlir.grouping import score
 
     net = load_problem(PROBLEMS / "fixture_resnet18.json")
     chip = get_chip("bm1688")

@@ -15,9 +15,9 @@ from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
 from lgopt.io.exporters import export, names
 from lgopt.io.planfile import save_plan
-from lgopt.io.tpumlir_export import base_groups_from_model_ops, export_tpumlir, tpumlir_name
 from lgopt.model.plan import Plan
-from lgopt.strategies.tpumlir import score
+from lgopt.tpumlir.export import base_groups_from_model_ops, export_tpumlir, tpumlir_name
+from lgopt.tpumlir.grouping import score
 
 FIX = FIXTURES
 
@@ -100,7 +100,7 @@ def test_tpumlirs_own_grouping_re_exports_to_the_same_groups_and_secs(model, chi
     the first group, ConvNeXt's GELU column pieces on BM1684X are groups of their own, its row groups on BM1688
     keep ``nsecs=2``.  (All 22 model x chip caches of the calibration data re-export so; the compiler measured
     21 of them at exactly opt2's cycles before the patch piece was kept, ViT / BM1684X at 1.002x.)"""
-    from lgopt.io.tpumlir_lowering import network_of
+    from lgopt.tpumlir.lowering import network_of
 
     net, ref = cal(model, chip)
     plan, _ = score(net, get_chip(chip), ref)
@@ -331,7 +331,7 @@ def test_a_transformer_groups_rows_are_its_csecs(tmp_path):
     allocate, and as ``csecs`` it compiled (34,410,075 cycles, 0.997x opt2).  The exporter writes them so, the
     reader reads them back as lgopt's H slices, and the compiler space refuses more row slices than TPU-MLIR
     allows."""
-    from lgopt.strategies.settings import rows_over_lanes
+    from lgopt.tpumlir.rules import rows_over_lanes
 
     net, ref = cal("vit_b_16", "bm1688")
     chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})

@@ -9,6 +9,7 @@ import pytest
 from lgopt.group.build import try_group
 from lgopt.hw.chip import get_chip
 from lgopt.strategies.settings import SearchSettings, packing, with_f32_copies
+from lgopt.tpumlir.rules import TPU_MLIR_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 CAL = ROOT.parent / "shared" / "calibration"
@@ -36,16 +37,17 @@ def test_yolov5s_silu_groups_need_two_slices_with_their_f32_copies():
     two, as TPU-MLIR does (a 1 % margin plan asking for one had them raised to two by TPU-MLIR, not as planned)."""
     from conftest import net_of
 
-    from lgopt.strategies.registry import f32_tensors
-    from lgopt.strategies.tpumlir import build_groups
+    from lgopt.tpumlir.cache import load_cache
+    from lgopt.tpumlir.grouping import build_groups
+    from lgopt.tpumlir.space import f32_tensors
 
     ref = CAL / "caches" / "yolov5s_like_bm1688" / "opt2.layer_group_cache.json"
     chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
     built = build_groups(net_of(str(CAL / "onnx" / "yolov5s_like.weightless.onnx")), chip, str(ref), exact=True)
     net = built.net
-    f32 = f32_tensors(net, ref)
+    f32 = f32_tensors(net, load_cache(str(ref)))
     assert f32 and not f32 & (set(net.inputs) | set(net.outputs))
-    plain = SearchSettings(compiler_packing=True)
+    plain = SearchSettings(compiler=TPU_MLIR_RULES)
     wide = replace(plain, f32_tensors=f32)
     firsts = ("/b6/m/m.0/cv1/act/Mul", "/b6/m/m.1/cv1/act/Mul")
     blocks = [g.plan for g in built.groups if g.plan is not None and g.plan.ops[0] in firsts]

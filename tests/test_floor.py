@@ -1,21 +1,20 @@
-"""The measured floor (benchmarks/floor.py): every op's cheapest measured cost, summed, bounds a grouping."""
+"""The measured floor (lgopt.tpumlir.floor): every op's cheapest measured cost, summed, bounds a grouping."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import floor  # noqa: E402
+from lgopt.tpumlir import floor
 
-needs_data = pytest.mark.skipif(not (floor.CAL / "ops.csv.gz").exists(), reason="needs ../shared/calibration")
-needs_reader = pytest.mark.skipif(not (floor.SHARED / "tpu-mlir" / "lg_roundtrip.py").exists(),
-                                  reason="needs ../shared/tpu-mlir/lg_roundtrip.py")
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CAL = SHARED / "calibration"
+READER = SHARED / "tpu-mlir" / "lg_roundtrip.py"
+needs_data = pytest.mark.skipif(not (CAL / "ops.csv.gz").exists(), reason="needs ../shared/calibration")
+needs_reader = pytest.mark.skipif(not READER.exists(), reason="needs ../shared/tpu-mlir/lg_roundtrip.py")
 
 
 def _costs(rows: list[tuple[str, str, float | None, str, str]]) -> pd.DataFrame:
@@ -53,15 +52,15 @@ def test_the_issue_targets_cases():
         {"model": "unet_small", "chip": "bm1684x", "batch": 1, "groups": 3},
         {"model": "yolov5s_like", "chip": "bm1684x", "batch": 1, "groups": 1},
     ])
-    assert [(r.model, r.batch) for r in floor.named(df).itertuples()] == [("resnet18", 4), ("unet_small", 1)]
+    assert [(r.model, r.batch) for r in floor.target_cases(df).itertuples()] == [("resnet18", 4), ("unet_small", 1)]
 
 
 @needs_data
 def test_calibration_floor_bounds_every_compiled_grouping():
     """What makes it a floor: no grouping TPU-MLIR compiled measured less, and opt2's own op costs sit between."""
-    tot = pd.read_csv(floor.CAL / "totals.csv")
+    tot = pd.read_csv(CAL / "totals.csv")
     best = tot[tot.status == "ok"].groupby(["model", "chip"]).total_cycles.min()
-    rows = floor.calibration_rows()
+    rows = floor.calibration_rows(CAL)
     assert len(rows) == len(best)
     for r in rows:
         assert 0 < r["floor"] <= r["opt2_op_sum"] <= r["opt2_measured"], r
@@ -98,40 +97,37 @@ def test_read_run_takes_local_ops_tiu_and_global_ops_segments(tmp_path: Path):
         "API_END total_cycle:300|b:3|g:3",
     ]))
     score = {"global_ops": [{"name": "add", "type": "tpu.Add", "cycles": 80}]}
-    got = floor.read_run(tmp_path, score).set_index("op").cycles.to_dict()
+    got = floor.read_run(tmp_path, score, floor.load_reader(READER)).set_index("op").cycles.to_dict()
     assert got == {"conv": 50, "add": 80}
 
 
-def test_caches_for_a_batch_are_distinct_and_start_with_the_compilers_own(tmp_path: Path, monkeypatch):
+def test_caches_for_a_batch_are_distinct_and_start_with_the_compilers_own(tmp_path: Path):
     cal = tmp_path / "cal"
-    (cal / "caches" / "m_c").mkdir(parents=True)
+    cal.mkdir()
     one = {"opt": 2, "subfunc_0": {"GroupLayer": [{"shape_secs": [1, 1, 1, 2, 1]}]}}
-    (cal / "caches" / "m_c" / "opt2.layer_group_cache.json").write_text(json.dumps(one))
-    (cal / "caches" / "m_c" / "v01.layer_group_cache.json").write_text(json.dumps({**one, "lgopt": {"note": 1}}))
+    (cal / "opt2.layer_group_cache.json").write_text(json.dumps(one))
+    (cal / "v01.layer_group_cache.json").write_text(json.dumps({**one, "lgopt": {"note": 1}}))
     own = tmp_path / "own.layer_group_cache.json"
     own.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [{"shape_secs": [4, 1, 1, 1, 1]}]}}))
-    monkeypatch.setattr(floor, "CAL", cal)
-    monkeypatch.setattr(floor, "ROOT", tmp_path)
-    out = floor.batch_caches("m", "c", 4, own, tmp_path)
+    out = floor.distinct_caches(own, [own], sorted(cal.glob("*.json")), 4, tmp_path)
     assert [p.name for p in out] == ["own.layer_group_cache.json", "opt2.layer_group_cache.json",
                                      "opt2_n4.layer_group_cache.json"]
 
 
-@needs_data
-def test_a_partial_rerun_keeps_the_rows_it_does_not_measure_again(tmp_path: Path, monkeypatch):
-    """``--batch 4 --models resnet18`` replaces resnet18's batch-4 row and keeps every other compiled one."""
-    (tmp_path / "venv" / "bin").mkdir(parents=True)
-    (tmp_path / "venv" / "bin" / "model_deploy").write_text("")
-    monkeypatch.setenv("PEER_RUN", str(tmp_path))
-    monkeypatch.setattr(floor, "SCORE", Path(__file__))  # any file: batch_row is replaced below
+def test_a_partial_rerun_keeps_the_rows_it_does_not_measure_again():
+    """``--batch 4 --models resnet18`` replaces resnet18's batch-4 row and keeps every other compiled one; the
+    batch-1 rows come from the calibration data each time, never from the old table."""
     row = {"groups": 3, "opt2_measured": 100, "groupings": 2, "opt2_op_sum": 90, "floor": 80}
-    monkeypatch.setattr(floor, "batch_row",
-                        lambda peer, m, c, b: {"model": m, "chip": c, "batch": b, **row, "floor": 70})
-    out = tmp_path / "floor.csv"
-    old = [{"model": m, "chip": "bm1688", "batch": 4, **row} for m in ("resnet18", "unet_small")]
-    pd.DataFrame(old).to_csv(out, index=False)
-    assert floor.main(["--batch", "4", "--models", "resnet18", "--chips", "bm1688", "--out", str(out)]) == 0
-    got = pd.read_csv(out)
-    b4 = got[got.batch == 4].set_index("model").floor.to_dict()
-    assert b4 == {"resnet18": 70, "unet_small": 80}
-    assert (got.batch == 1).sum() == len(floor.calibration_rows())
+    old = pd.DataFrame([{"model": m, "chip": "bm1688", "batch": b, **row}
+                        for m, b in (("resnet18", 4), ("unet_small", 4), ("stale", 1))])
+    new = [{"model": "resnet18", "chip": "bm1688", "batch": 4, **row, "floor": 70},
+           {"model": "unet_small", "chip": "bm1688", "batch": 1, **row}]
+    got = floor.floor_table(floor.with_kept_rows(new, old))
+    assert [(r.model, r.batch, r.floor) for r in got.itertuples()] == [("unet_small", 1, 80), ("resnet18", 4, 70),
+                                                                      ("unet_small", 4, 80)]
+    assert got.floor_over_opt2.tolist() == [0.8, 0.7, 0.8] and got.opt2_ops_over_total.tolist() == [0.9] * 3
+
+
+def test_the_scoring_tools_reader_loads_from_its_file_alone(tmp_path: Path):
+    (tmp_path / "reader.py").write_text("import json\n\ndef read_final(path):\n    return [], None\n")
+    assert floor.load_reader(tmp_path / "reader.py").read_final("x") == ([], None)

@@ -1,5 +1,5 @@
 """TPU-MLIR's time-step pass cannot slice a fork whose uses want different rows through an op that takes no
-margins (lgopt.group.forks), and the compiler space keeps new groups clear of it (settings.packing)."""
+margins (lgopt.tpumlir.forks), and the compiler space keeps new groups clear of it (settings.packing)."""
 
 from pathlib import Path
 
@@ -7,10 +7,11 @@ import pytest
 from onnx_graphs import unet_like
 
 from lgopt.group.build import schedule
-from lgopt.group.forks import MARGIN_TYPES, estimated_secs, tpumlir_fork
 from lgopt.hw.chip import get_chip
 from lgopt.io.onnx_import import import_onnx
 from lgopt.strategies.settings import SearchSettings, packing
+from lgopt.tpumlir.forks import MARGIN_TYPES, estimated_secs, tpumlir_fork
+from lgopt.tpumlir.rules import TPU_MLIR_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 CAL = ROOT.parent / "shared" / "calibration"
@@ -46,10 +47,10 @@ def test_the_compiler_space_refuses_such_a_new_group_and_keeps_a_trusted_one(tmp
     chip = get_chip("bm1684x")
     ops = [op.name for op in net.ops[:3]]
     g = schedule(net, chip, ops, 1, 1, None)
-    st = SearchSettings(compiler_packing=True)
+    st = SearchSettings(compiler=TPU_MLIR_RULES)
     assert packing(chip, net, st, g)[0] is None
     assert packing(chip, net, SearchSettings(), g)[0] is chip  # outside the compiler space: lgopt runs it
-    mine = SearchSettings(compiler_packing=True, trusted=frozenset({group_shape(g.ops, 1, 1, 1, 1)}))
+    mine = SearchSettings(compiler=TPU_MLIR_RULES, trusted=frozenset({group_shape(g.ops, 1, 1, 1, 1)}))
     assert packing(chip, net, mine, g)[0] is chip  # TPU-MLIR's own group: it compiled it
 
 
@@ -61,7 +62,7 @@ def test_the_calibrations_failed_groups_it_catches():
     import pandas as pd
 
     from lgopt.io.problem import load_model
-    from lgopt.strategies.tpumlir import build_groups
+    from lgopt.tpumlir.grouping import build_groups
 
     tot = pd.read_csv(CAL / "totals.csv")
     caught = set()

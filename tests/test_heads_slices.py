@@ -15,13 +15,13 @@ from lgopt.group.slicing import SliceError, slice_group
 from lgopt.hw.chip import get_chip, with_overrides
 from lgopt.io.onnx_import import import_onnx
 from lgopt.io.planfile import plan_from_dict, plan_to_dict
-from lgopt.io.tpumlir_cache import write_secs
 from lgopt.io.zoo import llm_block, vit_block
 from lgopt.model.ops import channel_reason
 from lgopt.report.tables import group_table
 from lgopt.report.verdict import verify
 from lgopt.strategies.greedy import greedy
 from lgopt.strategies.settings import SearchSettings
+from lgopt.tpumlir.cache import write_secs
 
 # 16 heads on 4 lanes (4 heads a lane), 4 KiB a lane: the attention's Q x K^T does not fit whole, and the
 # transpose of K on the lanes forbids H slices
@@ -131,8 +131,8 @@ def test_a_cache_that_cuts_the_attentions_scales_by_heads_is_built_so(tmp_path):
 
     from conftest import CAL, need, net_of
 
-    from lgopt.io.tpumlir_export import export_tpumlir
-    from lgopt.strategies.tpumlir import score
+    from lgopt.tpumlir.export import export_tpumlir
+    from lgopt.tpumlir.grouping import score
 
     net = net_of(str(need(CAL / "onnx" / "vit_b_16.weightless.onnx")))
     ref = need(CAL / "caches" / "vit_b_16_bm1688" / "opt2.layer_group_cache.json")

@@ -19,11 +19,12 @@ from lgopt.cli import main
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_model
-from lgopt.io.tpumlir_export import export_tpumlir
-from lgopt.io.tpumlir_judge import Judge, find_judge, measurement_of
 from lgopt.strategies.cpsat.common import CpsatSettings
-from lgopt.strategies.judged import JudgeSettings, grouping_of
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
+from lgopt.tpumlir.export import export_tpumlir
+from lgopt.tpumlir.judge import Judge, find_judge, measurement_of
+from lgopt.tpumlir.judged import JudgeSettings, grouping_of
+from lgopt.tpumlir.space import ReferenceSpace
 
 FAKE = r'''
 import hashlib, json, os, pathlib, shutil, sys
@@ -86,8 +87,9 @@ def judged_case(tmp_path):
 
 
 def _solve(net, chip, ref, judge, budget=12):
-    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=10, workers=2), reference=str(ref), judge=judge,
-                           judge_settings=JudgeSettings(budget=budget, time_limit=120))
+    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=10, workers=2),
+                           space=ReferenceSpace(str(ref), judge=judge,
+                                                judge_settings=JudgeSettings(budget=budget, time_limit=120)))
     return parse_strategy("greedy").run(net, chip, opts)[0]
 
 
@@ -186,21 +188,23 @@ def test_without_a_reference_the_judge_takes_the_compilers_own_grouping(judged_c
 def test_the_judge_starts_from_a_guarded_plan_and_moves_freely(judged_case, monkeypatch):
     """With a judge, lgopt's start point obeys the rules for new groups (it should compile), and the judge's
     own moves do not (TPU-MLIR measures each one)."""
-    import lgopt.strategies.registry as registry
+    import lgopt.tpumlir.space as space
+    from lgopt.strategies.settings import SearchSettings
 
     net, chip, ref, judge, _ = judged_case
     seen = {}
 
-    def spy(net_, onet, chip_, o, st, plan, described, ref, unreadable):
+    def spy(net_, onet, chip_, o, r, st, plan, described, ref, unreadable):
         seen.update(st=st, plan=plan)
         return plan
 
-    monkeypatch.setattr(registry, "_judged", spy)
+    monkeypatch.setattr(space, "_judged", spy)
     _solve(net, chip, ref, judge)
     assert seen["st"].reserve_banks == 0 and not seen["st"].compiler_packing
     assert seen["plan"].solver["reserve_banks"] == 2
     room = chip.lmem_bytes - 2 * chip.bank_bytes
-    own = {frozenset(g.ops) for g in registry._reference_plan(net, chip, StrategyOptions(reference=str(ref)))[0].groups}
+    ref_plan = space._reference_plan(net, chip, SearchSettings(), space.ReferenceSpace(str(ref)))[0]
+    own = {frozenset(g.ops) for g in ref_plan.groups}
     assert all(g.cost["lmem_peak"] <= room for g in seen["plan"].groups if frozenset(g.ops) not in own)
 
 
@@ -210,8 +214,8 @@ def test_a_groups_slice_counts_move_by_one_and_by_halves_and_doubles():
     TPU-MLIR's 4, and 3 (uneven batches) is no step towards it."""
     from lgopt.io.problem import load_problem
     from lgopt.model.network import with_batch
-    from lgopt.strategies.judged import Cut, _Builder, neighbours
     from lgopt.strategies.settings import SearchSettings
+    from lgopt.tpumlir.judged import Cut, _Builder, neighbours
 
     net = with_batch(load_problem(Path(__file__).resolve().parents[1] / "problems" / "resnet18.json"), 4)
     b = _Builder(net, net, get_chip("bm1688"), SearchSettings(), "greedy")

@@ -8,9 +8,9 @@ from dags import _op
 from ortools.sat.python import cp_model
 
 from lgopt.check.verify import verify_plan
+from lgopt.cost.pipeline import group_cost
 from lgopt.group.alloc import Allocation, count_bank_conflicts, exact_pack, pack_items, polish_banks
 from lgopt.group.build import place, schedule
-from lgopt.group.cost import group_cost
 from lgopt.group.pack import check_packing
 from lgopt.hw.chip import get_chip
 from lgopt.model.network import Network, Tensor, Weight, check_network

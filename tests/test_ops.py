@@ -7,8 +7,9 @@ from dags import _op
 
 from lgopt.check.simulate import simulate
 from lgopt.check.verify import verify_plan
+from lgopt.cost.cycles import tiu_cycles
+from lgopt.cost.model import SliceShape
 from lgopt.errors import LgoptError
-from lgopt.group.cost import SliceShape, tiu_cycles
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import network_from_dict
 from lgopt.model.network import Network, Tensor, Weight, check_network, network_to_dict

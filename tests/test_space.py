@@ -11,9 +11,9 @@ import pytest
 from conftest import PROBLEMS
 from test_cpsat import SMALL, _tiny
 
+from lgopt.cost.pipeline import group_cost
 from lgopt.group.alloc import pack_items
 from lgopt.group.build import c_slice_options, n_unit, schedule, try_group
-from lgopt.group.cost import group_cost
 from lgopt.group.handover import handover, pin_kept, pin_offset, whole_bytes, without_kept
 from lgopt.group.pack import peak_live_bytes
 from lgopt.group.slicing import SliceError, group_io
@@ -296,7 +296,7 @@ def test_trusted_groups_are_candidates_of_their_own_and_pack_into_all_of_lmem():
 def test_an_f32_input_load_shares_the_last_ops_row():
     """TPU-MLIR converts an f32 network input in a Cast row of its own, so the next slice's f32 load overlaps
     the group's last op; in lgopt's one-op table it sits in a row after the op, and is charged to the op's."""
-    from lgopt.group.cost import pipeline_cells
+    from lgopt.cost.pipeline import pipeline_cells
 
     net = load_problem(PROBLEMS / "resnet18.json")
     chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})

@@ -1,4 +1,4 @@
-"""The network as TPU-MLIR lowered it for a cache (lgopt.io.tpumlir_lowering): an MLP's column pieces run in
+"""The network as TPU-MLIR lowered it for a cache (lgopt.tpumlir.lowering): an MLP's column pieces run in
 different steps become ops of their own, computing what the whole ops compute, and the plan of such a cache
 verifies and simulates on it."""
 
@@ -11,10 +11,10 @@ from lgopt.check.simulate import _whole, make_inputs, make_weights, simulate
 from lgopt.check.verify import verify_plan
 from lgopt.hw.chip import get_chip
 from lgopt.io.onnx_import import import_onnx
-from lgopt.io.tpumlir_cache import load_cache
-from lgopt.io.tpumlir_lowering import lower_like, network_of
 from lgopt.report.verdict import verify
-from lgopt.strategies.tpumlir import score
+from lgopt.tpumlir.cache import load_cache
+from lgopt.tpumlir.grouping import score
+from lgopt.tpumlir.lowering import lower_like, network_of
 
 
 def _mlp(tmp_path):
@@ -109,9 +109,9 @@ def test_two_linear_pointwise_convs_are_the_one_conv_tpu_mlir_merges_them_into()
     the same bytes, and its last BM1688 group is priced within 10 % of the timeline (it was 16 % under)."""
     import pandas as pd
 
-    from lgopt.group.cost import weight_gmem_bytes
+    from lgopt.cost.work import weight_gmem_bytes
     from lgopt.io.problem import load_model
-    from lgopt.io.tpumlir_lowering import merge_pointwise
+    from lgopt.tpumlir.lowering import merge_pointwise
 
     net = load_model(CAL / "onnx" / "mnasnet1_0.weightless.onnx", dtype="f16")
     cache = str(CAL / "caches" / "mnasnet1_0_bm1688" / "opt2.layer_group_cache.json")

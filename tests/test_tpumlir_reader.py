@@ -10,9 +10,9 @@ from conftest import CAL, FIXTURES, need, net_of
 from lgopt.check.verify import verify_plan
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
-from lgopt.io.tpumlir_cache import load_cache, map_cache
-from lgopt.io.tpumlir_lowering import network_of
-from lgopt.strategies.tpumlir import GroupingInfeasible, score
+from lgopt.tpumlir.cache import load_cache, map_cache
+from lgopt.tpumlir.grouping import GroupingInfeasible, score
+from lgopt.tpumlir.lowering import network_of
 
 FIX = FIXTURES
 
@@ -146,7 +146,7 @@ def test_fused_conv_pair_mapped_and_ordered():
     """TPU-MLIR folds mobilenet_v2's linear 1x1 conv (32 -> 16) into the next block's 1x1 conv (16 -> 96): one op,
     two of lgopt's.  The plan holds the one op TPU-MLIR runs (a 32 -> 96 filter, reading the first's input), in
     its group, in TPU-MLIR's order."""
-    from lgopt.io.tpumlir_lowering import network_of
+    from lgopt.tpumlir.lowering import network_of
 
     net = cal_net("mobilenet_v2")
     plan, info = check(net, "bm1684x", cal_cache("mobilenet_v2", "bm1684x", "opt2"))
@@ -306,7 +306,7 @@ def test_groupings_tpu_mlir_compiled_load_under_its_rules(model, chip, variant, 
 
 def test_cast_operands_name_the_converted_tensor():
     """A cast ``<operand><consumer>_f16`` converts its operand (the shortest tensor prefix, not the consumer)."""
-    from lgopt.io.tpumlir_cache import cast_operands
+    from lgopt.tpumlir.cache import cast_operands
 
     net = cal_net("yolov5s_like")
     locs = load_cache(cal_cache("yolov5s_like", "bm1688", "opt2")).groups[0].locs

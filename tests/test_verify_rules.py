@@ -193,8 +193,8 @@ def test_an_input_converted_in_a_group_needs_both_slices_and_must_be_a_loaded_ne
     from lgopt.hw.chip import get_chip
     from lgopt.io.problem import load_problem
     from lgopt.strategies.greedy import greedy
-    from lgopt.strategies.io_casts import convert_io_in_groups
     from lgopt.strategies.settings import SearchSettings
+    from lgopt.tpumlir.casts import convert_io_in_groups
 
     net = load_problem(str(PROBLEMS / "unet.json"))
     chip = get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"})
@@ -209,7 +209,7 @@ def test_an_input_converted_in_a_group_needs_both_slices_and_must_be_a_loaded_ne
     assert any(f"for {t} has" in m for m in _msgs(net, _group(plan, k, buffers=narrow.buffers)))
     other = next(x for x in g.windows if x != t)
     assert any("f32_in" in m for m in _msgs(net, _group(plan, k, f32_in=(other,))))
-    from lgopt.group.cost import io_cast_cost
+    from lgopt.cost.cycles import io_cast_cost
 
     cast = io_cast_cost(chip, net, plain)["cycles"]
     assert cast > 0 and verify(net, plain) == []

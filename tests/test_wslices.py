@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 
 from lgopt.check.simulate import simulate
 from lgopt.check.verify import verify_plan
+from lgopt.cost.pipeline import group_cost
+from lgopt.cost.work import activation_transfer
 from lgopt.group.build import assemble, try_group
-from lgopt.group.cost import activation_transfer, group_cost
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import get_chip
 from lgopt.io.onnx_import import import_onnx
 from lgopt.io.planfile import plan_from_dict, plan_to_dict
-from lgopt.io.tpumlir_export import export_tpumlir
 from lgopt.report.verdict import verify
-from lgopt.strategies.tpumlir import GroupingInfeasible, score
+from lgopt.tpumlir.export import export_tpumlir
+from lgopt.tpumlir.grouping import GroupingInfeasible, score
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,8 @@ and windows (by enumerating each op's receptive rows, and columns when W is
 sliced, not by the closed-form backward formulas the planner uses), exact
 coverage of group outputs by stores,
 column slicing (a MatMul loading, per slice, exactly the weight columns of the output it computes),
-the h/2 rule, the timestep table's causality, buffer sizes and lifetimes,
+the h/2 rule, the timestep table's causality and what each transfer and buffer names (a tensor the group
+touches, or a weighted op of the group), buffer sizes and lifetimes,
 (timestep x address) non-overlap with wrap-around lifetimes, capacity,
 alignment and bank rules.  It shares with the planner only the problem model
 (network, chip) and the seed-tested sizing formulas.
@@ -17,7 +18,7 @@ Like MiniMalloc's validator it is deliberately small and slow-but-obvious.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, cast
+from typing import Any, Callable, Mapping, cast, get_args
 
 import networkx as nx
 import numpy as np
@@ -28,7 +29,7 @@ from lgopt.hw.layout import activation_lane_bytes
 from lgopt.hw.sizing import weight_bytes
 from lgopt.model.network import Network, Op, lane_shape_of
 from lgopt.model.ops import RESHAPE_TYPES, resize_source
-from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupCost, GroupPlan, Plan
+from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupCost, GroupPlan, Plan, TransferKind
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class CostFunctions:
     """The cost model a plan's recorded figures are recomputed with.
 
     Cost is part of the problem's definition, not of any plan, but it lives with the planner
-    (:mod:`lgopt.group.cost`, which this package may not import), so the caller hands it in: the CLI and the
+    (:mod:`lgopt.cost`, which this package may not import), so the caller hands it in: the CLI and the
     reports pass :func:`lgopt.report.verdict.planner_costs`.  The verifier then recomputes every group's and
     global layer's figures from the plan's own decisions and the totals from those, and trusts none of the
     numbers the plan records.
@@ -63,6 +64,7 @@ class CostFunctions:
 
 
 GROUP_COST_FIELDS = ("cycles", "tiu_cycles", "gdma_cycles", "traffic_bytes")
+TRANSFER_KINDS: tuple[str, ...] = get_args(TransferKind)  # activation | weight
 
 
 ROW_NORMALISERS = ("Softmax", "LayerNormalization")  # every output column reads every column of its row
@@ -169,14 +171,14 @@ class Verifier:
                 self.check_group(gi, g)
             except _Fail:
                 pass
-            except (KeyError, IndexError, TypeError, ValueError) as e:
+            except (KeyError, IndexError, TypeError, ValueError, LgoptError) as e:
                 if len(self.violations) == before:
                     self.fail(f"group {gi}", f"malformed group ({type(e).__name__}: {e})")
             sound &= len(self.violations) == before
         if self.costs is not None and sound and not (stop_at_first and self.violations):
             try:
                 self.check_costs(self.costs)
-            except (KeyError, IndexError, TypeError, ValueError) as e:
+            except (KeyError, IndexError, TypeError, ValueError, LgoptError) as e:
                 self.fail("plan", f"costs cannot be recomputed ({type(e).__name__}: {e})")
         return self.violations
 
@@ -386,6 +388,8 @@ class Verifier:
             if name not in members:
                 self.fail(where, f"preloads the weights of {name}, which is not in the group")
                 raise _Fail
+            if not weight_bytes(self.chip, net.op(name)):
+                self.fail(where, f"preloads the weights of {name}, which has none")
         for t in g.f32_in:
             if t not in net.inputs or t not in inputs or t in g.kept_in:
                 self.fail(where, f"converts {t} from f32 itself (f32_in), which is not a network input it loads")
@@ -630,6 +634,10 @@ class Verifier:
                 if tr.stage not in off:
                     self.fail(where, f"row {r}: transfer of {tr.name} has stage {tr.stage}")
                     raise _Fail
+                if tr.kind not in TRANSFER_KINDS:
+                    self.fail(where, f"row {r}: transfer of {tr.name} has unknown kind {tr.kind!r} "
+                                     f"(not {' or '.join(TRANSFER_KINDS)})")
+                    raise _Fail
             for tr in row.loads:
                 ev.setdefault((tr.kind, tr.name), []).append((off[tr.stage] + r, "load"))
             for tr in row.stores:
@@ -660,8 +668,11 @@ class Verifier:
     def _check_transfers(self, where: str, g: GroupPlan, ops: list[Op], inputs: list[str], outputs: list[str],
                          tensors: list[str], ev: dict[tuple[str, str], list[tuple[int, str]]]) -> None:
         """Each group input loaded once per slice (or handed over), each output stored once, nothing else
-        moved, each op's weights loaded exactly once (in the table or before the loop)."""
+        moved, each op's weights loaded exactly once (in the table or before the loop); a weight load names a
+        weighted op of the group, and only activations are stored."""
         chip = self.chip
+        members = {op.name for op in ops}
+        weighted = {op.name for op in ops if weight_bytes(chip, op)}
         # what must be loaded, stored and held
         for t in inputs:
             loads = [x for x in ev.get(("activation", t), []) if x[1] == "load"]
@@ -687,6 +698,12 @@ class Verifier:
                 self.fail(where, f"the table moves {name}, which the group does not touch")
             if kind == "activation" and name not in outputs and any(x[1] == "store" for x in es):
                 self.fail(where, f"the table stores {name}, which is not a group output to store")
+            if kind == "weight" and any(x[1] == "store" for x in es):
+                self.fail(where, f"the table stores the weights of {name}: a store moves an activation the group "
+                                 "produces")
+            if kind == "weight" and name not in weighted and any(x[1] == "load" for x in es):
+                self.fail(where, f"the table loads the weights of {name}, which "
+                                 + ("has none" if name in members else "is not an op of the group"))
         preloaded = set(g.preloads)
         for op in ops:
             if not weight_bytes(chip, op):
@@ -714,10 +731,13 @@ class Verifier:
     def _check_buffer_sizes(self, where: str, g: GroupPlan, ops: list[Op], tensors: list[str]
                             ) -> dict[tuple[str, str], Buffer]:
         """One buffer per tensor and weight, each large enough for its largest slice (whole, when handed
-        over); preloaded weights stay resident."""
+        over); preloaded weights stay resident; an activation buffer holds a tensor the group touches, a weight
+        buffer a weighted op of the group (a scratch buffer's op: :meth:`_check_lifetimes`)."""
         net, chip = self.net, self.chip
         T = len(g.rows)
         preloaded = set(g.preloads)
+        members = {op.name for op in ops}
+        weighted = {op.name for op in ops if weight_bytes(chip, op)}
         bufs: dict[tuple[str, str], Buffer] = {}
         ids: set[int] = set()
         for b in g.buffers:
@@ -729,6 +749,11 @@ class Verifier:
             if (b.kind, b.name) in bufs:
                 self.fail(where, f"two buffers hold {b.kind} {b.name}")
             bufs[(b.kind, b.name)] = b
+            if b.kind == "activation" and b.name not in tensors:
+                self.fail(where, f"buffer {b.id} holds {b.name}, which the group does not touch")
+            if b.kind == "weight" and b.name not in weighted:
+                self.fail(where, f"buffer {b.id} holds the weights of {b.name}, which "
+                                 + ("has none" if b.name in members else "is not an op of the group"))
             if not (0 <= b.start < T and 0 <= b.end < T):
                 self.fail(where, f"buffer {b.id} ({b.name}) lifetime {b.start}..{b.end} is outside rows 0..{T - 1}")
                 raise _Fail

@@ -1,5 +1,5 @@
 """One layer group: slicing and windows, the pipelined timestep table, LMEM allocation and exact
-packing, the hand-over of a tensor between groups, the cost model, and plan assembly and totals.
+packing, the hand-over of a tensor between groups, and plan assembly and totals (costed by :mod:`lgopt.cost`).
 
-May import :mod:`lgopt.model` and :mod:`lgopt.hw`.  Knows nothing of how groups are chosen.
+May import :mod:`lgopt.model`, :mod:`lgopt.hw` and :mod:`lgopt.cost`.  Knows nothing of how groups are chosen.
 """

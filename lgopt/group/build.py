@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
+from lgopt.cost.pipeline import group_cost
 from lgopt.group.alloc import (
     Allocation,
     count_bank_conflicts,
@@ -19,7 +20,6 @@ from lgopt.group.alloc import (
     multi_start_allocate,
     polish_banks,
 )
-from lgopt.group.cost import group_cost
 from lgopt.group.handover import kept_buffers, pin_below, pin_kept, without_kept
 from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, group_io, slice_group
 from lgopt.group.timestep import schedule_group

@@ -46,7 +46,7 @@ Counted, not timed: the answer is the same on any machine."""
 FIRST_SLICE = 0.01
 """Effort units of the search's first slice in the ``auto`` portfolio: 1,500 placements, which settle
 99 % of the instances the search settles on lgopt's groups, and cost 2-10 ms (the sweep included; 4 ms
-median) on the groups the search gives up on before CP-SAT packs them (``benchmarks/pack_groups.md``,
+median) on the groups the search gives up on before CP-SAT packs them (``benchmarks/results/packer.md``,
 ``search s``).  A fixed count rather than one proportional to the buffers: about 100 of the groups the
 search settles need more than 2n placements (up to 170n on small ones), and sending those to CP-SAT
 first would cost them several times as long (yolov5s/bm1688 group 1 halfway: 0.105 s against 0.013 s),
@@ -255,7 +255,7 @@ def _schedule(engine: Engine, hard: bool, total: float) -> Iterator[tuple[str, f
     The search comes first: it settles most instances in its first slice, and it resumes where it
     stopped.  CP-SAT then gets one slice (it restarts from scratch, so one run beats several short ones):
     a long one with hard bank pairs, where it is strong (lgopt's groups at tight capacities,
-    ``benchmarks/pack_groups.md``), a short probe without (it settles some tight groups whose canonical
+    ``benchmarks/results/packer.md``), a short probe without (it settles some tight groups whose canonical
     search branches badly, and costs the MiniMalloc suite about a second).  The search gets the rest,
     and CP-SAT whatever the search leaves of a finite budget.
     """

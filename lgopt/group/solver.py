@@ -11,6 +11,7 @@ applied last so that a user tuning the solver has the final word.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,28 +22,37 @@ if TYPE_CHECKING:
 
 WALL_CAP = 6.0  # wall seconds allowed per unit of deterministic time (about 2 on an idle 2-core machine)
 
-_WORK = [0.0]  # deterministic units of work this process has done: see work_done
-_CAPPED = [0]  # solves on a deterministic limit that their wall-clock guard cut short: see wall_capped
+
+
+class _Counters(threading.local):
+    """Per thread: a search meters the work its own thread does, so a solve another thread runs at the same time
+    (a Dask worker's other task, a search a test left running) never moves its stopping point."""
+
+    work = 0.0  # deterministic units of work done: see work_done
+    capped = 0  # solves on a deterministic limit that their wall-clock guard cut short: see wall_capped
+
+
+_COUNTERS = _Counters()
 
 
 def work_done() -> float:
-    """Deterministic units of work this process has done so far: CP-SAT's deterministic time of every
+    """Deterministic units of work this thread has done so far: CP-SAT's deterministic time of every
     solve run through :func:`solve_interruptibly`, plus what other solvers report with :func:`add_work`
     (the packing search's placements).  A search with a deterministic budget reads differences of it, so
     its stopping point depends on the work done, not on how loaded the machine was."""
-    return _WORK[0]
+    return _COUNTERS.work
 
 
 def add_work(units: float) -> None:
     """Count ``units`` of deterministic work done outside :func:`solve_interruptibly`."""
-    _WORK[0] += units
+    _COUNTERS.work += units
 
 
 def wall_capped() -> int:
     """Solves on a deterministic limit that this process's wall-clock guard (:data:`WALL_CAP`) cut short so
     far: each one is an answer that may differ on a less loaded machine.  A search on a deterministic budget
     reports how many of its solves were cut."""
-    return _CAPPED[0]
+    return _COUNTERS.capped
 
 
 def note_wall_cap(solver: Any = None) -> None:
@@ -58,7 +68,7 @@ def note_wall_cap(solver: Any = None) -> None:
                          and r.deterministic_time < 0.99 * p.max_deterministic_time
                          and r.wall_time >= 0.8 * p.max_time_in_seconds):
             return
-    _CAPPED[0] += 1
+    _COUNTERS.capped += 1
 
 
 def wall_seconds(time_limit: float, deadline: float | None = None) -> float:
@@ -131,8 +141,6 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> A
     swallows the signal (its own handler stops the search and the program carries on as if the time ran
     out) or delays it to the end of the solve.  So the solve runs in a helper thread while this one waits.
     """
-    import threading
-
     done = threading.Event()
     out: dict[str, Any] = {}
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lgopt.group.cost import global_layer_cost, group_cost, io_cast_cost, lower_bound
+from lgopt.cost.bound import lower_bound
+from lgopt.cost.cycles import global_layer_cost, io_cast_cost
+from lgopt.cost.pipeline import group_cost
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan, PlanCost

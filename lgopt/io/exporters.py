@@ -3,8 +3,11 @@
 An exporter is ``function(plan, net, **options) -> str | dict``; a dict is written as JSON.  Registered:
 
 * ``lgopt-plan``: the plan file itself (``docs/plan-format.md``);
-* ``tpu-mlir``: TPU-MLIR 1.30.2's ``layer_group_cache.json`` (:mod:`lgopt.io.tpumlir_export`); options
-  ``reference`` (a cache TPU-MLIR wrote for the same model and chip), ``base_groups``, ``onnx_model``.
+* ``tpu-mlir``: TPU-MLIR 1.30.2's ``layer_group_cache.json`` (:mod:`lgopt.tpumlir.export`, registered by the
+  TPU-MLIR plugin, :mod:`lgopt.tpumlir.plugin`); options ``reference`` (a cache TPU-MLIR wrote for the same
+  model and chip), ``base_groups``, ``onnx_model``.
+
+Another package adds a format with :func:`register` from a plugin (:mod:`lgopt.plugins`).
 
 >>> sorted(names())
 ['lgopt-plan', 'tpu-mlir']
@@ -20,6 +23,7 @@ from typing import Any, Callable
 from lgopt.errors import LgoptError
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
+from lgopt.plugins import load_plugins
 
 ExportFn = Callable[..., "str | dict[str, Any]"]
 
@@ -41,10 +45,12 @@ def register(name: str, fn: ExportFn, suffix: str, help: str, options: tuple[str
 
 
 def names() -> list[str]:
+    load_plugins()
     return list(_REGISTRY)
 
 
 def get(name: str) -> Exporter:
+    load_plugins()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -73,15 +79,4 @@ def _lgopt_plan(plan: Plan, net: Network) -> dict[str, Any]:
     return plan_to_dict(plan)
 
 
-def _tpu_mlir(plan: Plan, net: Network, reference: Any = None, base_groups: Any = None,
-              onnx_model: Any = None, groups_only: Any = None, edge_casts: Any = None) -> dict[str, Any]:
-    from lgopt.io.tpumlir_export import export_tpumlir
-
-    return export_tpumlir(plan, net, reference, base_groups=base_groups, onnx_model=onnx_model,
-                          groups_only=bool(groups_only), edge_casts=edge_casts)
-
-
 register("lgopt-plan", _lgopt_plan, ".plan.json", "the plan JSON (docs/plan-format.md)")
-register("tpu-mlir", _tpu_mlir, ".layer_group_cache.json",
-         "TPU-MLIR 1.30.2 layer_group_cache.json for LOAD_TPU_GROUP=1 model_deploy",
-         ("reference", "base_groups", "onnx_model", "groups_only", "edge_casts"))

@@ -39,7 +39,7 @@ class Stage(IntEnum):
 
 
 class GroupCost(TypedDict, total=False):
-    """A group's or a global layer's costs (:mod:`lgopt.group.cost`), and where it was placed."""
+    """A group's or a global layer's costs (:mod:`lgopt.cost`), and where it was placed."""
 
     cycles: int
     tiu_cycles: int

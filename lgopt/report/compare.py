@@ -19,8 +19,9 @@ from lgopt.report.parallel import Backend, run_tasks
 from lgopt.report.tables import grouped_fraction
 from lgopt.report.verdict import verify
 from lgopt.strategies.cpsat.common import CpsatSettings
-from lgopt.strategies.registry import REFERENCE_MARGIN, REFERENCE_RESERVE_BANKS, StrategyChoice, StrategyOptions
+from lgopt.strategies.registry import StrategyChoice, StrategyOptions
 from lgopt.strategies.settings import Progress, SearchSettings
+from lgopt.tpumlir.space import REFERENCE_MARGIN, REFERENCE_RESERVE_BANKS, ReferenceSpace
 
 
 def run_strategy(net: Network, chip: Chip, choice: StrategyChoice, options: StrategyOptions
@@ -191,9 +192,8 @@ def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Seque
     # a given grouping lgopt cannot build exactly is relaxed (and each change noted), so it still has a row
     cpsat = CpsatSettings(time_limit=time_limit if deterministic is None else deterministic, workers=workers,
                           seed=seed, deterministic=deterministic is not None)
-    options = StrategyOptions(search, cpsat, exact=False,
-                              reference=reference, base_groups=base_groups, margin=margin,
-                              reserve_banks=reserve_banks)
+    space = None if reference is None else ReferenceSpace(reference, base_groups, margin, reserve_banks)
+    options = StrategyOptions(search, cpsat, exact=False, space=space)
     tasks: list[CompareTask] = []
     for _path, net in models:
         nets[net.name] = net
@@ -244,7 +244,7 @@ def compare(models: Sequence[tuple[str, Network]], chip: Chip, strategies: Seque
 
 def _cache_fits(cache: str | None, net: Network) -> bool:
     """A cache belongs to a model when most of its (non-cast) op names are the model's tensors."""
-    from lgopt.io.tpumlir_cache import map_groups, read_cache
+    from lgopt.tpumlir.cache import map_groups, read_cache
 
     m = map_groups(net, read_cache(str(cache)))
     return sum(len(ops) for ops, _ in m.groups) > len(m.unmapped)

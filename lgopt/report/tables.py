@@ -19,10 +19,10 @@ def _short(name: str, width: int = 28) -> str:
 
 def group_table(net: Network, plan: Plan) -> pd.DataFrame:
     """One row per step (group or global layer), in execution order; then, where the cost model has them, the
-    global Casts of the graph's f32 inputs and outputs (:func:`lgopt.group.cost.io_cast_cost`), so that the
+    global Casts of the graph's f32 inputs and outputs (:func:`lgopt.cost.cycles.io_cast_cost`), so that the
     rows add up to the plan's total."""
     chip = chip_from_dict(plan.chip)
-    from lgopt.group.cost import global_layer_cost, io_cast_cost
+    from lgopt.cost.cycles import global_layer_cost, io_cast_cost
 
     rows: list[dict[str, Any]] = []
     w_col = any(g.w_slices > 1 for g in plan.groups)  # a W column only for plans that slice columns

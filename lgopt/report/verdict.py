@@ -7,10 +7,12 @@ the first layer that sees both (``docs/plan-format.md`` states what the verifier
 from __future__ import annotations
 
 from lgopt.check.verify import CostFunctions, Violation, verify_plan
-from lgopt.group.cost import global_layer_cost, group_cost, io_cast_cost, lower_bound
-from lgopt.io.tpumlir_lowering import network_of
+from lgopt.cost.bound import lower_bound
+from lgopt.cost.cycles import global_layer_cost, io_cast_cost
+from lgopt.cost.pipeline import group_cost
 from lgopt.model.network import Network
 from lgopt.model.plan import Plan
+from lgopt.tpumlir.lowering import network_of
 
 
 def planner_costs() -> CostFunctions:

@@ -18,8 +18,8 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
+from lgopt.cost.cycles import global_layer_cost
 from lgopt.group.build import assemble, c_slice_options, n_unit, try_group, try_kept_group, w_slice_options
-from lgopt.group.cost import global_layer_cost
 from lgopt.group.handover import handover
 from lgopt.group.slicing import group_io
 from lgopt.group.totals import finish, with_cost

@@ -8,14 +8,12 @@ rule) and the greedy baseline's limits; the CP-SAT strategy adds its own in
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
-from lgopt.group.cost import moved_weight_loads
-from lgopt.group.forks import tpumlir_fork
+from lgopt.cost.pipeline import moved_weight_loads
 from lgopt.group.handover import packing_chip
 from lgopt.group.slicing import DEFAULT_H_RATIO
 from lgopt.hw.chip import Chip
-from lgopt.io.tpumlir_cache import rank3_rows_group
 from lgopt.model.network import Network
 from lgopt.model.plan import BankRule, GroupPlan, Plan
 from lgopt.strategies.cpsat.loadtable import with_loads
@@ -25,6 +23,16 @@ Progress = Callable[[str], None]
 Incumbent = Callable[[Plan], None]
 """Called with each complete plan a long-running strategy finds that is better than the last it reported
 (the CLI verifies it and writes it at once, so an interrupted run keeps it)."""
+
+
+class CompilerRules(Protocol):
+    """What a target compiler refuses that lgopt's own rules allow: a search that plans for that compiler asks
+    before it packs a group the compiler has not been seen to compile (:func:`packing`).  TPU-MLIR's are in
+    :class:`lgopt.tpumlir.rules.TpuMlirRules`; a new compiler's are one class."""
+
+    def refuses(self, chip: Chip, net: Network, g: GroupPlan) -> str:
+        """Why the compiler may fail to build ``g`` (``""``: no rule says so)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -39,12 +47,13 @@ class SearchSettings:
     max_c_slices: int = 64  # most channel (heads) slices of a group of channel-local ops; 1: none
     # runs of ops a group must stay within (a compiler's base groups, in its op order); None: any run of local ops
     runs: tuple[tuple[str, ...], ...] | None = None
-    # a group not in ``trusted`` packs as the compiler would need it to (lgopt.strategies.registry): lgopt's
+    # a group not in ``trusted`` packs as the compiler would need it to (lgopt.tpumlir.space): lgopt's
     # packing of a group is not TPU-MLIR's, so a new group planned to the last byte may not compile
     reserve_banks: int = 0  # banks at the top of LMEM such a group leaves empty
-    # such a group packs as TPU-MLIR's allocator would need: one-slice, with its weight loads where TPU-MLIR's
-    # timestep pass moves them; and by lgopt's greedy allocators, not only its exact packer (TPU-MLIR's is greedy)
-    compiler_packing: bool = False
+    # such a group packs as the compiler's allocator would need (None: lgopt's own packing): none the compiler's
+    # rules refuse, one-slice groups with their weight loads where its timestep pass moves them, and by lgopt's
+    # greedy allocators, not only its exact packer (TPU-MLIR's is greedy)
+    compiler: CompilerRules | None = None
     trusted: frozenset[GroupShape] = frozenset()  # groups known to compile as planned (the reference's own)
     # tensors the compiler also holds as f32 in a group (the operands of the casts its F16 lowering puts around
     # the ops it computes in f32: yolov5s's SiLU on BM1688): such a group packs with their f32 copies beside them
@@ -52,6 +61,11 @@ class SearchSettings:
     # an H-sliced group not in ``trusted`` moves no activation slice of fewer rows than this (0: any): below it
     # the cost model's transfer rates are not the compiler's (``short_slices``)
     min_slice_rows: int = 0
+
+    @property
+    def compiler_packing(self) -> bool:
+        """Whether a group outside ``trusted`` packs as the compiler's allocator would need (``compiler`` set)."""
+        return self.compiler is not None
 
 
 GroupShape = tuple[frozenset[str], int, int, int, int]
@@ -81,10 +95,10 @@ def exact_packing_allowed(st: SearchSettings, g: GroupPlan) -> bool:
 def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple[Chip | None, GroupPlan]:
     """(LMEM, table) a candidate group's buffers must pack into: ``chip`` and ``g`` for a trusted group; for
     another, None where ``st.compiler_packing`` and TPU-MLIR's time-step pass may fail to slice it
-    (:func:`lgopt.group.forks.tpumlir_fork`, :func:`rows_over_lanes`), else all but ``st.reserve_banks`` banks
+    (``st.compiler.refuses``), else all but ``st.reserve_banks`` banks
     at the top of LMEM (None: nothing is left) and, with ``st.compiler_packing``, the table with a one-slice
     group's weight loads moved where TPU-MLIR's memory-aware pass moves them
-    (:func:`lgopt.group.cost.moved_weight_loads`; earlier, so longer lived).  Offsets that pack the returned
+    (:func:`lgopt.cost.pipeline.moved_weight_loads`; earlier, so longer lived).  Offsets that pack the returned
     table pack ``g`` too: its lifetimes are the same or shorter.  Only the packing changes; the
     group's table and costs stay those of ``g`` on the whole chip.
 
@@ -103,8 +117,8 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
     """
     if trusted(st, g):
         return chip, g
-    if st.compiler_packing and (tpumlir_fork(chip, net, g.ops, g.h_slices) or rows_over_lanes(chip, net, g)):
-        return None, g  # TPU-MLIR's time-step pass cannot slice it (lgopt.group.forks), or its secs exceed the max
+    if st.compiler is not None and st.compiler.refuses(chip, net, g):
+        return None, g  # the compiler may fail to build it (TPU-MLIR's: lgopt.tpumlir.rules)
     if short_slices(net, g, st.min_slice_rows):
         return None, g  # its transfers would run at rates the cost model does not know
     room: Chip | None = chip
@@ -136,7 +150,7 @@ def short_slices(net: Network, g: GroupPlan, min_rows: int) -> bool:
 
     On TPU-MLIR's timeline such transfers stream at a fraction of the rate of taller ones, in steps (a quarter,
     a half, three quarters) that follow the slice's shape: on BM1688, slices of 2-8 rows move at a median 0.47-0.74
-    of the fitted rate, from 9 rows on at 0.9-1.0 (``benchmarks/fit_cost.py``, ``fit_min_slice_rows``).  The cost
+    of the fitted rate, from 9 rows on at 0.9-1.0 (``lgopt fit``, :func:`lgopt.cost.fit.fit_slice_rows`).  The cost
     model prices every slice at the full rate, so a search left free there finds groups that only look fast:
     yolov5s_like / BM1688's plan at a 1 % margin cut two groups into slices of 2 and 3 rows, predicted 253,000
     and 130,000 cycles, measured 521,000 and 242,000 (the plan 1.4 % slower than TPU-MLIR's own).
@@ -162,15 +176,6 @@ def short_slices(net: Network, g: GroupPlan, min_rows: int) -> bool:
                 return True
     return False
 
-
-def rows_over_lanes(chip: Chip, net: Network, g: GroupPlan) -> bool:
-    """Whether a transformer group (rank-3 ``[B, M, K]`` tensors, :func:`lgopt.io.tpumlir_cache.rank3_rows_group`)
-    cuts its rows into more slices than TPU-MLIR allows there: its rows are channels, at most ``ceil(M /
-    lanes)`` sections (``get_group_max_secs``); more fail to allocate whatever the LMEM."""
-    if g.h_slices <= 1 or not rank3_rows_group(net, g.ops):
-        return False
-    rows = min(net.tensor(t).h for o in g.ops for t in net.op(o).outputs)
-    return g.h_slices > -(-rows // chip.npu_num)
 
 
 def group_runs(net: Network, st: SearchSettings) -> list[tuple[int, int]]:

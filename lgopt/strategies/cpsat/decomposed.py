@@ -24,10 +24,10 @@ from ortools.sat.python import cp_model
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan, PlanStatus
-from lgopt.strategies.cpsat.bounds import interval_lower_bound
 from lgopt.strategies.cpsat.budget import Budget
 from lgopt.strategies.cpsat.common import INF, CpsatSettings, Key, objective_value
 from lgopt.strategies.cpsat.evaluate import MAX_EFFORT, Evaluator
+from lgopt.strategies.cpsat.interval_bound import interval_lower_bound
 from lgopt.strategies.cpsat.master import Master, MasterAnswer
 from lgopt.strategies.cpsat.result import result
 from lgopt.strategies.cpsat.segmentation import cheapest, forward, paths, state_in, state_out, within

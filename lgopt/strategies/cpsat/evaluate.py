@@ -1,6 +1,6 @@
 """Evaluating candidates: the best provably packable slicing of an interval, and a bound over the rest.
 
-A candidate's cost (cycles or GMEM traffic) follows from :mod:`lgopt.group.cost` and does not depend on
+A candidate's cost (cycles or GMEM traffic) follows from :mod:`lgopt.cost` and does not depend on
 where buffers sit; its feasibility does: a candidate is feasible when its buffers *can* be packed into
 LMEM.  Feasibility is settled cheaply where possible (the greedy allocator finds a packing; more bytes
 live at one row than LMEM holds) and exactly otherwise (:func:`lgopt.group.alloc.exact_pack`), and for

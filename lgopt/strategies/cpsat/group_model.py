@@ -3,7 +3,7 @@
 The monolithic optimiser adds one per candidate (optional, under a presence literal); the load-row
 solver adds one alone, relaxed to "the bytes live in each row fit".  Variables and constraints are
 created in a fixed order, so the same input gives the same model and, with the same seed and worker
-count, the same answer.  The cost it states is exactly :func:`lgopt.group.cost.group_cost` of the
+count, the same answer.  The cost it states is exactly :func:`lgopt.cost.pipeline.group_cost` of the
 table the chosen loads give (tested against it for every choice).
 """
 
@@ -14,8 +14,9 @@ from typing import Any, Sequence
 
 from ortools.sat.python import cp_model
 
+from lgopt.cost.cycles import weight_dma_cycles
+from lgopt.cost.pipeline import PipelineCells, group_cost, pipeline_cells
 from lgopt.group.alloc import conflict_pairs, row_users
-from lgopt.group.cost import PipelineCells, group_cost, pipeline_cells, weight_dma_cycles
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network

@@ -16,7 +16,7 @@ the latter when ``u <= T - 2``.  Everything else (rows, activation transfers,
 sizes) is the table of :mod:`lgopt.group.timestep`.  Sliced groups keep their
 weights resident and loaded before the loop; they have nothing to choose here.
 
-The cost of a choice is exactly :func:`lgopt.group.cost.group_cost` of the table it
+The cost of a choice is exactly :func:`lgopt.cost.pipeline.group_cost` of the table it
 gives: weights add their GDMA cycles to the cell of the row they load in.
 """
 
@@ -28,8 +28,9 @@ from typing import Any, Mapping, Sequence
 
 from ortools.sat.python import cp_model
 
+from lgopt.cost.cycles import weight_dma_cycles
+from lgopt.cost.pipeline import PipelineCells, group_cost, pipeline_cells
 from lgopt.group.alloc import exact_pack, multi_start_allocate
-from lgopt.group.cost import PipelineCells, group_cost, pipeline_cells, weight_dma_cycles
 from lgopt.group.solver import integral_bound, make_solver, solve_interruptibly
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv

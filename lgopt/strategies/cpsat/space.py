@@ -23,9 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from lgopt.cost.cycles import global_layer_cost, tiu_cycles, weight_dma_cycles
+from lgopt.cost.model import SliceShape
+from lgopt.cost.pipeline import group_cost
+from lgopt.cost.work import weight_gmem_bytes
 from lgopt.group.alloc import pack_items
 from lgopt.group.build import c_slice_options, n_unit, schedule, w_slice_options
-from lgopt.group.cost import SliceShape, global_layer_cost, group_cost, tiu_cycles, weight_dma_cycles, weight_gmem_bytes
 from lgopt.group.handover import handover, packing_chip, pin_kept, pin_offset, store_skipped, whole_bytes, without_kept
 from lgopt.group.pack import peak_live_bytes
 from lgopt.group.slicing import SliceError, group_io

@@ -1,0 +1,37 @@
+"""Helpers the benchmark scripts share: writing a result table, and a script's section of a results document.
+
+Each topic has one results document under ``benchmarks/results/``; a script that measures rewrites only its
+own section there (between ``<!-- NAME: begin -->`` and ``<!-- NAME: end -->``), so the notes around it stay.
+Bulk raw tables go to ``benchmarks/out/`` (not tracked: the script writes them again).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+BENCHMARKS = Path(__file__).resolve().parent
+RESULTS = BENCHMARKS / "results"
+OUT = BENCHMARKS / "out"
+
+
+def write_table(df: pd.DataFrame, out: Path, source: str) -> None:
+    """Write ``df`` to ``out`` (CSV) and print it, headed by where its numbers come from."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    print(f"{source}; written to {out}")
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"))
+
+
+def write_section(doc: Path, name: str, text: str) -> None:
+    """Replace section ``name`` of the markdown file ``doc`` with ``text`` (appended when ``doc`` has none)."""
+    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    old = doc.read_text() if doc.exists() else ""
+    block = f"{begin}\n{text.strip()}\n{end}"
+    if begin in old and end in old:
+        new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
+    else:
+        new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(new)

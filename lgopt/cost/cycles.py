@@ -1,0 +1,126 @@
+"""Cycles of ops and transfers on a chip, by the model the chip names: the functions the planner, the
+CP-SAT bounds and the reports call (each dispatches to :func:`lgopt.cost.registry.cost_model`)."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import cast
+
+from lgopt.cost.model import Bound, DmaKind, SliceShape, Transfer
+from lgopt.cost.registry import cost_model
+from lgopt.cost.work import (
+    activation_transfer,
+    as_f32,
+    global_transfers,
+    gmem_bytes,
+    gmem_view,
+    peak_stream_cycles,
+    weight_gmem_bytes,
+    weight_transfers,
+)
+from lgopt.hw.chip import Chip
+from lgopt.model.network import Network, Op
+from lgopt.model.plan import GroupCost, Plan
+
+
+def tiu_cycles(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """Cycles the TIU spends on ``op`` for one slice (or the whole op)."""
+    return cost_model(chip).tiu_cycles(chip, net, op, sl)
+
+
+
+def gdma_cycles(chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "load", point_runs: bool = False
+                ) -> int:
+    """Cycles of one GDMA transfer of ``nbytes`` (GMEM-side bytes) in ``segments`` contiguous runs
+    (``point_runs``: each run one element)."""
+    return cost_model(chip).gdma_cycles(chip, nbytes, segments, kind, point_runs)
+
+
+
+def weight_dma_cycles(chip: Chip, op: Op, cols: int | None = None) -> int:
+    """Cycles of loading all of ``op``'s weights (``cols``: a run of that many output columns of a column-sliced
+    MatMul's): one transfer per weight tensor, as TPU-MLIR issues them."""
+    return _weight_dma(chip, op, cols)
+
+
+
+@lru_cache(maxsize=1 << 14)
+def _weight_dma(chip: Chip, op: Op, cols: int | None = None) -> int:
+    return sum(gdma_cycles(chip, b, s, "weight", p) for b, s, p in weight_transfers(op, cols))
+
+
+
+def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_len: int,
+                          kind: DmaKind = "load", w_len: int | None = None) -> int:
+    """Cycles of moving batches ``n_len`` x rows ``h_len`` (x columns ``w_len``, all when not given) of an
+    activation between GMEM and LMEM."""
+    nbytes, segments, point = activation_transfer(net, tensor, n_len, h_len, w_len)
+    return gdma_cycles(chip, nbytes, segments, kind, point)
+
+
+
+def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
+    if cost_model(chip).free_views and gmem_view(net, op):
+        return {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
+    moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
+    traffic = sum(moved) + weight_gmem_bytes(op)
+    model = cost_model(chip)
+    transfers = global_transfers(net, op, chip)
+    dma = model.global_dma_cycles(chip, transfers)  # the compiler's global kernels' own rate, where known
+    if dma is None:
+        dma = sum(gdma_cycles(chip, b, runs, kind, point) for b, runs, point, kind in transfers)
+    compute = model.global_compute(chip, net, op)
+    stream = peak_stream_cycles(chip, traffic)
+    cycles = max(compute, dma)
+    if model.global_line(chip, net, op):  # fitted with its transfers: a classifier head's weight streams at
+        # 54-58 bytes per cycle on BM1684X's timeline, faster than the global layers' median (49.5): the max
+        # with them charged ResNet-18's head 21,356 cycles, measured 18,849
+        cycles = max(compute, stream)
+    if op.local:  # never below streaming its own bytes, so the lower bound's transfer term holds
+        bound: Bound = "tiu" if compute >= dma else "gdma"
+        cycles = max(model.global_overhead(chip, net, op, bound)
+                     + math.ceil(cycles * model.global_scale(chip, net, op, bound)), stream)
+    return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
+
+
+
+def io_cast_cost(chip: Chip, net: Network, plan: Plan) -> GroupCost:
+    """The global Casts a plan runs besides its steps.  Where the deployment keeps the graph's inputs and outputs
+    f32 (``f32_io``), each network input no group converts itself (``GroupPlan.f32_in``) is converted by a
+    global layer that loads it as f32 and stores it as the plan's dtype, and each network output no group
+    converts (``f32_out``) by one that loads it and stores it as f32.  ShuffleNet's ``[1, 3, 224, 224]`` input:
+    17,219 cycles on BM1684X's timeline as a global Cast, about 5,000 more (its f32 bytes) in the first group;
+    unet_small's output: 16,432 cycles as a global Cast.  TPU-MLIR's own groupings take both casts in."""
+    zero: GroupCost = {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
+    model = cost_model(chip)
+    if not model.f32_io:
+        return zero
+    ins = {t for g in plan.groups for t in g.f32_in}
+    outs = {t for g in plan.groups for t in g.f32_out}
+    total: dict[str, int] = dict.fromkeys(zero, 0)
+    todo = [(t, True) for t in net.inputs if t not in ins] + [(t, False) for t in net.outputs if t not in outs]
+    for t, is_input in todo:
+        ten = net.tensor(t)
+        if ten.dtype == "f32":
+            continue
+        b = gmem_bytes(net, t, ten.n, ten.h)
+        wide = as_f32(b, ten.dtype)
+        # one run each: a global Cast moves the whole tensor contiguously (a [1, 1000] output: 639 cycles)
+        transfers: list[Transfer] = ([(wide, 1, False, "load"), (b, 1, False, "store")] if is_input
+                                     else [(b, 1, False, "load"), (wide, 1, False, "store")])
+        dma = model.global_dma_cycles(chip, transfers)
+        if dma is None:
+            dma = sum(gdma_cycles(chip, x, r, k, p) for x, r, p, k in transfers)
+        total["cycles"] += dma
+        total["gdma_cycles"] += dma
+        total["traffic_bytes"] += wide + b
+    return cast(GroupCost, total)
+
+
+
+def io_bytes(chip: Chip, net: Network, t: str) -> int:
+    """GMEM bytes of network input or output ``t`` as the deployment moves it (f32 where it keeps them f32)."""
+    ten = net.tensor(t)
+    b = gmem_bytes(net, t, ten.n, ten.h)
+    return as_f32(b, ten.dtype) if cost_model(chip).f32_io else b

@@ -1,0 +1,49 @@
+"""Cost models by name: a chip names its model (``Chip.cost_model``, ``--set cost_model=NAME``) and
+:func:`cost_model` finds it.  A new model is one module and one :func:`register_cost_model` call
+(``docs/extending.md``); the built-in ones are registered here."""
+
+from __future__ import annotations
+
+from lgopt.cost.analytic import AnalyticModel
+from lgopt.cost.fitted import CalibratedModel
+from lgopt.cost.model import CostModel
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import Chip
+
+COST_MODELS: dict[str, CostModel] = {}
+
+
+
+def register_cost_model(model: CostModel) -> CostModel:
+    """Make ``model`` selectable as ``Chip.cost_model`` (``--set cost_model=NAME``)."""
+    if model.name in COST_MODELS:
+        raise ValueError(f"cost model {model.name!r} is already registered")
+    COST_MODELS[model.name] = model
+    return model
+
+
+def unregister_cost_model(name: str) -> None:
+    """Forget a model registered for a while (a fit prices with the constants it is making, under a name of
+    their own, and drops that name when done)."""
+    COST_MODELS.pop(name, None)
+
+
+
+register_cost_model(AnalyticModel())
+register_cost_model(CalibratedModel())
+
+
+
+def cost_model(chip: Chip) -> CostModel:
+    """The model ``chip`` names."""
+    model = COST_MODELS.get(chip.cost_model)
+    if model is None:
+        raise LgoptError(f"unknown cost model {chip.cost_model!r} (registered: {', '.join(COST_MODELS)})")
+    return model
+
+
+def min_slice_rows(chip: Chip) -> int:
+    """The fewest rows an activation slice keeps the fitted transfer rates at on ``chip`` (``slice_rows`` in its
+    constants; 0 where the chip's cost model is not this one or the fit found no such height)."""
+    model = cost_model(chip)
+    return model.constants(chip).min_slice_rows if isinstance(model, CalibratedModel) else 0

@@ -1,0 +1,303 @@
+"""What an op and a transfer amount to, whatever the model: the analytic work of an op slice (lanes, EU
+vectors, IC parallelism), the lane copies of channel Concats and Slices, the bytes and contiguous runs of
+each transfer, and which global layers only view GMEM.  Every cost model prices these."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Literal
+
+from lgopt.cost.model import DmaKind, SliceShape, Transfer
+from lgopt.hw.chip import Chip
+from lgopt.hw.layout import align_up, cdiv, channels_per_lane
+from lgopt.hw.sizing import column_shape, is_depthwise
+from lgopt.model import ops as opsem
+from lgopt.model.dtype import dtype_bytes
+from lgopt.model.network import Network, Op
+
+
+def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len: int | None = None,
+                        c_len: int | None = None) -> tuple[int, int, bool]:
+    """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` x columns ``w_len`` (x channels
+    ``c_len`` of a channel slice) of an activation.
+
+    With every column, a channel's rows are contiguous in GMEM: one run per batch and lane-axis entry (a
+    channel, or a row of a rank-3 tensor whose rows lie over the lanes), a single element when the slice is
+    1 x 1.  A W slice cuts every row: one run of ``w_len`` elements per batch, channel and row, single
+    elements when ``w_len`` is 1 (what a W-sliced DMA costs TPU-MLIR's engine).
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> net = Network("n", {"x": Tensor("x", (1, 4, 8, 10), "f16")}, (), ("x",), ("x",))
+    >>> activation_transfer(net, "x", 1, 8), activation_transfer(net, "x", 1, 8, 5)
+    ((640, 4, False), (320, 32, False))
+    """
+    t = net.tensor(tensor)
+    w = t.w if w_len is None else w_len
+    c = t.c if c_len is None else c_len
+    nbytes = n_len * c * h_len * w * dtype_bytes(t.dtype)
+    if w == t.w:
+        ln, lc, lh, lw = t.lane_shape(n_len, h_len, None, c)  # a run per batch and lane-axis entry
+        return nbytes, ln * lc, lh * lw == 1
+    return nbytes, n_len * c * h_len, w == 1
+
+
+
+def output_lanes(chip: Chip, net: Network, op: Op, sl: SliceShape) -> tuple[str, int, int, int]:
+    """(the dtype the units compute ``op`` in, the vector unit's elements per cycle in it, the output slice's
+    channels per lane, its H x W per lane rounded up to whole EU vectors)."""
+    out = net.tensor(op.outputs[0])
+    dt = out.dtype if out.dtype in chip.macs_per_lane else "f32"
+    eu = chip.eu_elems(dt)
+    _, lc, lh, lw = out.lane_shape(sl.n, sl.out_h, sl.out_w, sl.out_c)  # a rank-3 tensor's rows are over the lanes
+    return dt, eu, channels_per_lane(lc, chip.npu_num), align_up(lh * lw, eu)
+
+
+
+def output_vector_work(chip: Chip, net: Network, op: Op, sl: SliceShape, ops_per_element: int) -> int:
+    """Vector-unit cycles of ``ops_per_element`` operations on every element of ``op``'s output slice: one
+    lane's elements (EU-aligned) over the EU width."""
+    _, eu, cpl_out, ohw = output_lanes(chip, net, op, sl)
+    return cdiv(sl.n * cpl_out * ohw * ops_per_element, eu)
+
+
+
+@lru_cache(maxsize=1 << 16)
+def analytic_tiu(chip: Chip, net: Network, op: Op, sl: SliceShape, issue: int) -> int:
+    dt, eu, cpl_out, ohw = output_lanes(chip, net, op, sl)
+    spec = opsem.OP_SPECS[op.type]
+    family = spec.family
+    if family is opsem.Family.MATMUL:  # each lane: its rows' outputs, K MACs each, on the MAC array
+        k = net.tensor(op.inputs[0]).w
+        return issue + cdiv(sl.n * cpl_out * ohw * k, chip.macs_per_lane[dt])
+    if family in (opsem.Family.CONV, opsem.Family.DECONV):
+        f = next(w for w in op.weights if w.role == "filter")
+        kh, kw = f.shape[2], f.shape[3]
+        if is_depthwise(op):
+            return issue + output_vector_work(chip, net, op, sl, kh * kw)
+        g = op.attrs.get("group", 1)
+        icg = f.shape[1] if family is opsem.Family.CONV else f.shape[0] // g
+        ic_par = max(1, chip.ic_parallel // dtype_bytes(dt))
+        # a transposed conv runs as a conv over its input with zeros inserted (TPU-MLIR's kernels): every output
+        # pixel takes the whole kernel, zeros included -- unet_small's 2x2 stride-2 ones measure 3.9-4.0x the
+        # work of input pixels x kernel on BM1684X and BM1688 (benchmarks/fit, held out of the fit)
+        work = sl.n * cpl_out * ohw * align_up(icg, ic_par) * kh * kw
+        return issue + cdiv(work, chip.macs_per_lane[dt])
+    if family is opsem.Family.POOL:
+        kh, kw = op.attrs["kernel"]
+        return issue + output_vector_work(chip, net, op, sl, kh * kw)
+    if family is opsem.Family.GLOBAL_POOL:
+        _, ic, ih, iw = net.tensor(op.inputs[0]).lane_shape(sl.n, sl.in_h, sl.in_w, sl.in_c)
+        return issue + cdiv(sl.n * channels_per_lane(ic, chip.npu_num) * align_up(ih * iw, eu), eu)
+    if family is opsem.Family.RESIZE:
+        return issue + output_vector_work(chip, net, op, sl, 4 if op.attrs.get("mode") == "linear" else 1)
+    per = spec.eu_ops + sum(opsem.eu_ops(a) for a in op.fused)
+    if family in (opsem.Family.CONCAT, opsem.Family.CHANNEL_SLICE):
+        copies = 1 if family is opsem.Family.CONCAT else per
+        return issue + output_vector_work(chip, net, op, sl, copies) + lane_crossing_work(chip, net, op, sl)
+    return issue + output_vector_work(chip, net, op, sl, per)
+
+
+
+LaneCopy = Literal["", "shift", "wrap"]
+
+
+
+def _lane_parts(net: Network, op: Op) -> list[tuple[int, int, str | None]]:
+    """(offset, length, activation or None for a constant) of each part an op moves along its lane axis: a
+    channel Concat's or Slice's channels, a row Concat's or Slice's rows when rows lie over the lanes; [] when
+    the op moves nothing across lanes (a batch or a last-axis Slice, a Concat within each row)."""
+    fam = opsem.OP_SPECS[op.type].family if op.type in opsem.OP_SPECS else None
+    axis = op.attrs.get("axis")
+    if fam is opsem.Family.CONCAT and axis in (1, -2):
+        consts = iter(op.weights)
+        acts = iter(op.inputs)
+        parts: list[tuple[int, int, str | None]] = []
+        offset = 0
+        for k in range(len(op.inputs) + len(op.weights)):
+            if k in op.attrs.get("const_at", ()):
+                shape = next(consts).shape
+                n = shape[-2] if axis == -2 else (shape[1] if len(shape) > 1 else 1)
+                parts.append((offset, n, None))
+            else:
+                t = next(acts)
+                n = net.tensor(t).h if axis == -2 else net.tensor(t).c
+                parts.append((offset, n, t))
+            offset += n
+        return parts
+    if fam is opsem.Family.CHANNEL_SLICE and axis in (1, -2) and op.outputs:
+        out = net.tensor(op.outputs[0])
+        if axis == -2 and not out.rows_on_lanes:
+            return []
+        return [(int(op.attrs.get("start", 0)), out.h if axis == -2 else out.c, op.outputs[0])]
+    return []
+
+
+
+def lane_copy(chip: Chip, net: Network, op: Op) -> LaneCopy:
+    """How a channel Concat or Slice moves data between lanes: ``""`` when every part starts on a lane boundary
+    (vector copies), ``"shift"`` when a part starts off one but stays within a run of lanes (UNet's 32 channels
+    onto lanes 32-63: TPU-MLIR's LANE_COPY at about a cycle per pixel), ``"wrap"`` when a part's lanes wrap
+    past the last lane (ShuffleNet's 58 channels at channel 58: the LANE_COPY costs some 2,100 cycles more on
+    BM1684X and 11,600 on BM1688 whatever its size, the bulk of a small group's time)."""
+    L = chip.npu_num
+    kind: LaneCopy = ""
+    for offset, n, _ in _lane_parts(net, op):
+        if offset % L:
+            if offset % L + n > L:
+                return "wrap"
+            kind = "shift"
+    return kind
+
+
+
+def lane_crossing_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """Cycles a channel Concat or Slice spends moving parts that start off a lane boundary: each such part's
+    channels shift to other lanes, one pixel per cycle per lane run instead of a vector copy (unet_small's last
+    Concat of two 32-channel tensors measures 34,320 cycles for a 130 x 256 slice on 64-lane BM1684X, 1.03 per
+    pixel, and a fraction of that on 32-lane BM1688, where both halves start on lane 0; held out of the fit)."""
+    work = 0
+    axis = op.attrs.get("axis")
+    for offset, _, t in _lane_parts(net, op):
+        if offset % chip.npu_num and t is not None:
+            ten = net.tensor(t)  # a Concat's input, a Slice's output
+            _, lc, lh, lw = ten.lane_shape(sl.n, ten.h if axis == -2 else sl.out_h, sl.out_w)
+            work += sl.n * cdiv(lc, chip.npu_num) * lh * lw
+    return work
+
+
+
+def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int) -> int:
+    """Bytes of batches ``n_len`` x rows ``h_len`` (every column) of an activation in GMEM."""
+    return activation_transfer(net, tensor, n_len, h_len)[0]
+
+
+
+def weight_gmem_bytes(op: Op, cols: int | None = None) -> int:
+    """GMEM bytes of ``op``'s weights, or of a run of ``cols`` output columns of them (column slicing)."""
+    return sum(math.prod(column_shape(w.shape, cols)) * (4 if w.role == "bias" else dtype_bytes(w.dtype))
+               for w in op.weights if w.role not in ("mean", "var"))
+
+
+
+def weight_transfers(op: Op, cols: int | None = None) -> list[tuple[int, int, bool]]:
+    """(bytes, segments, point runs) of each of ``op``'s weight tensors, one transfer each: a filter is stored
+    one output channel after another (a run per output channel); a bias or other per-channel vector puts one
+    element on each channel's lane (a one-element run each); a matrix a run per row; a 4-D constant a run per
+    N x C.  With ``cols`` (a column-sliced MatMul's slice): every constant cut to that many columns of its last
+    axis, a run per row of the matrix (each row's columns are contiguous), a one-element run per bias column.
+
+    >>> from lgopt.model.network import Weight
+    >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (64, 32, 3, 3), "f16", "filter"),
+    ...                                        Weight("b", (64,), "f16", "bias")))
+    >>> weight_transfers(conv)
+    [(36864, 64, False), (256, 64, True)]
+    """
+    out = []
+    for w in op.weights:
+        if w.role in ("mean", "var") or not w.shape:
+            continue
+        shape = column_shape(w.shape, cols)
+        elems = math.prod(shape)
+        nbytes = elems * (4 if w.role == "bias" else dtype_bytes(w.dtype))
+        runs = shape[0] if w.role == "filter" or len(shape) <= 2 else shape[0] * shape[1]
+        out.append((nbytes, runs, runs == elems))
+    return out
+
+
+
+# --- global layers --------------------------------------------------------------------------------
+
+def gmem_view(net: Network, op: Op) -> bool:
+    """Whether ``op`` run as a global layer only re-reads GMEM bytes in place: a reshape (NCHW is contiguous,
+    whatever the shape), a run of batches or of the channels of a one-batch tensor (a contiguous range), or a
+    Concat whose inputs are written straight into it (:func:`merged_concat`).  TPU-MLIR's timeline shows such
+    ops (ShuffleNet's 32 Reshapes, 20 channel Slices and each stage's first Concat, ViT's 36 Q/K/V picks of
+    ``[3, 197, 1, 768]``) at 0 cycles.
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> x, y = Tensor("x", (1, 8, 4, 4), "f16"), Tensor("y", (1, 4, 4, 4), "f16")
+    >>> net = Network("n", {"x": x, "y": y}, (), ("x",), ("y",))
+    >>> gmem_view(net, Op("s", "Slice", ("x",), ("y",), attrs={"axis": 1, "start": 0, "end": 4}))
+    True
+    """
+    if op.type in opsem.RESHAPE_TYPES:
+        return True
+    a = op.attrs
+    if op.type == "Concat":
+        return merged_concat(net, op)
+    if op.type != "Slice" or a.get("step", 1) != 1 or len(op.inputs) != 1:
+        return False
+    t = net.tensor(op.inputs[0])
+    return a.get("axis") == 0 or a.get("axis") == 1 and t.n == 1
+
+
+
+def merged_concat(net: Network, op: Op) -> bool:
+    """Whether a Concat run as a global layer costs nothing because its inputs are written straight into its
+    output: TPU-MLIR's ``only_merge`` (``ConcatOp::supportInplace``), which holds when everything before the
+    concatenated axis is one (the parts are contiguous ranges of the output), no input is a constant, another
+    Concat's output, a channel view (a Slice run in GMEM) or a tensor with more than one reader besides
+    (at most two such inputs), and no activation is fused.  ShuffleNet's first Concat of each stage, whose
+    inputs are two groups' outputs, runs in 0 cycles on the timeline; the next ones, fed by a view, copy.
+
+    >>> from lgopt.model.network import Network, Tensor
+    >>> t = {n: Tensor(n, (1, c, 4, 4), "f16") for n, c in (("a", 8), ("b", 8), ("y", 16))}
+    >>> net = Network("n", t, (Op("cat", "Concat", ("a", "b"), ("y",), attrs={"axis": 1}),), ("a", "b"), ("y",))
+    >>> merged_concat(net, net.op("cat"))
+    True
+    """
+    if op.type != "Concat" or op.weights or op.fused or not op.outputs:
+        return False
+    out = net.tensor(op.outputs[0])
+    shape = out.orig_shape or out.shape
+    axis = op.attrs.get("axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis
+    if math.prod(shape[:axis]) != 1:
+        return False
+    shared = 0
+    for t in op.inputs:
+        readers = net.consumers.get(t, ())
+        if len(readers) > 1:
+            shared += 1
+            if op.inputs.count(t) > 1 or any(r.type == "Concat" and r.name != op.name for r in readers):
+                return False
+        src = net.producer.get(t)
+        if src is not None and (src.type == "Concat" or gmem_view(net, src) and src.type == "Slice"):
+            return False
+        if src is not None and src.type in opsem.RESHAPE_TYPES:
+            inner = src.inputs[0] if src.inputs else None
+            if inner is None or net.producer.get(inner) is None or len(net.consumers.get(inner, ())) != 1:
+                return False
+    return shared <= 2
+
+
+
+def global_transfers(net: Network, op: Op, chip: Chip) -> list[Transfer]:
+    """The transfers of ``op`` run as a global layer.  A layer-group op type moves its operands in the layout
+    a group would use (runs per batch and channel, a filter per output channel); other types move whole
+    tensors the compiler lays out for long runs (a ``[1, 1024]`` vector is not 1,024 one-element runs
+    there): one run per operand."""
+    out: list[Transfer] = []
+    sides: tuple[tuple[tuple[str, ...], DmaKind], ...] = ((op.inputs, "load"), (op.outputs, "store"))
+    if chip.local(op):
+        for names, kind in sides:
+            out += [(*activation_transfer(net, t, net.tensor(t).n, net.tensor(t).h), kind) for t in names]
+        out += [(b, runs, point, "weight") for b, runs, point in weight_transfers(op)]
+    else:
+        for names, kind in sides:
+            out += [(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h), 1, False, kind) for t in names]
+        out.append((weight_gmem_bytes(op), 1, False, "weight"))
+    return [t for t in out if t[0]]
+
+
+
+def peak_stream_cycles(chip: Chip, nbytes: int) -> int:
+    """Cycles ``nbytes`` take at the chip's peak GMEM bandwidth: no transfer is faster."""
+    return cdiv(int(nbytes * chip.tiu_mhz * 1e6), int(chip.gdma_gbps * 1e9))
+
+
+
+def as_f32(nbytes: int, dtype: str) -> int:
+    """Bytes of the same elements held as f32 (a network input or output the deployment keeps f32)."""
+    return nbytes * 4 // dtype_bytes(dtype)

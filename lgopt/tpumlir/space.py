@@ -1,0 +1,187 @@
+"""Searching within what TPU-MLIR compiles (``--reference``): the network in its op order, groups within its
+base groups, weights loaded by the table's own rule, no hand-over, new groups packed as its allocator needs; and
+against its own grouping, kept unless lgopt's is predicted ``margin`` faster (or, with a judge, measured).
+
+:class:`ReferenceSpace` is the :class:`lgopt.strategies.registry.SearchSpace` the CLI and ``compare`` hand a
+strategy; the strategies themselves know nothing of TPU-MLIR.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from lgopt.cost.registry import min_slice_rows
+from lgopt.errors import LgoptError
+from lgopt.hw.chip import Chip
+from lgopt.model.network import Network, network_digest, reorder
+from lgopt.model.plan import Plan
+from lgopt.strategies.registry import StrategyOptions, StrategySpec
+from lgopt.strategies.settings import SearchSettings, shape_of
+from lgopt.tpumlir.cache import Cache, cast_operands, load_cache
+from lgopt.tpumlir.casts import convert_io_in_groups
+from lgopt.tpumlir.export import compiler_space
+from lgopt.tpumlir.grouping import score
+from lgopt.tpumlir.judged import JudgeSettings, judged_search
+from lgopt.tpumlir.lowering import lower_like
+from lgopt.tpumlir.rules import TPU_MLIR_RULES
+
+REFERENCE_MARGIN = 0.05  # the calibrated model's per-group error on held-out models (docs/cost-model.md)
+# banks of LMEM a group the reference does not have leaves empty, without a judge: lgopt's packing is tighter than
+# TPU-MLIR's (more rows, greedy placement, f32 copies), and every new group the round trip saw refused filled more
+# than 14 of 16 banks by lgopt's count (docs/tpu-mlir.md, "Headroom for new groups")
+REFERENCE_RESERVE_BANKS = 2
+
+
+@dataclass(frozen=True)
+class ReferenceSpace:
+    """What TPU-MLIR compiles as planned, given a cache it wrote for this model and chip (``reference``)."""
+
+    reference: str
+    base_groups: str | None = None  # its base groups (base_groups.json or model_ops.csv): ops it can put in LMEM
+    margin: float = REFERENCE_MARGIN  # keep the reference's grouping unless ours is predicted this much better
+    reserve_banks: int = REFERENCE_RESERVE_BANKS  # banks a new group of lgopt's search leaves empty
+    judge: Any = None  # a lgopt.tpumlir.judge.Judge: TPU-MLIR measures and the search refines
+    judge_settings: Any = None  # its lgopt.tpumlir.judged.JudgeSettings (None: the defaults)
+    _lowered: dict[str, tuple[Network, tuple[str, ...]]] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def cache(self) -> Cache:
+        """The reference, read once however often the space is asked."""
+        return load_cache(str(self.reference))
+
+    def lowered(self, net: Network) -> tuple[Network, tuple[str, ...]]:
+        """``net`` lowered as the reference lowered it (MatMul chains it runs as column pieces cut the same
+        way) and what was cut: once per network, so the search, the verifier and the report share one."""
+        key = network_digest(net)
+        if key not in self._lowered:
+            self._lowered[key] = lower_like(net, self.cache)
+        return self._lowered[key]
+
+    def run(self, spec: StrategySpec, net: Network, chip: Chip, options: StrategyOptions
+            ) -> tuple[Plan, dict[str, Any]]:
+        return _in_compiler_space(spec, net, chip, options, self)
+
+
+COMPILER_SPACE = ("groups contiguous in TPU-MLIR 1.30.2's op order within its base groups (from {ref}); its slicing "
+                  "rule (no h/2 limit); the pipelined timestep table with the seed's weight-load rule; no tensor "
+                  "handed over in LMEM: the "
+                  "groupings `lgopt export --reference` writes")
+
+
+def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: StrategyOptions, r: ReferenceSpace
+                       ) -> tuple[Plan, dict[str, Any]]:
+    """``spec`` over what TPU-MLIR can compile: the network in its op order, groups within its base groups,
+    weights loaded by the table's own rule, no hand-over (the cache it loads can say none of these).  The
+    reference is read once here, and the network lowered once, as its cache lowered it."""
+    cache = r.cache
+    # the MatMul chains the reference runs as column pieces in different steps are cut the same way, so that each
+    # piece can be grouped within its own base group (ConvNeXt's GELU halves on BM1684X); network_of redoes it
+    net, lowered = r.lowered(net)
+    as_lowered = {"tpu_mlir": {"cache": str(r.reference), "lowered": list(lowered)}} if lowered else {}
+    space = compiler_space(net, str(r.reference), r.base_groups)
+    onet = reorder(net, list(space.order))
+    outer = o.incumbent
+    ref_plan, ref_error = _reference_plan(net, chip, o.search, r)
+    inner = replace(o, search=_compiler_settings(net, chip, o.search, cache, space.runs, ref_plan,
+                                                      r.reserve_banks),
+                    cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
+                    incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
+    plan, extra = spec.solve(onet, chip, inner)
+    plan = convert_io_in_groups(onet, chip, plan, inner.search)
+    described = COMPILER_SPACE.format(ref=Path(str(r.reference)).name)
+    solver = {**plan.solver, "space": described, "reference": str(r.reference), "beyond_compiler": [],
+              "compiler_notes": list(lowered) + list(space.notes), "reserve_banks": r.reserve_banks, **as_lowered}
+    plan = replace(plan, model_digest=network_digest(net), solver=solver)
+    if r.judge is not None:
+        # the judge's own moves are free of the cautions: TPU-MLIR measures every one
+        free = replace(inner.search, reserve_banks=0, compiler=None, min_slice_rows=0)
+        return _judged(net, onet, chip, o, r, free, plan, described, ref_plan, ref_error), extra
+    return _against_reference(plan, r, ref_plan, ref_error), extra
+
+
+def _compiler_settings(net: Network, chip: Chip, st: SearchSettings, cache: Cache,
+                       runs: tuple[tuple[str, ...], ...], ref_plan: Plan | None, reserve: int) -> SearchSettings:
+    """``st`` within TPU-MLIR's space: its runs and slicing rule, no channel slices (none of the calibration's
+    4,455 compiled groups uses csecs, so whether TPU-MLIR 1.30 compiles them as lgopt plans them is unmeasured).
+    The reference's groups compile as they are; a new one keeps ``reserve`` banks free and packs as TPU-MLIR's
+    allocator would need (its rules, moved weight loads, a greedy allocator, the f32 copies of its casts)."""
+    trusted = frozenset() if ref_plan is None else frozenset(shape_of(g) for g in ref_plan.groups)
+    return replace(st, runs=runs, h_ratio=None, max_c_slices=1, reserve_banks=reserve,
+                   compiler=TPU_MLIR_RULES, trusted=trusted, f32_tensors=f32_tensors(net, cache),
+                   min_slice_rows=min_slice_rows(chip))
+
+
+def f32_tensors(net: Network, cache: Cache | None) -> frozenset[str]:
+    """The tensors inside the network that TPU-MLIR's F16 lowering casts (the operands of the casts its
+    reference cache lists, in groups or global): it holds them as f32 too where a group computes with them.
+    Network inputs and outputs are left out: a group converting them says so itself (``f32_in``, ``f32_out``)."""
+    if cache is None:
+        return frozenset()
+    locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
+    return frozenset(cast_operands(net, locs)) - set(net.inputs) - set(net.outputs)
+
+
+def _reference_plan(net: Network, chip: Chip, st: SearchSettings, r: ReferenceSpace) -> tuple[Plan | None, str]:
+    """The reference's own grouping built by lgopt's reader (as ``solve --strategy tpu-mlir=REF`` builds it), or
+    (None, why lgopt cannot build it)."""
+    try:
+        return score(net, chip, str(r.reference), st)[0], ""
+    except LgoptError as e:
+        return None, str(e)
+
+
+def _on(net: Network, plan: Plan, as_lowered: dict[str, Any]) -> Plan:
+    """A plan of the reordered (and lowered) network an inner search returns, as one of ``net``: its digest,
+    and the lowering ``network_of`` redoes."""
+    return replace(plan, model_digest=network_digest(net), solver={**plan.solver, **as_lowered})
+
+
+def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, r: ReferenceSpace, st: SearchSettings,
+            plan: Plan, described: str, ref: Plan | None, unreadable: str) -> Plan:
+    """TPU-MLIR measures the reference's grouping (``ref``, as lgopt's reader builds it; None when it cannot,
+    ``unreadable`` says why) and ``plan`` and judges a local search from the faster
+    (:mod:`lgopt.tpumlir.judged`); the plan returned is the fastest it measured."""
+    starts: list[tuple[str, Plan]] = [] if ref is None else [("TPU-MLIR's own grouping", ref)]
+    starts.append((plan.strategy, plan))
+    ref_cache = json.loads(Path(str(r.reference)).read_text())  # as the judge hands it to TPU-MLIR, byte for byte
+    as_lowered = {"tpu_mlir": plan.solver["tpu_mlir"]} if "tpu_mlir" in plan.solver else {}  # net is lowered so
+    outer = o.incumbent
+    js = r.judge_settings or JudgeSettings(time_limit=o.cpsat.time_limit)
+    out = judged_search(net, onet, chip, st, r.judge, str(r.reference), r.base_groups, starts, js, o.progress,
+                        plan.strategy, measure_reference=lambda: r.judge.measure(ref_cache),
+                        incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
+    solver = {**out.solver, "space": described, "reference": str(r.reference), "beyond_compiler": [],
+              "compiler_notes": list(plan.solver.get("compiler_notes", [])),
+              "own_cycles": float(plan.cost["cycles"]), **as_lowered}
+    if unreadable:
+        solver["reference_unreadable"] = unreadable
+    return replace(out, solver=solver)
+
+
+def _against_reference(plan: Plan, r: ReferenceSpace, ref: Plan | None, ref_error: str) -> Plan:
+    """``plan``, or the reference's own grouping when ``plan`` is not predicted at least ``r.margin`` faster.
+
+    A prediction is only as good as the cost model: where lgopt's best is within the model's error of what
+    the compiler already does, deploying it risks a slower program for a gain the model cannot see, so the
+    compiler's grouping is kept (built by lgopt's reader, as ``solve --strategy tpu-mlir=REF`` builds it) and
+    ``solver["kept_reference"]`` says why.  A reference lgopt cannot build (``ref`` None) changes nothing."""
+    if ref is None:
+        return replace(plan, solver={**plan.solver, "reference_cycles": None, "reference_unreadable": ref_error})
+    ours, theirs = float(plan.cost["cycles"]), float(ref.cost["cycles"])
+    solver = {**plan.solver, "reference_cycles": theirs, "margin": r.margin}
+    if ours <= theirs * (1 - r.margin):
+        return replace(plan, solver=solver)
+    solver.pop("io_converted_in_groups", None)  # that was our plan's; the reference's are its own
+    theirs_io = [t for g in ref.groups for t in g.f32_in + g.f32_out]
+    if theirs_io:
+        solver["io_converted_in_groups"] = theirs_io
+    why = (f"{plan.strategy}'s best grouping is predicted at {ours:,.0f} cycles, the reference's at {theirs:,.0f}: "
+           f"not {100 * r.margin:g}% faster, so the reference grouping is kept")
+    return replace(ref, strategy=plan.strategy, model_digest=plan.model_digest,
+                   solver={**solver, "kept_reference": why, "own_cycles": ours})
+
+
