@@ -24,7 +24,8 @@ def test_import_fixtures(capsys, tmp_path, fixtures_dir):
 
 def test_solve_verify_show(capsys, tmp_path):
     plan = tmp_path / "p.json"
-    code, out, err = run(capsys, "solve", str(PROBLEMS / "unet.json"), "--chip", "cv181x", "-o", str(plan))
+    code, out, err = run(capsys, "solve", str(PROBLEMS / "unet.json"), "--chip", "cv181x", "--strategy", "greedy",
+                         "-o", str(plan))
     assert code == 0, err
     assert "verified OK" in out and "lower bound" in out
     code, out, _ = run(capsys, "verify", str(plan), "--model", str(PROBLEMS / "unet.json"))

@@ -57,6 +57,7 @@ from lgopt.model.network import Network, Op
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "models"
 MODEL_NAME = "tpu-mlir-1.30"
+FITTED_DTYPES = ("f16",)  # what the constants were measured in (the calibration is F16 on one core)
 
 
 def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:
@@ -303,6 +304,12 @@ class CalibratedModel:
     rebalance_loads: bool = True  # TPU-MLIR moves a one-slice group's weight loads to rows with spare GDMA
     pipelined_preloads: bool = True  # ... and loads a sliced group's resident weights during its first slice
     f32_io: bool = True  # TPU-MLIR's F16 deployment keeps the graph's inputs and outputs f32 and converts them
+
+    def covers(self, chip_name: str, dtype: str) -> bool:
+        """Whether constants were fitted for ``chip_name`` computing in ``dtype`` (the shipped ones are F16:
+        the calibration measured TPU-MLIR's F16 deployment)."""
+        d = Path(self.directory) if self.directory else CALIBRATION_DIR
+        return dtype.lower() in FITTED_DTYPES and (d / f"{chip_name.lower()}.json").exists()
 
     def constants(self, chip: Chip) -> ChipConstants:
         return load_constants(chip.name, Path(self.directory) if self.directory else None)

@@ -8,7 +8,7 @@ from lgopt.cost.analytic import AnalyticModel
 from lgopt.cost.fitted import CalibratedModel
 from lgopt.cost.model import CostModel
 from lgopt.errors import LgoptError
-from lgopt.hw.chip import Chip
+from lgopt.hw.chip import Chip, changes
 
 COST_MODELS: dict[str, CostModel] = {}
 
@@ -30,7 +30,8 @@ def unregister_cost_model(name: str) -> None:
 
 
 register_cost_model(AnalyticModel())
-register_cost_model(CalibratedModel())
+FITTED = CalibratedModel()
+register_cost_model(FITTED)
 
 
 
@@ -47,3 +48,20 @@ def min_slice_rows(chip: Chip) -> int:
     constants; 0 where the chip's cost model is not this one or the fit found no such height)."""
     model = cost_model(chip)
     return model.constants(chip).min_slice_rows if isinstance(model, CalibratedModel) else 0
+
+
+def default_cost_model(chip: Chip, dtype: str) -> str:
+    """The best model lgopt has for ``chip`` computing in ``dtype``: the one fitted on the compiler's timeline
+    where it was fitted for this chip and dtype (the shipped ones: BM1684X and BM1688 in F16, 2-3 % median
+    error on held-out models against the analytic model's 5-18 %, ``docs/cost-model.md``), else the chip's
+    own (the analytic one).  A chip changed from its preset keeps its own: the fit measured the real chip.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> default_cost_model(get_chip("bm1684x"), "f16"), default_cost_model(get_chip("bm1684x"), "int8")
+    ('tpu-mlir-1.30', 'analytic')
+    >>> default_cost_model(get_chip("cv181x"), "f16"), default_cost_model(get_chip("bm1684x", {"npu_num": "32"}), "f16")
+    ('analytic', 'analytic')
+    """
+    if changes(chip) or not FITTED.covers(chip.name, dtype):
+        return chip.cost_model
+    return FITTED.name

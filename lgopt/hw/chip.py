@@ -187,7 +187,7 @@ def changes(chip: Chip) -> dict[str, tuple[Any, Any]]:
         return {}
     out: dict[str, tuple[Any, Any]] = {}
     for f in dataclasses.fields(Chip):
-        if f.name in ("name", "macs_per_lane"):
+        if f.name in ("name", "macs_per_lane", "cost_model"):  # the model prices the chip, it does not change it
             continue
         a, b = getattr(base, f.name), getattr(chip, f.name)
         if a != b:

@@ -1,0 +1,108 @@
+"""``lgopt deploy``'s plumbing with a stand-in compiler: a folder whose ``bin/`` holds ``model_transform`` and
+``model_deploy`` scripts that write what TPU-MLIR 1.30.2 writes (its own grouping's cache: the shared fixture;
+a bmodel; codegen's timeline with a total), so every path runs without TPU-MLIR: lgopt's grouping delivered
+when it measures faster, TPU-MLIR's when it does not or when its allocation fails (exit 0 included), and the
+one-line errors.  The real compiler runs it in ``benchmarks/deploy.py``."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+from conftest import FIXTURES, need
+
+from lgopt.cli import main
+
+TRANSFORM = """#!{py}
+import sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+name = a["--model_name"]
+open(a["--mlir"], "w").write("module {{}}\\n")
+open(name + "_top_f32_all_weight.npz", "wb").write(b"w")
+print("front end done")
+"""
+
+DEPLOY = """#!{py}
+import json, os, sys
+a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+prefix = a["--model"][: -len(".bmodel")]
+own = json.load(open({ref!r}))
+cache = prefix + ".layer_group_cache.json"
+if os.environ.get("LOAD_TPU_GROUP") == "1":
+    mine = json.load(open(cache))
+    if {fail!r}:
+        print("local memory allocate failed for group 0")
+        print("LocalMemoryAllocationPass pass failed.")
+    cycles = 591722 if mine == own else {forced}
+else:
+    json.dump(own, open(cache, "w"))
+    cycles = 591722
+open(prefix + ".bmodel", "wb").write(b"bmodel " + str(cycles).encode())
+open("compiler_profile_0.txt", "w").write("...\\nAPI_END total_cycle:%d|b:1|g:1\\n" % cycles)
+"""
+
+
+def _stand_in(tmp: Path, forced_cycles: int = 500_000, fail: bool = False) -> Path:
+    ref = need(FIXTURES / "tpu-mlir" / "resnet18_bm1684x_f16.layer_group_cache.json")
+    venv = tmp / "tpu-mlir"
+    (venv / "bin").mkdir(parents=True)
+    for name, text in (("model_transform", TRANSFORM.format(py=sys.executable)),
+                       ("model_deploy", DEPLOY.format(py=sys.executable, ref=str(ref), fail=fail,
+                                                      forced=forced_cycles))):
+        p = venv / "bin" / name
+        p.write_text(text)
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return venv
+
+
+def _deploy(tmp: Path, venv: Path, *extra: str) -> tuple[int, dict]:
+    model = need(FIXTURES / "onnx" / "resnet18.weightless.onnx")
+    out = tmp / "out"
+    code = main(["deploy", str(model), "--chip", "bm1684x", "-o", str(out), "--tpu-mlir", str(venv),
+                 "--time-limit", "20", "--margin", "0", *extra])
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+    return code, report
+
+
+def test_lgopts_grouping_is_delivered_when_it_measures_faster(tmp_path):
+    code, r = _deploy(tmp_path, _stand_in(tmp_path, forced_cycles=500_000))
+    out = tmp_path / "out"
+    assert code == 0 and r["tpu_mlir_cycles"] == 591_722
+    if r.get("lgopt_kept_reference"):  # lgopt's search kept TPU-MLIR's grouping: the same model either way
+        assert r["kept"] == "tpu-mlir" and r["lgopt_cycles"] == 591_722
+    else:
+        assert r["lgopt_cycles"] == 500_000 and r["kept"] == "lgopt" and r["delivered_cycles"] == 500_000
+        assert (out / "resnet18_weightless_bm1684x_f16.bmodel").read_bytes() == b"bmodel 500000"
+    for name in ("tpu-mlir.layer_group_cache.json", "lgopt.layer_group_cache.json", "plan.json", "report.md"):
+        assert (out / name).exists(), name
+    assert "TPU-MLIR 1.30.2 codegen timeline" in r["source"] and r["steps"] and not list(out.glob("*.part"))
+
+
+def test_never_slower_than_tpu_mlir_alone(tmp_path):
+    """lgopt's grouping measured slower, or refused by the allocator (TPU-MLIR exiting 0 all the same): the
+    delivered bmodel is TPU-MLIR's own."""
+    for k, (cycles, fail) in enumerate(((700_000, False), (400_000, True))):
+        tmp = tmp_path / str(k)
+        code, r = _deploy(tmp, _stand_in(tmp, forced_cycles=cycles, fail=fail))
+        assert code == 0 and r["kept"] == "tpu-mlir" and r["delivered_cycles"] == 591_722
+        assert (tmp / "out" / "resnet18_weightless_bm1684x_f16.bmodel").read_bytes() == b"bmodel 591722"
+        if fail and not r.get("lgopt_kept_reference"):
+            assert "local memory allocate failed" in r["lgopt_compile_error"] and r["lgopt_cycles"] is None
+
+
+def test_deploy_errors_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    model = str(need(FIXTURES / "onnx" / "resnet18.weightless.onnx"))
+    monkeypatch.delenv("LGOPT_TPU_MLIR", raising=False)
+    assert main(["deploy", model, "--chip", "bm1684x", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "install-tpu-mlir.sh" in err
+    venv = _stand_in(tmp_path)
+    assert main(["deploy", model, "--chip", "bm1684x", "-o", str(tmp_path / "o"), "--tpu-mlir", str(venv),
+                 "--quantize", "INT8"]) == 2
+    assert "calibration" in capsys.readouterr().err
+    monkeypatch.setenv("LGOPT_TPU_MLIR", str(tmp_path / "nowhere"))
+    assert main(["deploy", model, "--chip", "bm1684x", "-o", str(tmp_path / "o")]) == 2
+    assert "no TPU-MLIR in" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
