@@ -133,7 +133,9 @@ def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", help="compute dtype for an ONNX model's float tensors (f32, f16, bf16, int8, ...)")
+    p.add_argument("--dtype", help="compute dtype for an ONNX model's float tensors (f32, f16, bf16, int8, ...; "
+                                   f"default {DEFAULT_DTYPE}: what these chips are deployed in and what the fitted "
+                                   "cost model was measured in)")
     p.add_argument("--no-fuse", action="store_true", help="keep BatchNorm and activations as separate ops")
     p.add_argument("--input-shape", action="append", metavar="NAME=N,C,H,W", help="fix a dynamic input shape")
 
@@ -219,12 +221,17 @@ def _chip_args(p: argparse.ArgumentParser) -> None:
                         "and dtype, bm1684x and bm1688 in f16, 2-3 %% held-out error against 5-18 %%; else analytic)")
 
 
+DEFAULT_DTYPE = "f16"  # an ONNX model's float tensors computed in: TPU-MLIR's F16 deployment, the fitted model's
+
+
 def _load_model(args: argparse.Namespace, path: str):
     from lgopt.io.problem import load_model
 
     opts = {}
     if getattr(args, "dtype", None):
         opts["dtype"] = args.dtype
+    elif str(path).lower().endswith(".onnx") and hasattr(args, "dtype"):
+        opts["dtype"] = DEFAULT_DTYPE
     if getattr(args, "no_fuse", False):
         opts["fuse"] = False
     if getattr(args, "input_shape", None):
@@ -436,6 +443,8 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
               f"best bound {sv['bound']:,}, gap {100 * sv['gap']:.2f}% over {sv.get('space', 'the candidate space')}")
         if sv.get("outside_space"):
             print(f"cpsat: {sv['outside_space']}")
+    if sv.get("stopped"):
+        print(f"cpsat: stopped early: {sv['stopped']}")
     if sv.get("judge"):
         j = sv["judge"]
         ref = j.get("reference_measured_cycles")

@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from lgopt.cost.cycles import io_cast_cost
 from lgopt.cost.registry import min_slice_rows
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
@@ -88,7 +89,8 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     ref_plan, ref_error = _reference_plan(net, chip, o.search, r)
     inner = replace(o, search=_compiler_settings(net, chip, o.search, cache, space.runs, ref_plan,
                                                       r.reserve_banks),
-                    cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1),
+                    cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1,
+                                  stop_bound=_goal(chip, net, o, r, ref_plan)),
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
     plan, extra = spec.solve(onet, chip, inner)
     plan = convert_io_in_groups(onet, chip, plan, inner.search)
@@ -113,6 +115,17 @@ def _compiler_settings(net: Network, chip: Chip, st: SearchSettings, cache: Cach
     return replace(st, runs=runs, h_ratio=None, max_c_slices=1, reserve_banks=reserve,
                    compiler=TPU_MLIR_RULES, trusted=trusted, f32_tensors=f32_tensors(net, cache),
                    min_slice_rows=min_slice_rows(chip))
+
+
+def _goal(chip: Chip, net: Network, o: StrategyOptions, r: ReferenceSpace, ref: Plan | None) -> int | None:
+    """The bound at which the search may stop: once nothing in the space can be predicted ``margin`` faster than
+    the reference, the reference is what ``_against_reference`` keeps.  Its casts at the graph's edges are added
+    back (a group that converts them itself, after the search, saves at most that), so stopping is never wrong.
+    None with a judge (it measures what the model cannot rule out) or another objective."""
+    if ref is None or r.judge is not None or o.cpsat.objective != "cycles":
+        return None
+    casts = io_cast_cost(chip, net, replace(ref, groups=()))["cycles"]
+    return int(ref.cost["cycles"] * (1 - r.margin)) + int(casts) + 1
 
 
 def f32_tensors(net: Network, cache: Cache | None) -> frozenset[str]:

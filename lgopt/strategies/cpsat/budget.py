@@ -33,6 +33,7 @@ class Budget:
     charged: float = 0.0  # deterministic units of work done for this search
     capped: int = 0  # its solves the wall-clock guard cut short (under a deterministic budget: answers that
     # may differ on a less loaded machine)
+    halted: bool = False  # the search has what it needs (its bound reached the caller's goal): it stops now
 
     def spent(self) -> float:
         """Wall seconds since the start, or units charged."""
@@ -43,7 +44,11 @@ class Budget:
         return time.perf_counter() - self.started
 
     def expired(self) -> bool:
-        return self.spent() >= self.limit
+        return self.halted or self.spent() >= self.limit
+
+    def halt(self) -> None:
+        """Stop the search at its next check, whatever is left (:attr:`CpsatSettings.stop_bound` reached)."""
+        self.halted = True
 
     def left(self) -> float:
         """What is left: seconds or units (negative once overrun)."""

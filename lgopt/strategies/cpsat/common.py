@@ -39,3 +39,6 @@ class CpsatSettings:
     handover: bool = True  # let consecutive groups hand a tensor over in LMEM (lgopt.group.handover)
     free_loads: bool = True  # unsliced groups choose each weight's load row (False: the table's own rule)
     cp_sat_params: str = ""  # extra CP-SAT parameters (text format) for the master and monolithic models
+    # stop once the proven lower bound reaches this (None: search to the limit): a caller that keeps another
+    # plan unless this search beats it by a margin (``--reference``) has its answer then
+    stop_bound: int | None = None

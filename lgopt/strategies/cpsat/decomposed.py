@@ -109,6 +109,10 @@ class _Search:
         Building it (scheduling and placing its groups) takes time the search does not have, so reports
         are spaced to take at most a fifth of the run, and skipped when one would end past a wall-clock
         deadline; the final plan is always returned.  Reports change nothing the search does."""
+        if self.st.stop_bound is not None and bound >= self.st.stop_bound and not self.budget.halted:
+            self.budget.halt()  # nothing in the space can reach the caller's goal: stop at the next check
+            if self.progress:
+                self.progress(f"cpsat: bound {bound:,.0f} reached {self.st.stop_bound:,}: stopping")
         if self.incumbent is None:
             return
         now = time.perf_counter()
@@ -298,6 +302,10 @@ class _Search:
                  f"{search.max_w_slices}); channel (heads) slices of channel-local groups (<= {search.max_c_slices})"
                  "; lgopt's pipelined timestep table, any weight load "
                  "row in unsliced groups; exact packing" + (HANDOVER_SPACE if space.handover else "")}
+        if self.budget.halted:
+            extra["stopped"] = (f"its bound {bound:,} reached {st.stop_bound:,}: no plan in the space beats the "
+                                "caller's goal")
+            status = "feasible" if status == "time_limit" else status
         return result(space.net, space.chip, search, st, groups, self.base, bound, status, self.budget, extra)
 
 
