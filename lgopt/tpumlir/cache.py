@@ -35,7 +35,9 @@ from lgopt.io.jsonio import read_json
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, priority_order
 
-CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)(_\d+)?$")  # `_<k>`: a piece's cast
+# a cast TPU-MLIR inserted: `_<dtype>`, `_<k>` a piece's cast; `_mul_scale`, `_new_cast`: the requantising multiply
+# and second cast its INT8 lowering adds on BM1684 (resnet18: `..._Relu_si8_mul_scale`, `output_Gemm_f32_new_cast`)
+CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)(_\d+)?(_mul_scale|_new_cast)?$")
 SECS = ("n", "c", "d", "h", "w")
 NOT_OPS = frozenset({"func.return"})  # listed among global layers, but no op
 LOWERED = "tpu-mlir-lowered"  # source tag of an op lgopt.tpumlir.lowering made, named after a TPU-MLIR op
