@@ -3,16 +3,21 @@
 The importer does what a TPU compiler's front end does before layer grouping:
 
 * runs ONNX shape inference (with data propagation),
-* folds constant shape arithmetic (``Shape -> Gather -> Concat -> Reshape`` ...)
-  with ONNX's own reference evaluator, re-inferring until nothing changes,
+* folds what is constant before the model runs, in one pass over the nodes (:class:`_Folder`): Constant
+  nodes, shape arithmetic on static shapes (``Shape -> Gather -> Concat -> Reshape`` ..., however deep,
+  each node's output shapes inferred as it goes) with ONNX's own reference evaluator, and constants computed
+  from absent weights as constants of known shape (a weightless file imports as its full file does);
+  aliases of an initializer (Identity, Dropout, a same-shape Expand) become the initializer, and nodes that
+  change nothing (a Pad by zeros, a Cast to the same type, a Reshape to the same shape ...) go,
 * folds BatchNormalization into a preceding Conv, fuses Relu / Clip / LeakyRelu
   into their producer, Sigmoid*x into SiLU and torch's erf GELU chain into one Gelu
   (``fuse=False`` keeps them apart),
 * drops Identity/Dropout, and turns every op lgopt cannot group into a global
   layer instead of failing.
 
-Errors in the file itself (unreadable, truncated, unknown shapes) are
-:class:`~lgopt.errors.LgoptError` with one line naming the cause.
+Errors in the file itself (unreadable, truncated, unknown shapes) and ops lgopt cannot take (a computed
+operand where it needs a constant, an output shape that depends on the data) are
+:class:`~lgopt.errors.LgoptError` with one line naming the cause and the node.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import onnx
@@ -115,62 +120,251 @@ def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
-def _fold_constants(model: onnx.ModelProto, path: str) -> tuple[onnx.ModelProto, bool]:
-    """Evaluate every node whose inputs are all known small constants; return the rewritten model."""
-    from onnx.reference import ReferenceEvaluator
+def _static(tp: onnx.TypeProto | None) -> tuple[int, ...] | None:
+    """A tensor type's shape when every dimension is a number, else None."""
+    if tp is None or not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return None
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tp.tensor_type.shape.dim)
+    return None if any(d < 0 for d in dims) else dims
 
-    g = model.graph
-    values: dict[str, np.ndarray] = {}
-    for init in g.initializer:
-        if _has_data(init):
-            values[init.name] = numpy_helper.to_array(init)
-    shapes: dict[str, tuple[Any, ...]] = {}
-    for vi in list(g.value_info) + list(g.input) + list(g.output):
-        d = _dims(vi)
-        if d is not None:
-            shapes[vi.name] = d
-    opsets = {o.domain or "": o.version for o in model.opset_import}
-    kept: list[onnx.NodeProto] = []
-    for node in g.node:
+
+def _shape_only(name: str, dims: tuple[int, ...], elem_type: int) -> onnx.TensorProto:
+    """A constant whose shape and type are known but not its values (computed from absent weights): an
+    initializer without data, as weightless files hold their weights."""
+    t = onnx.TensorProto(name=name, data_type=elem_type, dims=list(dims))
+    t.data_location = onnx.TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", "folded-from-absent-weights"
+    return t
+
+
+def _rename_inputs(node: onnx.NodeProto, rename: Mapping[str, str]) -> None:
+    """Point the node's inputs, and what its subgraphs read of the enclosing graph, at the renamed tensors."""
+    for k, i in enumerate(node.input):
+        if i in rename:
+            node.input[k] = rename[i]
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in sub.node:
+                _rename_inputs(n, rename)
+            for o in sub.output:  # a branch that hands on a tensor of the enclosing graph
+                if o.name in rename:
+                    o.name = rename[o.name]
+
+
+class _Folder:
+    """One pass over the nodes in order that turns what a compiler's front end knows before it runs into
+    constants: Constant nodes, ``Shape`` and ``Size`` of tensors whose shape is static, and every node whose
+    inputs are all constants (evaluated with ONNX's reference evaluator when their values are present and
+    small, else kept as a constant of known shape and no data, as a weightless file's weights are).  Aliases
+    of a constant (Identity, Dropout, an Expand that leaves it as it is) become the constant itself.  The
+    output shapes of each node it keeps are inferred as it goes (ONNX's node-level inference, given the
+    constants' values), so a Shape of a tensor whose shape only arithmetic before it fixes folds in the same
+    pass: a Swin transformer's window arithmetic (hundreds of Shape -> Gather -> Concat -> Reshape chains,
+    one behind the other) folds in one pass, not one link per round of whole-model inference."""
+
+    def __init__(self, model: onnx.ModelProto, path: str) -> None:
+        self.model, self.path = model, path
+        g = model.graph
+        self.opsets = {o.domain or "": o.version for o in model.opset_import}
+        self.values: dict[str, np.ndarray] = {}
+        self.absent: dict[str, onnx.TensorProto] = {}
+        self.types: dict[str, onnx.TypeProto] = {}
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            self.types[vi.name] = vi.type
+        for init in g.initializer:
+            self.types[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
+            if _has_data(init):
+                self.values[init.name] = numpy_helper.to_array(init)
+            else:
+                self.absent[init.name] = init
+        self.graph_outputs = {o.name for o in g.output}
+        self.rename: dict[str, str] = {}
+        self.data: dict[str, onnx.TensorProto] = {}  # small values as tensors, for node-level inference
+
+    def const(self, name: str) -> bool:
+        return name in self.values or name in self.absent
+
+    def run(self) -> tuple[onnx.ModelProto, bool]:
+        g = self.model.graph
+        kept: list[onnx.NodeProto] = []
+        for node in g.node:
+            _rename_inputs(node, self.rename)
+            if self._alias(node) or self._fold(node):
+                continue
+            self._infer_node(node)
+            if self._noop(node):
+                continue
+            kept.append(node)
+        if len(kept) == len(g.node):
+            return self.model, False
+        used = {i for n in kept for i in list(n.input) + outer_names(n)} | self.graph_outputs
+        orig = {init.name: init for init in g.initializer}
+        inits: list[onnx.TensorProto] = []
+        for name in dict.fromkeys(list(orig) + list(self.values) + list(self.absent)):
+            if name not in used:
+                continue
+            if name in orig:
+                inits.append(orig[name])
+            elif name in self.values:
+                inits.append(numpy_helper.from_array(np.asarray(self.values[name]), name))
+            else:
+                inits.append(self.absent[name])
+        inputs = [i for i in g.input if not self.const(i.name) or i.name in used]
+        graph = onnx.helper.make_graph(kept, g.name, inputs, list(g.output), inits, value_info=[])
+        new = onnx.helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        return new, True
+
+    def _alias(self, node: onnx.NodeProto) -> bool:
+        """An Identity, a Dropout or a same-shape Expand of a constant: its output renamed to the constant."""
+        outs = [o for o in node.output if o]
+        if node.domain or not node.input or not self.const(node.input[0]) or len(outs) != 1 \
+                or outs[0] != node.output[0] or outs[0] in self.graph_outputs:
+            return False
+        src = node.input[0]
+        if node.op_type == "Expand":
+            shape = self.values.get(node.input[1]) if len(node.input) > 1 else None
+            dims = _static(self.types.get(src))
+            if shape is None or dims is None:
+                return False
+            try:
+                if tuple(np.broadcast_shapes(dims, tuple(int(v) for v in shape.reshape(-1)))) != dims:
+                    return False
+            except ValueError:
+                return False
+        elif node.op_type not in ALIAS_TYPES:
+            return False
+        self.rename[outs[0]] = src
+        return True
+
+    def _noop(self, node: onnx.NodeProto) -> bool:
+        """A node that hands its input on unchanged (same static shape and element type), as TPU-MLIR's front
+        end removes it: a Pad by zeros, a Cast to the same type, a Slice of everything, a Reshape, Squeeze,
+        Unsqueeze, Flatten, Expand or Tile to the same shape, an identity Transpose, a Concat or Split of one.
+        Its output is renamed to its input (a swin's window padding at a size the window divides)."""
+        outs = [o for o in node.output if o]
         ins = [i for i in node.input if i]
-        out_val: list[np.ndarray] | None = None
-        if node.op_type == "Constant" and not node.domain:
+        if node.domain or not ins or len(outs) != 1 or len(node.output) != 1 or outs[0] in self.graph_outputs:
+            return False
+        x, y = ins[0], outs[0]
+        tx, ty = self.types.get(x), self.types.get(y)
+        dims = _static(tx)
+        if tx is None or ty is None or dims is None or dims != _static(ty) \
+                or tx.tensor_type.elem_type != ty.tensor_type.elem_type:
+            return False
+        t = node.op_type
+
+        def operand(k: int) -> np.ndarray | None:
+            name = node.input[k] if len(node.input) > k else ""
+            return self.values.get(name) if name else None
+
+        if t == "Pad":
+            pads = operand(1) if len(node.input) > 1 and node.input[1] else _attr(node, "pads")
+            ok = pads is not None and not np.any(np.asarray(pads))
+        elif t == "Slice":
+            steps = operand(4)
+            ok = (len(node.input) <= 4 or not node.input[4] or steps is not None) \
+                and (steps is None or bool(np.all(steps > 0)))
+        elif t == "Transpose":
+            perm = _attr(node, "perm")
+            ok = perm is not None and list(perm) == list(range(len(dims)))
+        elif t == "Concat":
+            ok = len(ins) == 1
+        else:
+            ok = t in ("Cast", "CastLike", "Split", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Tile")
+        if ok:
+            self.rename[y] = x
+        return ok
+
+    def _fold(self, node: onnx.NodeProto) -> bool:
+        ins = [i for i in node.input if i]
+        outs = list(node.output)
+        if node.domain or node.op_type in NO_FOLD_TYPES or any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return False
+        got: list[np.ndarray] | None = None
+        if node.op_type == "Constant":
             try:
-                const_out = ReferenceEvaluator(node, opsets=opsets).run(None, {})
-                assert isinstance(const_out, list)  # intermediate=False: the outputs as a list
-                out_val = [const_out[0]]
+                got = self._evaluate(node, {})
             except Exception as e:
-                raise LgoptError(f"{path}: cannot read Constant node {node.name or node.output[0]!r} ({e})") from None
-        elif node.op_type == "Shape" and ins and ins[0] in shapes and all(isinstance(d, int) for d in shapes[ins[0]]):
-            shp = np.array(shapes[ins[0]], dtype=np.int64)
-            start, end = _attr(node, "start", 0), _attr(node, "end", None)
-            out_val = [shp[start:end]]
-        elif node.op_type == "Size" and ins and ins[0] in shapes and all(isinstance(d, int) for d in shapes[ins[0]]):
-            out_val = [np.array(int(np.prod(shapes[ins[0]])), dtype=np.int64)]
-        elif (ins and all(i in values for i in ins) and not node.domain and node.op_type not in NO_FOLD_TYPES
-              and all(values[i].size <= MAX_FOLD_ELEMS for i in ins)):
+                raise LgoptError(f"{self.path}: cannot read Constant node {node.name or outs[0]!r} "
+                                 f"({' '.join(str(e).split())[:160]})") from None
+        elif node.op_type in ("Shape", "Size") and ins and (dims := _static(self.types.get(ins[0]))) is not None:
+            if node.op_type == "Size":
+                got = [np.array(int(np.prod(dims)), dtype=np.int64)]
+            else:
+                got = [np.array(dims, dtype=np.int64)[_attr(node, "start", 0):_attr(node, "end", None)]]
+        elif not ins or not all(self.const(i) for i in ins):
+            return False
+        elif all(i in self.values and self.values[i].size <= MAX_FOLD_ELEMS for i in ins):
             try:
-                res = ReferenceEvaluator(node, opsets=opsets).run(None, {i: values[i] for i in ins})
-                out_val = [np.asarray(r) for r in res]
+                got = self._evaluate(node, {i: self.values[i] for i in ins})
             except Exception:
-                out_val = None  # leave it to the network as a (global) op
-        if out_val is not None and len(out_val) == len(node.output):
-            for name, v in zip(node.output, out_val):
+                got = None  # the reference evaluator lacks it: a constant of known shape, if inference knows it
+        if got is not None and len(got) == len(outs):
+            for name, v in zip(outs, got):
                 if name:
-                    values[name] = v
-            continue
-        kept.append(node)
-    if len(kept) == len(g.node):
-        return model, False
-    used = {i for n in kept for i in n.input} | {o.name for o in g.output}
-    new_inits = [init for init in g.initializer if init.name in used and init.name not in values]
-    for name, v in values.items():
-        if name in used:
-            new_inits.append(numpy_helper.from_array(np.asarray(v), name))
-    graph = onnx.helper.make_graph(kept, g.name, [i for i in g.input if i.name not in values or i.name in used],
-                                   list(g.output), new_inits, value_info=[])
-    new = onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
-    return new, True
+                    self.values[name] = v
+                    if v.dtype.kind in "biuf":  # numbers (a string constant's type is left to inference)
+                        self.types[name] = onnx.helper.make_tensor_type_proto(
+                            onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+            return True
+        if node.op_type in ("Constant", "Shape", "Size"):
+            return False
+        # constants without data (or too large to evaluate): shapes only, as a front end with the weights folds them
+        inferred = self._infer_node(node)
+        shapes = [_static(inferred.get(o)) for o in outs if o]
+        if not outs or any(s is None for s in shapes):
+            return False
+        for o in outs:
+            if o:
+                tp = inferred[o]
+                dims = _static(tp)
+                assert dims is not None
+                self.absent[o] = _shape_only(o, dims, tp.tensor_type.elem_type)
+                self.types[o] = tp
+        return True
+
+    def _evaluate(self, node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        from onnx.reference import ReferenceEvaluator
+
+        res = ReferenceEvaluator(node, opsets=self.opsets).run(None, feeds)
+        return [np.asarray(r) for r in res]
+
+    def _infer_node(self, node: onnx.NodeProto) -> dict[str, onnx.TypeProto]:
+        """The node's output types by ONNX's node-level inference (given the values of its small constant
+        inputs), recorded where they say more than what whole-model inference said; {} when it cannot."""
+        outs = [o for o in node.output if o]
+        if all(_static(self.types.get(o)) is not None for o in outs):
+            return {o: self.types[o] for o in outs}
+        ins = [i for i in node.input if i]
+        if any(i not in self.types for i in ins):
+            return {}
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opsets.get(node.domain or "", 1), node.domain or "")
+            data: dict[str, onnx.TensorProto] = {}
+            for i in ins:
+                if i in self.values and self.values[i].size <= MAX_FOLD_ELEMS:
+                    if i not in self.data:
+                        self.data[i] = numpy_helper.from_array(np.asarray(self.values[i]), i)
+                    data[i] = self.data[i]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = shape_inference.infer_node_outputs(
+                    schema, node, {i: self.types[i] for i in ins}, data,
+                    opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
+        except Exception:  # no schema (a custom domain), a subgraph, an inconsistent node: whole-model inference
+            return {}
+        for o, tp in got.items():
+            if _static(tp) is not None or o not in self.types or not self.types[o].tensor_type.HasField("shape"):
+                self.types[o] = tp
+        return got
+
+
+def _fold_constants(model: onnx.ModelProto, path: str) -> tuple[onnx.ModelProto, bool]:
+    """Fold what is constant before the model runs (:class:`_Folder`); the rewritten model and whether any
+    node went."""
+    return _Folder(model, path).run()
 
 
 # --- conversion ---------------------------------------------------------------------------------
@@ -237,6 +431,7 @@ class _Builder:
 
     def __init__(self, model: onnx.ModelProto, path: str, fuse: bool, dtype: str | None) -> None:
         self.g = model.graph
+        self.opsets = {o.domain or "": o.version for o in model.opset_import}
         self.path = path
         self.fuse = fuse
         self.dtype = dtype
@@ -283,9 +478,20 @@ class _Builder:
                 raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown}: it is produced by "
                                  f"{kind} ({node.name or name}), whose output shapes ONNX shape inference "
                                  "cannot know; lgopt needs static shapes (export the model without it)")
+            if node is not None and self._static_inputs():
+                raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown} after shape inference: "
+                                 f"{_unknown_shape_cause(node, self.opsets)}; lgopt needs static shapes")
             raise LgoptError(f"{self.path}: tensor {name!r} has shape {shown} after shape inference "
                              "(give static input shapes with --input-shape NAME=N,C,H,W)")
         return dims
+
+    def _static_inputs(self) -> bool:
+        """Whether every input of the model has a static shape (then an unknown shape is its producer's doing)."""
+        for i in self.g.input:
+            dims = self.info.get(i.name, (None, ""))[0]
+            if i.name not in self.inits and (dims is None or not all(isinstance(d, int) and d > 0 for d in dims)):
+                return False
+        return True
 
     def _row_matrices(self) -> frozenset[str]:
         """Rank-2 activations ``[M, K]`` (M > 1) that only row ops touch, re-declared as rank-3 ``[1, M, K]``:
@@ -434,127 +640,178 @@ class _Builder:
 
     def _form(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
               outs: list[str]) -> _Form | _Global:
-        """The node's lgopt type, attributes, weights and operands (or why it must run as a global layer)."""
-        attrs: dict[str, Any] = {}
-        weights: list[Weight] = []
-        op_type = t
-        if t in ("Conv", "ConvTranspose"):
-            wshape = tuple(self.inits[ins[1]].dims) if len(ins) > 1 and ins[1] in self.inits else None
-            if wshape is None or len(wshape) != 4:
-                return _Global(acts, consts, outs, f"{t} with non-constant or non-2-D weights")
-            in_hw = tuple(self.shape(acts[0])[2:4]) if len(self.shape(acts[0])) == 4 else (1, 1)
-            attrs = _spatial_attrs(node, in_hw, wshape)
-            attrs["group"] = int(_attr(node, "group", 1))
-            if t == "ConvTranspose":
-                attrs["output_padding"] = _pair(_attr(node, "output_padding"), 0)
-            weights = [self.weight(ins[1], "filter")]
-            if len(ins) > 2 and ins[2]:
-                weights.append(self.weight(ins[2], "bias"))
-        elif t in ("MaxPool", "AveragePool"):
-            in_hw = tuple(self.shape(acts[0])[2:4]) if len(self.shape(acts[0])) == 4 else (1, 1)
-            attrs = _spatial_attrs(node, in_hw, None)
-            attrs["ceil_mode"] = int(_attr(node, "ceil_mode", 0))
-            attrs["count_include_pad"] = int(_attr(node, "count_include_pad", 0))
-            outs = outs[:1]
-        elif t in ("GlobalAveragePool", "GlobalMaxPool"):
-            pass
-        elif t == "ReduceMean":
-            axes = _attr(node, "axes")
-            if axes is None and len(ins) > 1 and ins[1] in self.inits:
-                axes = numpy_helper.to_array(self.inits[ins[1]]).tolist()
-                consts = []
-            rank = len(self.shape(acts[0]))
-            attrs = {"axes": tuple(sorted(int(a) % rank for a in (axes or range(rank)))),
-                     "keepdims": int(_attr(node, "keepdims", 1))}
-            if not attrs["keepdims"] and attrs["axes"] != (2, 3):  # over H and W, [N, C] folds to NC11 anyway
-                return _Global(acts, consts, outs, "ReduceMean without keepdims")
-        elif t == "Gather" and len(ins) > 1 and ins[0] not in self.inits and ins[1] in self.inits:
-            run = self._gather_attrs(node, ins)
-            if run is None:
-                return _Global(acts, consts, outs, "Gather of other than a run of constant indices")
-            attrs = run
-            op_type = "Slice"  # a run of one axis, like a Slice (classified, costed and simulated as one)
+        """The node's lgopt type, attributes, weights and operands (or why it must run as a global layer), by
+        its type's handler in :data:`_FORMS`; an op without one keeps its type and operands, with no
+        attributes and no weights."""
+        handler = _FORMS.get(t)
+        if handler is None:
+            return _Form(t, {}, [], acts, consts, outs)
+        return handler(self, node, t, ins, acts, consts, outs)
+
+    def _form_conv(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                   outs: list[str]) -> _Form | _Global:
+        """Conv and ConvTranspose: window attributes, group, the filter (and bias) as weights."""
+        wshape = tuple(self.inits[ins[1]].dims) if len(ins) > 1 and ins[1] in self.inits else None
+        if wshape is None or len(wshape) != 4:
+            return _Global(acts, consts, outs, f"{t} with non-constant or non-2-D weights")
+        in_hw = tuple(self.shape(acts[0])[2:4]) if len(self.shape(acts[0])) == 4 else (1, 1)
+        attrs = _spatial_attrs(node, in_hw, wshape)
+        attrs["group"] = int(_attr(node, "group", 1))
+        if t == "ConvTranspose":
+            attrs["output_padding"] = _pair(_attr(node, "output_padding"), 0)
+        weights = [self.weight(ins[1], "filter")]
+        if len(ins) > 2 and ins[2]:
+            weights.append(self.weight(ins[2], "bias"))
+        return _Form(t, attrs, weights, acts, consts, outs)
+
+    def _form_pool(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                   outs: list[str]) -> _Form | _Global:
+        """MaxPool and AveragePool: window attributes; MaxPool's indices output is dropped."""
+        in_hw = tuple(self.shape(acts[0])[2:4]) if len(self.shape(acts[0])) == 4 else (1, 1)
+        attrs = _spatial_attrs(node, in_hw, None)
+        attrs["ceil_mode"] = int(_attr(node, "ceil_mode", 0))
+        attrs["count_include_pad"] = int(_attr(node, "count_include_pad", 0))
+        return _Form(t, attrs, [], acts, consts, outs[:1])
+
+    def _form_reduce_mean(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                          outs: list[str]) -> _Form | _Global:
+        """ReduceMean: its axes (an attribute, or a constant operand since opset 18) and keepdims; without
+        keepdims it runs as a global layer unless it reduces H and W."""
+        axes = _attr(node, "axes")
+        if axes is None and len(ins) > 1 and ins[1] in self.inits:
+            axes = numpy_helper.to_array(self.inits[ins[1]]).tolist()
             consts = []
-            acts = acts[:1]
-        elif t == "Slice":
+        rank = len(self.shape(acts[0]))
+        attrs = {"axes": tuple(sorted(int(a) % rank for a in (axes or range(rank)))),
+                 "keepdims": int(_attr(node, "keepdims", 1))}
+        if not attrs["keepdims"] and attrs["axes"] != (2, 3):  # over H and W, [N, C] folds to NC11 anyway
+            return _Global(acts, consts, outs, "ReduceMean without keepdims")
+        return _Form(t, attrs, [], acts, consts, outs)
+
+    def _form_gather(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                     outs: list[str]) -> _Form | _Global:
+        """A Gather of constant indices from an activation: a run of one axis is a Slice (classified, costed
+        and simulated as one), any other runs as a global layer.  Other Gathers are kept as they are."""
+        if not (len(ins) > 1 and ins[0] not in self.inits and ins[1] in self.inits):
+            return _Form(t, {}, [], acts, consts, outs)
+        run = self._gather_attrs(node, ins)
+        if run is None:
+            return _Global(acts, consts, outs, "Gather of other than a run of constant indices")
+        return _Form("Slice", run, [], acts[:1], [], outs)
+
+    def _form_shape_data(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                         outs: list[str]) -> _Form | _Global:
+        """Ops whose constant operands are shape data, not weights (Slice's starts, ends, axes and steps; a
+        reshape's target shape or axes; Resize's roi, scales and sizes): only the first operand is kept."""
+        attrs: dict[str, Any] = {}
+        op_type = t
+        if t == "Slice":
             attrs = self._slice_attrs(node, ins, len(self.shape(acts[0])) if acts else 0)
-            consts = []  # starts, ends, axes, steps: indices, not weights
-            acts = acts[:1]
-        elif t in opsem.RESHAPE_TYPES:
-            consts = []  # the target shape or axes: shape data, not weights
-            acts = acts[:1]
-        elif t == "Concat":
-            rank = len(self.shape(outs[0]))
-            axis = int(_attr(node, "axis", 1)) % rank
-            # -1: within each row; -2: the rows of a rank-3 [B, M, K] (lgopt's H, held across the lanes)
-            attrs = {"axis": -1 if axis == rank - 1 and rank >= 3 else -2 if rank == 3 and axis == 1 else axis}
-            if consts and attrs["axis"] != -2:
-                return _Global(acts, consts, outs, "Concat with a constant operand")
-            if consts:  # rows joined with a constant (ViT's class token): loaded like a weight, kept in place
-                attrs["const_at"] = tuple(k for k, i in enumerate(i for i in ins if i) if i in self.inits)
-                weights = [self.weight(c, "const", rank) for c in consts]
-                consts = []
         elif t in ("Resize", "Upsample"):
             op_type = "Resize"
             mode = _attr(node, "mode", "nearest")
             attrs = {"mode": mode, "coord": _attr(node, "coordinate_transformation_mode",
                                                  "asymmetric" if t == "Upsample" else "half_pixel"),
-                     "nearest_mode": _attr(node, "nearest_mode", "floor" if t == "Upsample" else "round_prefer_floor")}
-            consts = []  # roi/scales/sizes are shape data, not weights
-            acts = acts[:1]
-        elif t == "Clip":
+                     "nearest_mode": _attr(node, "nearest_mode",
+                                           "floor" if t == "Upsample" else "round_prefer_floor")}
+        return _Form(op_type, attrs, [], acts[:1], [], outs)
+
+    def _form_concat(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                     outs: list[str]) -> _Form | _Global:
+        """Concat: its axis in lgopt's terms; a constant operand (ViT's class token) only where rows are
+        joined, loaded like a weight and kept in place."""
+        weights: list[Weight] = []
+        rank = len(self.shape(outs[0]))
+        axis = int(_attr(node, "axis", 1)) % rank
+        # -1: within each row; -2: the rows of a rank-3 [B, M, K] (lgopt's H, held across the lanes)
+        attrs: dict[str, Any] = {"axis": -1 if axis == rank - 1 and rank >= 3
+                                 else -2 if rank == 3 and axis == 1 else axis}
+        if consts and attrs["axis"] != -2:
+            return _Global(acts, consts, outs, "Concat with a constant operand")
+        if consts:  # rows joined with a constant (ViT's class token): loaded like a weight, kept in place
+            attrs["const_at"] = tuple(k for k, i in enumerate(i for i in ins if i) if i in self.inits)
+            weights = [self.weight(c, "const", rank) for c in consts]
+            consts = []
+        return _Form(t, attrs, weights, acts, consts, outs)
+
+    def _form_attrs(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                    outs: list[str]) -> _Form | _Global:
+        """Ops with attributes and no weights: Clip's bounds (constant operands since opset 11, not weights),
+        LeakyRelu's and HardSigmoid's slopes, Transpose's permutation, Gelu's approximation."""
+        attrs: dict[str, Any]
+        if t == "Clip":
             attrs = {"min": _scalar(self.inits, ins, 1, _attr(node, "min")),
                      "max": _scalar(self.inits, ins, 2, _attr(node, "max"))}
             consts = []
-        elif t in ("LeakyRelu",):
+        elif t == "LeakyRelu":
             attrs = {"alpha": float(_attr(node, "alpha", 0.01))}
-        elif t in ("HardSigmoid",):
+        elif t == "HardSigmoid":
             attrs = {"alpha": float(_attr(node, "alpha", 0.2)), "beta": float(_attr(node, "beta", 0.5))}
-        elif t == "BatchNormalization":
-            attrs = {"epsilon": float(_attr(node, "epsilon", 1e-5))}
-            weights = [self.weight(c, r) for c, r in zip(ins[1:5], ("scale", "bias", "mean", "var")) if c in self.inits]
-            consts = []
-            outs = outs[:1]
-        elif t == "Gemm" and (node.name or outs[0]) in self.row_gemms:  # a linear layer over rows (_row_gemms)
-            op_type = "MatMul"
-            f = self.weight(ins[1], "filter")
-            if int(_attr(node, "transB", 0)):  # stored [N, K]: lgopt's filter is [K, N], the check transposes
-                f = replace(f, shape=f.shape[::-1])
-                attrs = {"filter_transposed": 1}
-            weights = [f]
-            if len(ins) > 2 and ins[2]:
-                weights.append(self.weight(ins[2], "bias", len(self.shape(outs[0]))))
-            consts = []
-        elif t == "MatMul":
-            if consts and (len(acts) != 1 or ins[0] != acts[0] or len(self.shape(consts[0])) != 2):
-                return _Global(acts, consts, outs, "MatMul with a constant operand other than a [K, N] weight")
-            weights = [self.weight(c, "filter") for c in consts]
-            consts = []
-        elif t in ("Softmax", "LayerNormalization"):
-            rank = len(self.shape(outs[0]))
-            axis = int(_attr(node, "axis", -1))
-            if axis >= 0 and outs[0] in self.lifted:  # an axis of the [M, K] matrix, now [1, M, K]
-                axis += 1
-            attrs = {"axis": -1 if axis % rank == rank - 1 else axis % rank}
-            if t == "LayerNormalization":
-                attrs["epsilon"] = float(_attr(node, "epsilon", 1e-5))
-                weights = [self.weight(c, r, rank) for c, r in zip(ins[1:3], ("scale", "bias")) if c in self.inits]
-                if len(weights) != len([c for c in ins[1:3] if c]):
-                    return _Global(acts, consts, outs, "LayerNormalization with a computed scale or bias")
-                consts = []
-            outs = outs[:1]
         elif t == "Transpose":
             dims = self.shape(acts[0]) if acts else ()
             attrs = {"perm": tuple(int(p) for p in _attr(node, "perm", range(len(dims))[::-1])), "in_dims": dims}
-        elif t == "Gelu":
+        else:  # Gelu
             attrs = {"approximate": str(_attr(node, "approximate", "none"))}
-        elif t in opsem.BINARY_TYPES or t == "PRelu":
-            rank = len(self.shape(outs[0])) if t != "PRelu" else 0
-            weights = [self.weight(c, "const", rank) for c in consts]
+        return _Form(t, attrs, [], acts, consts, outs)
+
+    def _form_batch_norm(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                         outs: list[str]) -> _Form | _Global:
+        """BatchNormalization: epsilon, its four constant operands as weights, the output alone (the running
+        statistics of training are dropped)."""
+        attrs = {"epsilon": float(_attr(node, "epsilon", 1e-5))}
+        weights = [self.weight(c, r) for c, r in zip(ins[1:5], ("scale", "bias", "mean", "var")) if c in self.inits]
+        return _Form(t, attrs, weights, acts, [], outs[:1])
+
+    def _form_row_gemm(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                       outs: list[str]) -> _Form | _Global:
+        """A Gemm :meth:`_row_gemms` found to be a linear layer over rows: the row MatMul it computes, its
+        filter (and bias) as weights.  Other Gemms are kept as they are."""
+        if (node.name or outs[0]) not in self.row_gemms:
+            return _Form(t, {}, [], acts, consts, outs)
+        attrs: dict[str, Any] = {}
+        f = self.weight(ins[1], "filter")
+        if int(_attr(node, "transB", 0)):  # stored [N, K]: lgopt's filter is [K, N], the check transposes
+            f = replace(f, shape=f.shape[::-1])
+            attrs = {"filter_transposed": 1}
+        weights = [f]
+        if len(ins) > 2 and ins[2]:
+            weights.append(self.weight(ins[2], "bias", len(self.shape(outs[0]))))
+        return _Form("MatMul", attrs, weights, acts, [], outs)
+
+    def _form_matmul(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                     outs: list[str]) -> _Form | _Global:
+        """MatMul: a constant operand is its weight, and only as the second operand of rank 2 (``[K, N]``)."""
+        if consts and (len(acts) != 1 or ins[0] != acts[0] or len(self.shape(consts[0])) != 2):
+            return _Global(acts, consts, outs, "MatMul with a constant operand other than a [K, N] weight")
+        return _Form(t, {}, [self.weight(c, "filter") for c in consts], acts, [], outs)
+
+    def _form_row_norm(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                       outs: list[str]) -> _Form | _Global:
+        """Softmax and LayerNormalization: the axis in lgopt's terms (-1: within each row), and
+        LayerNormalization's epsilon and constant scale and bias as weights."""
+        weights: list[Weight] = []
+        rank = len(self.shape(outs[0]))
+        axis = int(_attr(node, "axis", -1))
+        if axis >= 0 and outs[0] in self.lifted:  # an axis of the [M, K] matrix, now [1, M, K]
+            axis += 1
+        attrs: dict[str, Any] = {"axis": -1 if axis % rank == rank - 1 else axis % rank}
+        if t == "LayerNormalization":
+            attrs["epsilon"] = float(_attr(node, "epsilon", 1e-5))
+            weights = [self.weight(c, r, rank) for c, r in zip(ins[1:3], ("scale", "bias")) if c in self.inits]
+            if len(weights) != len([c for c in ins[1:3] if c]):
+                return _Global(acts, consts, outs, "LayerNormalization with a computed scale or bias")
             consts = []
-            if not acts:
-                return _Global(acts, [c for c in ins if c], outs, "constant-only op")
-        return _Form(op_type, attrs, weights, acts, consts, outs)
+        return _Form(t, attrs, weights, acts, consts, outs[:1])
+
+    def _form_binary(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                     outs: list[str]) -> _Form | _Global:
+        """Elementwise binary ops and PRelu: a constant operand is a weight, right-aligned to the output's rank
+        (ONNX broadcasting); an op of constants only runs as a global layer."""
+        rank = len(self.shape(outs[0])) if t != "PRelu" else 0
+        weights = [self.weight(c, "const", rank) for c in consts]
+        if not acts:
+            return _Global(acts, [c for c in ins if c], outs, "constant-only op")
+        return _Form(t, {}, weights, acts, [], outs)
 
     def _gather_attrs(self, node: onnx.NodeProto, ins: list[str]) -> dict[str, Any] | None:
         """A Gather of constant indices that are one ascending run along its axis (``[4, 5, 6]``, negative ones
@@ -891,6 +1148,27 @@ class _Builder:
         return check_network(Network(name, tensors, tuple(ops), used_inputs, outputs))
 
 
+_FormHandler = Callable[[_Builder, onnx.NodeProto, str, list[str], list[str], list[str], list[str]],
+                        _Form | _Global]
+_FORMS: dict[str, _FormHandler] = {
+    "Conv": _Builder._form_conv, "ConvTranspose": _Builder._form_conv,
+    "MaxPool": _Builder._form_pool, "AveragePool": _Builder._form_pool,
+    "ReduceMean": _Builder._form_reduce_mean,
+    "Gather": _Builder._form_gather,
+    "Slice": _Builder._form_shape_data, "Resize": _Builder._form_shape_data, "Upsample": _Builder._form_shape_data,
+    **{t: _Builder._form_shape_data for t in opsem.RESHAPE_TYPES},
+    "Concat": _Builder._form_concat,
+    **{t: _Builder._form_attrs for t in ("Clip", "LeakyRelu", "HardSigmoid", "Transpose", "Gelu")},
+    "BatchNormalization": _Builder._form_batch_norm,
+    "Gemm": _Builder._form_row_gemm,
+    "MatMul": _Builder._form_matmul,
+    "Softmax": _Builder._form_row_norm, "LayerNormalization": _Builder._form_row_norm,
+    **{t: _Builder._form_binary for t in (*opsem.BINARY_TYPES, "PRelu")},
+}
+"""Per op type, how :meth:`_Builder._form` reads a node (GlobalAveragePool, GlobalMaxPool and the unary ops
+need no handler: their type and operands as they are)."""
+
+
 SUBGRAPH_TYPES = ("If", "Loop", "Scan")
 
 
@@ -915,6 +1193,23 @@ def outer_names(node: onnx.NodeProto) -> list[str]:
     return [i for i in out if i not in node.input]
 
 
+def _unknown_shape_cause(node: onnx.NodeProto, opsets: Mapping[str, int]) -> str:
+    """Why ONNX shape inference left the output of ``node`` (a standard-domain op) without a static shape."""
+    label = f"{node.op_type} node {node.name or node.output[0]!r}"
+    version = opsets.get(node.domain or "", 1)
+    try:
+        onnx.defs.get_schema(node.op_type, version, node.domain or "")
+    except Exception:
+        return f"it is produced by {label}, an op ONNX opset {version} does not define"
+    if node.op_type in DATA_SHAPED_TYPES:
+        return f"it is produced by {label}, whose output shape depends on the data"
+    return f"it is produced by {label}, whose output shape ONNX shape inference cannot tell from its operands"
+
+
+# ops whose output shape depends on the values of a runtime tensor, not only on shapes and constants
+DATA_SHAPED_TYPES = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compress", "StringSplit"})
+
+
 def _scalar(inits: Mapping[str, onnx.TensorProto], ins: list[str], k: int, default: Any) -> float | None:
     if len(ins) > k and ins[k] and ins[k] in inits and _has_data(inits[ins[k]]):
         return float(numpy_helper.to_array(inits[ins[k]]).reshape(-1)[0])
@@ -936,8 +1231,19 @@ def import_onnx(path: str | Path, *, fuse: bool = True, dtype: str | None = None
         model = _infer(model, spath)
         if not changed:
             break
-    b = _Builder(model, spath, fuse, dtype)
-    for node in model.graph.node:
-        b.convert(node)
-    net_name = name or Path(path).name.split(".")[0]
-    return b.network(net_name)
+    node: onnx.NodeProto | None = None
+    try:  # an op lgopt cannot take is an input error naming it (exit 2), never an internal one
+        b = _Builder(model, spath, fuse, dtype)
+        for node in model.graph.node:
+            b.convert(node)
+        node = None
+        return b.network(name or Path(path).name.split(".")[0])
+    except LgoptError:
+        raise
+    except Exception as e:
+        what = f"its {node.op_type} node {node.name or node.output[0]!r}" if node is not None else "its graph"
+        tensors = {t for n in model.graph.node for t in list(n.input) + list(n.output)}
+        detail = f"its operand {e.args[0]!r} is computed, where lgopt needs a constant" \
+            if isinstance(e, KeyError) and e.args and e.args[0] in tensors \
+            else f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+        raise LgoptError(f"{spath}: lgopt cannot import {what} ({detail})") from e
