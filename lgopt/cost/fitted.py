@@ -311,6 +311,30 @@ class CalibratedModel:
         d = Path(self.directory) if self.directory else CALIBRATION_DIR
         return dtype.lower() in FITTED_DTYPES and (d / f"{chip_name.lower()}.json").exists()
 
+    def unfitted(self, chip: Chip, net: Network) -> list[str]:
+        """The ops of ``net`` the fit saw nothing like, whose figures are the model's guess, not a fit (an
+        architecture the calibration never saw): a layer-group op whose TIU category and family both fall to the
+        ``default`` line, and an op whose type the fitted-on models never had run that way (in a group, or as a
+        global layer: ``source.op_types_seen``, recorded by ``lgopt fit``).  Views of GMEM cost nothing either way.
+
+        >>> from lgopt.hw.chip import get_chip
+        >>> from lgopt.io.problem import load_problem
+        >>> CalibratedModel().unfitted(get_chip("bm1684x"), load_problem("problems/resnet18.json"))
+        []
+        """
+        k = self.constants(chip)
+        seen = k.source.get("op_types_seen") or {}
+        out = []
+        for op in net.ops:
+            where = "local" if op.local else "global"
+            if seen and where in seen and op.type not in seen[where] and not gmem_view(net, op):
+                out.append(op.name)
+            elif op.type in opsem.OP_SPECS and op.local:
+                cat, fam = tiu_category(chip, net, op)
+                if cat not in k.tiu and fam not in k.tiu:
+                    out.append(op.name)
+        return out
+
     def constants(self, chip: Chip) -> ChipConstants:
         return load_constants(chip.name, Path(self.directory) if self.directory else None)
 

@@ -25,6 +25,7 @@ from lgopt.cost.fit import ChipTables, constants_document, fit_chip, fit_global_
 from lgopt.cost.fitted import MODEL_NAME, ChipConstants
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_model
 from lgopt.tpumlir.heldout import Check, HeldOut, evaluate
 from lgopt.tpumlir.measurements import FitTables, Measurements, chip_tables, fit_tables, global_rows, read_measurements
 
@@ -82,7 +83,8 @@ def fit_model(opts: FitOptions, say: Callable[[str], None] = lambda _: None) -> 
     per_chip = {c: chip_tables(meas, tables, c, train, opts.batch_runs) for c in meas.chips}
     command = opts.command(meas.chips, date)
     source = {"compiler": meas.compiler, "data": str(opts.data), "timeline": TIMELINE, "fitted_on": list(train),
-              "held_out": list(held), "date": date, "command": command}
+              "held_out": list(held), "date": date, "command": command,
+              "op_types_seen": op_types_seen(opts.data, train)}
     constants = {c: _fit_one(c, t) for c, t in per_chip.items()}
     docs = {c: constants_document(opts.name, c, k, _counts(source, per_chip[c])) for c, k in constants.items()}
     scales = _global_local(docs, meas, tables, train)
@@ -91,6 +93,19 @@ def fit_model(opts: FitOptions, say: Callable[[str], None] = lambda _: None) -> 
                                                                scales[c])) for c in meas.chips]
     say(f"wrote {', '.join(map(str, files))}")
     return Fit(opts, meas, tables, train, held, tuple(files), command)
+
+
+def op_types_seen(data: Path, models: tuple[str, ...]) -> dict[str, list[str]]:
+    """The op types the fitted-on models run in groups (``local``) and as global layers (``global``), as lgopt
+    imports them: what the fit saw.  A model with others is one the fit cannot vouch for
+    (:meth:`lgopt.cost.fitted.CalibratedModel.unfitted`)."""
+    local: set[str] = set()
+    glob: set[str] = set()
+    for m in models:
+        net = load_model(str(data / "onnx" / f"{m}.weightless.onnx"), dtype="f16")
+        for op in net.ops:
+            (local if op.local else glob).add(op.type)
+    return {"local": sorted(local), "global": sorted(glob)}
 
 
 def evaluate_fit(fit: Fit, eval_limit: int | None = None, check: Check | None = None) -> HeldOut:

@@ -45,6 +45,7 @@ The result carries one key the loader does not read, ``lgopt`` (provenance and w
 from __future__ import annotations
 
 import csv
+import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -585,6 +586,8 @@ def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None
                          "plan TPU-MLIR compiles as planned, or export its groups alone with --groups-only")
     if isinstance(base_groups, (str, Path)):
         base_groups = read_base_groups(base_groups)
+    if reference is not None and plan.solver.get("reference_verbatim"):
+        return _verbatim(plan, str(reference))
     if reference is not None:
         cache, notes, info = _with_reference(plan, net, str(reference), base_groups, edge_casts)
     else:
@@ -594,6 +597,16 @@ def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None
     meta["groups"] = sum(len(v["GroupLayer"]) for k, v in cache.items() if k.startswith("subfunc_"))
     meta["warnings"] = notes + [f"groups only: {b}; TPU-MLIR schedules the group itself" for b in beyond]
     cache["lgopt"] = meta
+    return dict(cache)
+
+
+def _verbatim(plan: Plan, reference: str) -> dict[str, Any]:
+    """The reference cache as TPU-MLIR wrote it, for a plan that kept it without lgopt being able to build it
+    (``solver["reference_verbatim"]``: lgopt's search found its own grouping, but could not compare the two)."""
+    cache = json.loads(Path(reference).read_text(), object_pairs_hook=OrderedDict)
+    cache.pop("lgopt", None)
+    cache["lgopt"] = OrderedDict([("model", plan.model), ("strategy", plan.strategy), ("reference", reference),
+                                  ("verbatim", str(plan.solver.get("kept_reference", ""))), ("warnings", [])])
     return dict(cache)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from lgopt.cost.cycles import io_cast_cost
-from lgopt.cost.registry import min_slice_rows
+from lgopt.cost.fitted import CalibratedModel
+from lgopt.cost.registry import cost_model, min_slice_rows
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network, network_digest, reorder
@@ -102,7 +103,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
         # the judge's own moves are free of the cautions: TPU-MLIR measures every one
         free = replace(inner.search, reserve_banks=0, compiler=None, min_slice_rows=0)
         return _judged(net, onet, chip, o, r, free, plan, described, ref_plan, ref_error), extra
-    return _against_reference(plan, r, ref_plan, ref_error), extra
+    return _against_reference(plan, r, ref_plan, ref_error, _untrusted(chip, net, ref_plan, ref_error)), extra
 
 
 def _compiler_settings(net: Network, chip: Chip, st: SearchSettings, cache: Cache,
@@ -175,25 +176,45 @@ def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, r: Refe
     return replace(out, solver=solver)
 
 
-def _against_reference(plan: Plan, r: ReferenceSpace, ref: Plan | None, ref_error: str) -> Plan:
+def _untrusted(chip: Chip, net: Network, ref: Plan | None, ref_error: str) -> str:
+    """Why lgopt cannot predict the reference well enough to replace it ("" when it can): it cannot build the
+    reference's grouping (ops TPU-MLIR groups that lgopt runs globally, fusions it does not share), or the
+    fitted model was fitted on none of some op's kind.  Fresh architectures measured 1.31x opt2 where lgopt's
+    prediction of their own plan was 2.36x off (issue 37): an unseen architecture gets at worst the reference."""
+    if ref is None:
+        return f"lgopt cannot build the reference grouping ({ref_error.splitlines()[0][:200] if ref_error else '?'})"
+    model = cost_model(chip)
+    unseen = model.unfitted(chip, net) if isinstance(model, CalibratedModel) else []
+    if unseen:
+        kinds = sorted({net.op(o).type for o in unseen})
+        return (f"the {model.name} cost model was fitted on no {', '.join(kinds)} op like this model's "
+                f"({len(unseen)} ops, e.g. {unseen[0]})")
+    return ""
+
+
+def _against_reference(plan: Plan, r: ReferenceSpace, ref: Plan | None, ref_error: str, untrusted: str = ""
+                       ) -> Plan:
     """``plan``, or the reference's own grouping when ``plan`` is not predicted at least ``r.margin`` faster.
 
     A prediction is only as good as the cost model: where lgopt's best is within the model's error of what
     the compiler already does, deploying it risks a slower program for a gain the model cannot see, so the
     compiler's grouping is kept (built by lgopt's reader, as ``solve --strategy tpu-mlir=REF`` builds it) and
     ``solver["kept_reference"]`` says why.  A reference lgopt cannot build (``ref`` None) changes nothing."""
-    if ref is None:
-        return replace(plan, solver={**plan.solver, "reference_cycles": None, "reference_unreadable": ref_error})
+    if ref is None:  # nothing to compare with: the reference is exported as it is (reference_verbatim)
+        why = f"{untrusted}, so the reference grouping is kept as TPU-MLIR wrote it"
+        return replace(plan, solver={**plan.solver, "reference_cycles": None, "reference_unreadable": ref_error,
+                                     "kept_reference": why, "reference_verbatim": True})
     ours, theirs = float(plan.cost["cycles"]), float(ref.cost["cycles"])
     solver = {**plan.solver, "reference_cycles": theirs, "margin": r.margin}
-    if ours <= theirs * (1 - r.margin):
+    if ours <= theirs * (1 - r.margin) and not untrusted:
         return replace(plan, solver=solver)
     solver.pop("io_converted_in_groups", None)  # that was our plan's; the reference's are its own
     theirs_io = [t for g in ref.groups for t in g.f32_in + g.f32_out]
     if theirs_io:
         solver["io_converted_in_groups"] = theirs_io
     why = (f"{plan.strategy}'s best grouping is predicted at {ours:,.0f} cycles, the reference's at {theirs:,.0f}: "
-           f"not {100 * r.margin:g}% faster, so the reference grouping is kept")
+           + (f"{untrusted}, so the reference grouping is kept" if untrusted else
+              f"not {100 * r.margin:g}% faster, so the reference grouping is kept"))
     return replace(ref, strategy=plan.strategy, model_digest=plan.model_digest,
                    solver={**solver, "kept_reference": why, "own_cycles": ours})
 
