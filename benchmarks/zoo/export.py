@@ -109,12 +109,17 @@ class _Head(torch.nn.Module):
 
 
 def strip(src: Path, dst: Path) -> None:
-    """``src`` with every initializer's data replaced by a reference to a file that does not exist."""
+    """``src`` with every weight's data replaced by a reference to a file that does not exist.  Integer
+    initializers are kept: they are the graph's structure (a ReduceMean's axes, a Reshape's shape at opset 18),
+    not weights, and a file without them does not say what it computes (the legacy exporter puts them in Constant
+    nodes, which stripping never touched)."""
     import onnx
     from onnx import TensorProto
 
     m = onnx.load(str(src))
     for init in m.graph.initializer:
+        if init.data_type in (TensorProto.INT64, TensorProto.INT32):
+            continue
         init.ClearField("raw_data")
         for f in ("float_data", "int32_data", "int64_data", "double_data"):
             init.ClearField(f)
