@@ -26,7 +26,7 @@ from lgopt.model.plan import GroupPlan
 @dataclass(frozen=True)
 class Allocation:
     offsets: Mapping[int, int]
-    peak: int  # highest byte used, per lane
+    peak: int  # highest byte used, per lane, by the table packed (lgopt.group.build.place records the group's own)
     bank_conflicts: int
 
 

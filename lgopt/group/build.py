@@ -129,8 +129,15 @@ def try_kept_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, 
 
 
 def place(net: Network, chip: Chip, g: GroupPlan, alloc: Allocation) -> GroupPlan:
+    """``g`` at ``alloc``'s offsets, with its LMEM peak and bank conflicts recorded.
+
+    The peak is ``g``'s own placed buffers' highest end (what ``docs/plan-format.md`` defines and the verifier
+    recomputes), not ``alloc.peak``: the offsets may have been found for a more cautious table than ``g``
+    (:func:`lgopt.strategies.settings.packing`: f32 copies three times a buffer's size), whose peak is higher
+    than any byte ``g`` uses (issue 37)."""
     g = g.with_offsets(alloc.offsets)
-    return replace(g, cost={**g.cost, "lmem_peak": alloc.peak, "bank_conflicts": alloc.bank_conflicts})
+    peak = max((b.offset + b.size for b in g.buffers), default=0)
+    return replace(g, cost={**g.cost, "lmem_peak": peak, "bank_conflicts": alloc.bank_conflicts})
 
 
 def place_chosen(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, int], packing_chip: Chip,
