@@ -88,6 +88,11 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     onet = reorder(net, list(space.order))
     outer = o.incumbent
     ref_plan, ref_error = _reference_plan(net, chip, o.search, r)
+    described = COMPILER_SPACE.format(ref=Path(str(r.reference)).name)
+    untrusted = _untrusted(chip, net, ref_plan, ref_error)
+    if untrusted and ref_plan is not None and r.judge is None:  # whatever the search found, the reference is kept
+        return _unsearched(spec.name, net, ref_plan, r, untrusted, described, list(lowered) + list(space.notes),
+                           as_lowered), {}
     inner = replace(o, search=_compiler_settings(net, chip, o.search, cache, space.runs, ref_plan,
                                                       r.reserve_banks),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1,
@@ -95,7 +100,6 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
     plan, extra = spec.solve(onet, chip, inner)
     plan = convert_io_in_groups(onet, chip, plan, inner.search)
-    described = COMPILER_SPACE.format(ref=Path(str(r.reference)).name)
     solver = {**plan.solver, "space": described, "reference": str(r.reference), "beyond_compiler": [],
               "compiler_notes": list(lowered) + list(space.notes), "reserve_banks": r.reserve_banks, **as_lowered}
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
@@ -103,7 +107,19 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
         # the judge's own moves are free of the cautions: TPU-MLIR measures every one
         free = replace(inner.search, reserve_banks=0, compiler=None, min_slice_rows=0)
         return _judged(net, onet, chip, o, r, free, plan, described, ref_plan, ref_error), extra
-    return _against_reference(plan, r, ref_plan, ref_error, _untrusted(chip, net, ref_plan, ref_error)), extra
+    return _against_reference(plan, r, ref_plan, ref_error, untrusted), extra
+
+
+def _unsearched(strategy: str, net: Network, ref: Plan, r: ReferenceSpace, untrusted: str, described: str,
+                notes: list[str], as_lowered: dict[str, Any]) -> Plan:
+    """The reference's own grouping, kept without a search: lgopt could not predict a grouping of this model
+    well enough to replace it (``untrusted`` says why), so searching would only spend the user's time."""
+    why = f"{untrusted}, so the reference grouping is kept (not searched)"
+    theirs_io = [t for g in ref.groups for t in g.f32_in + g.f32_out]
+    solver = {"space": described, "reference": str(r.reference), "beyond_compiler": [], "compiler_notes": notes,
+              "reference_cycles": float(ref.cost["cycles"]), "margin": r.margin, "kept_reference": why,
+              **({"io_converted_in_groups": theirs_io} if theirs_io else {}), **as_lowered}
+    return replace(ref, strategy=strategy, model_digest=network_digest(net), solver=solver)
 
 
 def _compiler_settings(net: Network, chip: Chip, st: SearchSettings, cache: Cache,
