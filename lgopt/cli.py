@@ -434,9 +434,10 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
               f"{extra['ops_mapped']} ops mapped, {extra['casts_skipped']} inserted casts skipped, "
               f"{len(extra.get('fused', []))} lgopt ops folded into a TPU-MLIR op; cost model: {s['cost_model']}")
         if extra.get("lowered"):
-            print(f"tpu-mlir: {len(extra['lowered'])} MatMul chains split into the column pieces the cache runs in "
-                  "different steps, as TPU-MLIR lowered them (lgopt.tpumlir.lowering; the plan is of the model "
-                  "so lowered, which verify, simulate and export rebuild from the cache it records)")
+            print(f"tpu-mlir: the model lowered as TPU-MLIR compiles it, {len(extra['lowered'])} changes (ops it "
+                  "fuses that lgopt's importer keeps apart, MatMul chains it cuts into column pieces run in different "
+                  "steps; lgopt.tpumlir.lowering): the plan is of the model so lowered, which verify, simulate and "
+                  "export rebuild from the cache it records")
     sv = plan.solver
     if plan.strategy == "cpsat" and "value" in sv:
         print(f"cpsat: {sv.get('status', plan.status)} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, "
@@ -515,8 +516,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     res = simulate(net, plan, args.seed)
     print(f"{res.summary()} ({time.perf_counter() - t0:.1f} s, seed {args.seed})")
     if net is not model:
-        print("the model as its TPU-MLIR cache lowered it (MatMul column pieces): not cross-checked with "
-              "onnxruntime, whose graph has no such pieces")
+        print("the model as its TPU-MLIR cache lowered it (ops it fuses, MatMul column pieces): not cross-checked "
+              "with onnxruntime, whose graph has them apart")
     elif str(args.model).lower().endswith(".onnx"):
         from lgopt.check.simulate import check_with_onnxruntime
 

@@ -34,6 +34,7 @@ from lgopt.hw.chip import Chip
 from lgopt.io.jsonio import read_json
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, priority_order
+from lgopt.tpumlir.fusions import pointwise_pair, scale_into_conv, scale_into_scale, slice_into_conv
 
 # a cast TPU-MLIR inserted: `_<dtype>`, `_<k>` a piece's cast; `_mul_scale`, `_new_cast`: the requantising multiply
 # and second cast its INT8 lowering adds on BM1684 (resnet18: `..._Relu_si8_mul_scale`, `output_Gemm_f32_new_cast`)
@@ -134,6 +135,8 @@ def tensor_aliases(net: Network) -> dict[str, str]:
     for op in net.ops:
         for s in op.sources:
             out.setdefault(f"{s}_output_0", op.name)
+            if s.startswith(f"{LOWERED}:"):  # a tensor lgopt.tpumlir.lowering fused away, as TPU-MLIR did
+                out.setdefault(s[len(LOWERED) + 1:], op.name)
     for op in net.ops:
         for t in op.outputs:
             out[t] = op.name
@@ -228,9 +231,38 @@ def _positions(cache: Cache) -> list[tuple[tuple[int, int], str, int]]:
 
 def map_cache(net: Network, cache: Cache) -> CacheMap:
     """The cache's grouping in lgopt's ops; raises LgoptError when it cannot be this model's."""
-    path = cache.path
     aliases = tensor_aliases(net)
     ops_pos = _positions(cache)
+    casts, unmapped, anchored = _anchored(net, cache, ops_pos, aliases)
+    _patchify_pieces(net, anchored)
+    # position and owner of each lgopt op
+    pos_of: dict[str, tuple[int, int]] = {}
+    owner: dict[str, int] = {}
+    split: dict[str, tuple[int, ...]] = {}
+    for name, hits in anchored.items():
+        last, gi = max(hits)  # the TPU-MLIR op producing the named tensor is the last piece
+        pos_of[name], owner[name] = last, gi
+        if len(hits) > 1:
+            split[name] = tuple(g for _, g in hits)
+    fused, notes = _place_unnamed(net, cache, ops_pos, pos_of, owner)
+    # TPU-MLIR's order of lgopt ops: a topological order by position (ties: network order)
+    index = net.op_index
+    order = priority_order(net, lambda n, _: pos_of[n])
+    groups = tuple(tuple(sorted((o for o, g in owner.items() if g == gi), key=index.__getitem__))
+                   for gi in range(len(cache.groups)))
+    fused_notes = []
+    for o in fused:
+        into = min((c.name for t in net.op(o).outputs for c in net.consumers.get(t, ()) if c.name in pos_of
+                    and c.name not in fused), key=lambda c: pos_of[c], default="?")
+        fused_notes.append(f"{o} -> {into}")
+    return CacheMap(cache, tuple(order), owner, groups, casts, tuple(unmapped), tuple(fused_notes), split,
+                    tuple(notes))
+
+
+def _anchored(net: Network, cache: Cache, ops_pos: list[tuple[tuple[int, int], str, int]], aliases: dict[str, str]
+              ) -> tuple[int, list[str], dict[str, list[tuple[tuple[int, int], int]]]]:
+    """The cache's ops by the lgopt op each is named after: (casts, names of no lgopt op, lgopt op -> its
+    pieces' (position, group)).  Raises LgoptError when any name is not the model's."""
     casts = 0
     unmapped: list[str] = []
     anchored: dict[str, list[tuple[tuple[int, int], int]]] = {}
@@ -245,15 +277,21 @@ def map_cache(net: Network, cache: Cache) -> CacheMap:
             unmapped.append(loc)
     named = len(ops_pos) - casts
     if named and len(unmapped) * 2 > named:
-        raise LgoptError(f"{path} is a cache of another model: {len(unmapped)} of its {named} op names are not "
-                         f"in model {net.name} (e.g. {unmapped[0]})")
+        raise LgoptError(f"{cache.path} is a cache of another model: {len(unmapped)} of its {named} op names are "
+                         f"not in model {net.name} (e.g. {unmapped[0]})")
     if unmapped:
-        raise LgoptError(f"{path}: {len(unmapped)} op names are not in model {net.name}: "
+        raise LgoptError(f"{cache.path}: {len(unmapped)} op names are not in model {net.name}: "
                          f"{', '.join(unmapped[:3])}{' ...' if len(unmapped) > 3 else ''}")
-    # TPU-MLIR names every piece of an op it lowers after the op's output (a patch embedding's conv becomes
-    # reshape, permute, reshape and a MatMul, all ``/conv_proj/Conv_output_0_Conv_<k>``); lgopt holds that conv
-    # as a global layout op (Patchify) feeding a local MatMul no TPU-MLIR op names: the last piece, run in a
-    # group, is that MatMul
+    return casts, unmapped, anchored
+
+
+def _patchify_pieces(net: Network, anchored: dict[str, list[tuple[tuple[int, int], int]]]) -> None:
+    """Give a Patchify's last piece, run in a group, to the MatMul it feeds (in place).
+
+    TPU-MLIR names every piece of an op it lowers after the op's output (a patch embedding's conv becomes
+    reshape, permute, reshape and a MatMul, all ``/conv_proj/Conv_output_0_Conv_<k>``); lgopt holds that conv
+    as a global layout op (Patchify) feeding a local MatMul no TPU-MLIR op names: the last piece, run in a
+    group, is that MatMul."""
     for name, pieces in list(anchored.items()):
         if net.op(name).type != "Patchify" or max(pieces)[1] < 0:
             continue
@@ -266,15 +304,13 @@ def map_cache(net: Network, cache: Cache) -> CacheMap:
                 anchored[name] = rest
             else:  # only the MatMul is named (a cache listing no global layers): the Patchify runs globally
                 del anchored[name]
-    # position and owner of each lgopt op
-    pos_of: dict[str, tuple[int, int]] = {}
-    owner: dict[str, int] = {}
-    split: dict[str, tuple[int, ...]] = {}
-    for name, hits in anchored.items():
-        last, gi = max(hits)  # the TPU-MLIR op producing the named tensor is the last piece
-        pos_of[name], owner[name] = last, gi
-        if len(hits) > 1:
-            split[name] = tuple(g for _, g in hits)
+
+
+def _place_unnamed(net: Network, cache: Cache, ops_pos: list[tuple[tuple[int, int], str, int]],
+                   pos_of: dict[str, tuple[int, int]], owner: dict[str, int]) -> tuple[list[str], list[str]]:
+    """Position and owner of the lgopt ops no TPU-MLIR op is named after (in place): fused into the consumer
+    they feed first when TPU-MLIR fuses them, else run as global layers after their producers.  Returns the
+    fused ops and a note for each global one."""
     group_at = {pos: gi for pos, _, gi in ops_pos}
     at = {pos: name for name, pos in pos_of.items()}
     fused: list[str] = []
@@ -300,25 +336,19 @@ def map_cache(net: Network, cache: Cache) -> CacheMap:
             owner[op.name] = -1
             notes.append(f"{op.name} ({op.type}) is named by no TPU-MLIR op"
                          f"{'' if listed else ' (the cache lists no global layers)'}; run as a global layer")
-    # TPU-MLIR's order of lgopt ops: a topological order by position (ties: network order)
-    index = net.op_index
-    order = priority_order(net, lambda n, _: pos_of[n])
-    groups = tuple(tuple(sorted((o for o, g in owner.items() if g == gi), key=index.__getitem__))
-                   for gi in range(len(cache.groups)))
-    fused_notes = []
-    for o in fused:
-        into = min((c.name for t in net.op(o).outputs for c in net.consumers.get(t, ()) if c.name in pos_of
-                    and c.name not in fused), key=lambda c: pos_of[c], default="?")
-        fused_notes.append(f"{o} -> {into}")
-    return CacheMap(cache, tuple(order), owner, groups, casts, tuple(unmapped), tuple(fused_notes), split,
-                    tuple(notes))
+    return fused, notes
 
 
 def tpu_mlir_fuses(net: Network, op: str, consumer: str) -> bool:
     """Whether TPU-MLIR 1.30 folds lgopt op ``op`` into ``consumer`` (so that no TPU-MLIR op is named after
-    ``op``): the patterns its opt1/opt2 caches of the calibration models show.
+    ``op``): the patterns its opt1/opt2 caches of the calibration models show, and its rewrites of
+    :mod:`lgopt.tpumlir.fusions` that fold an op into the one reading it.
 
-    * a 1x1 convolution (stride 1, one group, no activation) read only by another such convolution;
+    * a linear 1x1 convolution (stride 1, one group, no padding) read only by a convolution of one group
+      without padding (:func:`~lgopt.tpumlir.fusions.pointwise_pair`);
+    * a convolution without activation read only by a per-channel scale (a BatchNormalization, a Mul or Add of a
+      per-channel constant) or by a Slice cropping only its padding; a scale, scalar Mul or scalar Add read only
+      by a per-channel scale;
     * an identity pooling (kernel 1, stride 1, no padding: VGG's adaptive pooling at 7 x 7);
     * a producer whose activation lgopt left unfused (a Relu after a Gemm), a ``HardSigmoid`` into the
       ``Mul`` that makes it a hard swish.
@@ -326,12 +356,10 @@ def tpu_mlir_fuses(net: Network, op: str, consumer: str) -> bool:
     a, c = net.op(op), net.op(consumer)
     if len(net.consumers.get(a.outputs[0], ())) != 1 or c.name != net.consumers[a.outputs[0]][0].name:
         return False
-
-    def pointwise(x: Any) -> bool:
-        return (x.type == "Conv" and tuple(x.attrs.get("kernel", ())) == (1, 1)
-                and tuple(x.attrs.get("strides", ())) == (1, 1) and x.attrs.get("group", 1) == 1)
-
-    if pointwise(a) and pointwise(c) and not a.fused:
+    if pointwise_pair(net, a, c):
+        return True
+    if any(x is not None and x.name == a.name
+           for x in (scale_into_conv(net, c), scale_into_scale(net, c), slice_into_conv(net, c))):
         return True
     if a.type in ("MaxPool", "AveragePool") and tuple(a.attrs.get("kernel", ())) == (1, 1) \
             and tuple(a.attrs.get("strides", ())) == (1, 1) and not any(a.attrs.get("pads", ())):

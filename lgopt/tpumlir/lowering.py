@@ -1,4 +1,6 @@
-"""The network as TPU-MLIR lowered it for a cache: the column halves it cuts an MLP into.
+"""The network as TPU-MLIR lowered it for a cache: the ops it fuses that lgopt's importer keeps apart (and the
+activations it keeps apart that the importer fused: :mod:`lgopt.tpumlir.fusions`, :func:`fold_like_tpu_mlir`), and
+the column halves it cuts an MLP into.
 
 On BM1684X TPU-MLIR 1.30 lowers a ``MatMul -> GELU -> MatMul`` chain (ViT's and ConvNeXt's MLP) into column
 pieces: the first MatMul's output columns and the activation in ``P`` pieces (``<tensor>_<Type>_<k>``), the
@@ -29,6 +31,7 @@ from typing import Any
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, Op, Tensor, Weight, check_network, network_digest, to_nchw
 from lgopt.tpumlir.cache import LOWERED, Cache, anchor, is_cast, load_cache, tensor_aliases, tpu_mlir_fuses
+from lgopt.tpumlir.fusions import Fold, find_fold
 
 PIECE = re.compile(r"_(\d+)(_add_)?$")
 
@@ -66,13 +69,53 @@ def _chain(net: Network, first: str) -> list[Op] | None:
 
 
 def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
-    """``net`` as TPU-MLIR lowered it for ``cache``: pairs of 1x1 convolutions it merges into one
-    (:func:`merge_pointwise`), every MatMul chain the cache cuts into column pieces run in different steps split
-    the same way; and one line per change (the network unchanged and no lines when there is none)."""
+    """``net`` as TPU-MLIR lowered it for ``cache``: the ops it fuses into one that lgopt's importer keeps apart
+    (:func:`fold_like_tpu_mlir`: pairs of convolutions, per-channel scales into a conv or into each other, a
+    Relu after a Concat, a crop of a conv's padding; a LeakyRelu or a Clip not from 0 the importer fused made an
+    op again), every MatMul chain the cache cuts into column pieces run in different steps split the same way;
+    and one line per change (the network unchanged and no lines when there is none)."""
     locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
-    net, merged = merge_pointwise(net, named_ops(net, locs))
+    net, merged = fold_like_tpu_mlir(net, named_ops(net, locs))
     split, notes = _split_chains(net, cache)
     return split, merged + notes
+
+
+def fold_like_tpu_mlir(net: Network, named: frozenset[str]) -> tuple[Network, tuple[str, ...]]:
+    """``net`` with every fusion TPU-MLIR's top-level canonicalisation makes and lgopt's importer does not
+    (:mod:`lgopt.tpumlir.fusions`; the pairs of convolutions of :func:`merge_pointwise` among them), applied until
+    none is left, as the compiler's rewriter does; an op some TPU-MLIR op in ``named`` is named after is never
+    fused away.  One line per fusion.
+
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> ts = {n: Tensor(n, (1, 8, 7, 7), "f16") for n in "xyz"}
+    >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("f", (8, 8, 3, 3), "f16", "filter"),),
+    ...           {"kernel": (3, 3), "strides": (1, 1), "pads": (1, 1, 1, 1), "group": 1}, local=True)
+    >>> mul = Op("m", "Mul", ("y",), ("z",), (Weight("s", (1, 8, 1, 1), "f16", "const"),), local=True)
+    >>> low, notes = fold_like_tpu_mlir(Network("n", ts, (conv, mul), ("x",), ("z",)), frozenset({"m"}))
+    >>> [(o.name, o.type, o.outputs, [w.role for w in o.weights]) for o in low.ops]
+    [('m', 'Conv', ('z',), ['filter', 'bias'])]
+    """
+    notes: list[str] = []
+    while True:
+        fold = next((f for op in net.ops if (f := _fold_at(net, op, named)) is not None), None)
+        if fold is None:
+            return net, tuple(notes)
+        ops = tuple(x for o in net.ops if o.name not in fold.drop
+                    for x in ((fold.op,) + fold.after if o.name == fold.keep else (o,)))
+        tensors = {t: v for t, v in net.tensors.items() if t not in fold.gone} | {t.name: t for t in fold.made}
+        net = check_network(Network(net.name, tensors, ops, net.inputs, net.outputs))
+        notes.append(fold.note)
+
+
+def _fold_at(net: Network, op: Op, named: frozenset[str]) -> Fold | None:
+    """The fusion TPU-MLIR makes at ``op``: ``op`` merged into the conv reading it (:func:`merge_pointwise`'s
+    pairs), or ``op`` taking in the op before it (:func:`lgopt.tpumlir.fusions.find_fold`)."""
+    takers = net.consumers.get(op.outputs[0], ()) if len(op.outputs) == 1 else ()
+    if op.type == "Conv" and op.name not in named and len(takers) == 1 and takers[0].type == "Conv" \
+            and tpu_mlir_fuses(net, op.name, takers[0].name):
+        m, note = _merge_pair(op, takers[0])
+        return Fold(takers[0].name, m, (op.name,), op.outputs, note)
+    return find_fold(net, op, named, LOWERED)
 
 
 def named_ops(net: Network, locs: Iterable[str]) -> frozenset[str]:
@@ -82,7 +125,7 @@ def named_ops(net: Network, locs: Iterable[str]) -> frozenset[str]:
 
 
 def merge_pointwise(net: Network, named: frozenset[str]) -> tuple[Network, tuple[str, ...]]:
-    """``net`` with each 1x1 convolution that TPU-MLIR folds into the 1x1 convolution reading it
+    """``net`` with each 1x1 convolution that TPU-MLIR folds into the convolution reading it
     (:func:`lgopt.tpumlir.cache.tpu_mlir_fuses`; no TPU-MLIR op in ``named`` is named after it) merged into
     that one, and a line per merge.
 
@@ -115,18 +158,26 @@ def merge_pointwise(net: Network, named: frozenset[str]) -> tuple[Network, tuple
         if pair is None:
             return net, tuple(notes)
         a, b = pair
-        fa = next(w for w in a.weights if w.role == "filter")
-        fb = next(w for w in b.weights if w.role == "filter")
-        ws = [replace(fb, name=f"{fb.name}#merged", shape=(fb.shape[0], fa.shape[1], 1, 1))]
-        if any(w.role == "bias" for w in a.weights + b.weights):
-            ws.append(Weight(f"{fb.name}#merged_bias", (fb.shape[0],), fb.dtype, "bias"))
-        ws += [w for w in b.weights if w.role not in ("filter", "bias")]
-        m = replace(b, inputs=a.inputs, weights=tuple(ws), sources=a.sources + b.sources)
+        m, note = _merge_pair(a, b)
         ops = tuple(m if o.name == b.name else o for o in net.ops if o.name != a.name)
         tensors = {t: v for t, v in net.tensors.items() if t != a.outputs[0]}
         net = check_network(Network(net.name, tensors, ops, net.inputs, net.outputs))
-        notes.append(f"{a.name} -> {b.name}: two 1x1 convolutions TPU-MLIR merges into one "
-                     f"({fa.shape[1]} -> {fb.shape[0]} channels)")
+        notes.append(note)
+
+
+def _merge_pair(a: Op, b: Op) -> tuple[Op, str]:
+    """Conv ``b`` with the linear 1x1 conv ``a`` before it multiplied into its filter (``out x in x k x k``),
+    and the line saying so."""
+    fa = next(w for w in a.weights if w.role == "filter")
+    fb = next(w for w in b.weights if w.role == "filter")
+    ws = [replace(fb, name=f"{fb.name}#merged", shape=(fb.shape[0], fa.shape[1]) + tuple(fb.shape[2:]))]
+    if any(w.role == "bias" for w in a.weights + b.weights):
+        ws.append(Weight(f"{fb.name}#merged_bias", (fb.shape[0],), fb.dtype, "bias"))
+    ws += [w for w in b.weights if w.role not in ("filter", "bias")]
+    m = replace(b, inputs=a.inputs, weights=tuple(ws), sources=a.sources + b.sources)
+    kernel = "x".join(map(str, fb.shape[2:]))
+    what = "two 1x1 convolutions" if kernel == "1x1" else f"a 1x1 convolution and the {kernel} one after it"
+    return m, f"{a.name} -> {b.name}: {what} TPU-MLIR merges into one ({fa.shape[1]} -> {fb.shape[0]} channels)"
 
 
 def _split_chains(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:

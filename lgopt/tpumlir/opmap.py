@@ -19,7 +19,7 @@ import pandas as pd
 from lgopt.io.problem import load_model
 from lgopt.model.network import Network, Op
 from lgopt.tpumlir.cache import anchor, cast_operands, is_cast, tensor_aliases
-from lgopt.tpumlir.lowering import merge_pointwise, named_ops
+from lgopt.tpumlir.lowering import fold_like_tpu_mlir, named_ops
 
 CAST_SUFFIX = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32)$")
 CAST_PIECE = re.compile(r"_(f16|f32|bf16)(_\d+)?$")  # a float cast, of a piece when numbered
@@ -107,13 +107,14 @@ class MappedModels:
 
 def map_models(data: Path, model_ops: pd.DataFrame, models: Iterable[str], chips: Iterable[str]) -> MappedModels:
     """Read ``onnx/MODEL.weightless.onnx`` of each model (F16, as measured) and map its TPU-MLIR op names.  The
-    1x1 convolutions TPU-MLIR merges are one op on its timeline (the same on every chip), so they are one op
-    here too."""
+    ops TPU-MLIR fuses (1x1 convolutions it merges, per-channel scales folded into a conv, ...:
+    :func:`~lgopt.tpumlir.lowering.fold_like_tpu_mlir`) are one op on its timeline (the same on every chip), so
+    they are one op here too."""
     chips = tuple(chips)
     nets, maps = {}, {}
     for m in models:
         net = load_model(data / "onnx" / f"{m}.weightless.onnx", dtype="f16")
-        nets[m] = merge_pointwise(net, named_ops(net, model_ops[model_ops.model == m].name))[0]
+        nets[m] = fold_like_tpu_mlir(net, named_ops(net, model_ops[model_ops.model == m].name))[0]
         for c in chips:
             sub = model_ops[(model_ops.model == m) & (model_ops.chip == c)]
             if len(sub):
