@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from lgopt.model.network import Network, Op, to_nchw
+from lgopt.model.network import Network, Op, Tensor, to_nchw
 from lgopt.model.ops import OP_SPECS, Family, resize_coord, resize_source
 
 
@@ -236,87 +236,139 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     of a channel slice (the windows then hold those channels, a channel-local op computes them alone)."""
     out = net.tensor(op.outputs[0])
     oc = out.c if c_len is None else c_len
-    t = op.type
-    spec = OP_SPECS.get(t)
+    spec = OP_SPECS.get(op.type)
     family = spec.family if spec is not None else None
     filt = next((weights[w.name] for w in op.weights if w.role == "filter"), None)
     bias = next((weights[w.name] for w in op.weights if w.role == "bias"), None)
     xs = [replace(x, data=_batch(x, *n), n0=n[0]) for x in ins]
-    if family is Family.CONV:
-        assert filt is not None, f"{op.name}: Conv without a filter"
-        y = conv(op, xs[0], filt, bias, a, b, out.w)
-    elif family is Family.DECONV:
-        assert filt is not None, f"{op.name}: ConvTranspose without a filter"
-        y = deconv(op, xs[0], filt, bias, a, b, out.w)
-    elif family is Family.POOL:
-        y = pool(op, xs[0], a, b, out.w)
-    elif family is Family.GLOBAL_POOL and out.h == xs[0].H:  # ReduceMean over each row's last axis
-        y = rows(xs[0], a, b, np.nan).mean(axis=3, keepdims=True)
-    elif family is Family.GLOBAL_POOL:
-        full = rows(xs[0], 0, xs[0].H, np.nan)
-        y = full.max(axis=(2, 3), keepdims=True) if t == "GlobalMaxPool" else full.mean(axis=(2, 3), keepdims=True)
-    elif family is Family.RESIZE:
-        y = resize(op, xs[0], a, b, out.h, out.w)
-    elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == 0:  # whole batches, re-folded as the output lies
-        whole, b0 = ins[0], op.attrs["start"] + n[0]
-        taken = replace(whole, data=whole.data[b0 - whole.n0:b0 - whole.n0 + n[1] - n[0]], n0=b0)
-        y = rows(taken, 0, whole.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]
-    elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -2:  # a run of rows (the input whole)
-        y = rows(xs[0], 0, xs[0].H, np.nan)[:, :, op.attrs["start"]:op.attrs["end"]][:, :, a:b]
-    elif family is Family.CHANNEL_SLICE and op.attrs["axis"] == -1:  # a run of each row's last axis
-        y = rows(xs[0], a, b, np.nan)[..., op.attrs["start"]:op.attrs["end"]]
-    elif family is Family.CHANNEL_SLICE:
-        y = rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
-    elif t == "Transpose" and tuple(op.attrs.get("perm", ()))[-2:] == (3, 2):  # each lane's planes transposed
-        y = rows(xs[0], 0, xs[0].H, np.nan).transpose(0, 1, 3, 2)[:, :, a:b]
-    elif family is Family.RESHAPE:  # a view: the rows re-split when the shape changes (then never H-sliced)
-        src = xs[0]
-        y = rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, oc, out.w) \
-            else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]
+    j = _Job(op, out, oc, ins, xs, weights, n, a, b)
+    if family in (Family.CONV, Family.DECONV, Family.POOL, Family.GLOBAL_POOL, Family.RESIZE):
+        y = _run_spatial(j, family, filt, bias)
+    elif family in (Family.CHANNEL_SLICE, Family.RESHAPE) or _planes_transposed(op):
+        y = _run_moved(j, family)
     elif family is Family.MATMUL:
         y = matmul(xs[0], filt if filt is not None else xs[1], a, b)
         if bias is not None:  # a linear layer's bias Add, folded in by the importer: one per output column
             y = y + _const(bias, out.c)
     elif family is Family.ROWWISE:
         y = rowwise(op, rows(xs[0], a, b, np.nan), weights)
-    elif family is Family.CONCAT and op.attrs["axis"] == -2:  # rows joined: every input whole, then the slice's
-        fixed = iter(_const(weights[w.name], out.c) for w in op.weights)  # a constant's rows, on every batch
-        acts = iter(xs)
-        parts = []
-        for k in range(len(xs) + len(op.weights)):
-            if k in op.attrs.get("const_at", ()):
-                v = next(fixed)
-                parts.append(np.broadcast_to(v, (n[1] - n[0],) + v.shape[1:]))
-            else:
-                src = next(acts)
-                parts.append(rows(src, 0, src.H, np.nan))
-        y = np.concatenate(parts, axis=2)[:, :, a:b]
     elif family is Family.CONCAT:
-        y = np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=3 if op.attrs["axis"] == -1 else 1)
+        y = _run_concat(j)
     elif family is Family.BINARY:
-        operands = [rows(x, a, b, np.nan) if x.H == out.h else rows(x, 0, 1, np.nan) for x in xs]
-        consts = [_const(weights[w.name], out.c) for w in op.weights]
-        operands += [v[:, :, a:b] if v.shape[2] == out.h else v for v in consts]  # a constant with rows: this slice's
-        f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
-             "Min": np.minimum, "Pow": np.power}[t]
-        y = operands[0]
-        for z in operands[1:]:
-            y = f(y, z)
-        y = np.broadcast_to(y, (n[1] - n[0], oc, b - a, out.w)).copy()
-    elif t == "PRelu":
-        x = rows(xs[0], a, b, np.nan)
-        slope = _const(weights[op.weights[0].name], out.c)
-        y = np.where(x >= 0, x, slope * x)
-    elif t == "BatchNormalization":
-        x = rows(xs[0], a, b, np.nan)
-        p = {w.role: weights[w.name].reshape(1, -1, 1, 1) for w in op.weights}
-        y = (x - p.get("mean", 0)) / np.sqrt(p.get("var", 1) + op.attrs.get("epsilon", 1e-5)) * p.get("scale", 1) \
-            + p.get("bias", 0)
+        y = _run_binary(j)
     else:
-        y = activation(t, rows(xs[0], a, b, np.nan), dict(op.attrs))
+        y = _run_pointwise(j)
     for act in op.fused:
         y = activation(act, y, dict(op.attrs), prefix="act_")
     return y
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One call of :func:`run_local`: what the kernel of the op's family reads."""
+
+    op: Op
+    out: Tensor
+    oc: int  # output channels computed
+    ins: list[Win]  # the input windows as given
+    xs: list[Win]  # the same, cut to the batches ``n``
+    weights: dict[str, np.ndarray]
+    n: tuple[int, int]
+    a: int  # output rows [a, b)
+    b: int
+
+
+def _planes_transposed(op: Op) -> bool:
+    """A Transpose that swaps the last two axes: each lane's planes transposed."""
+    return op.type == "Transpose" and tuple(op.attrs.get("perm", ()))[-2:] == (3, 2)
+
+
+def _run_spatial(j: _Job, family: Family, filt: np.ndarray | None, bias: np.ndarray | None) -> np.ndarray:
+    """Convolutions, pools (global ones from the whole input) and resizes."""
+    op, out, xs, a, b = j.op, j.out, j.xs, j.a, j.b
+    if family is Family.CONV:
+        assert filt is not None, f"{op.name}: Conv without a filter"
+        return conv(op, xs[0], filt, bias, a, b, out.w)
+    if family is Family.DECONV:
+        assert filt is not None, f"{op.name}: ConvTranspose without a filter"
+        return deconv(op, xs[0], filt, bias, a, b, out.w)
+    if family is Family.POOL:
+        return pool(op, xs[0], a, b, out.w)
+    if family is Family.GLOBAL_POOL and out.h == xs[0].H:  # ReduceMean over each row's last axis
+        return rows(xs[0], a, b, np.nan).mean(axis=3, keepdims=True)
+    if family is Family.GLOBAL_POOL:
+        full = rows(xs[0], 0, xs[0].H, np.nan)
+        return full.max(axis=(2, 3), keepdims=True) if op.type == "GlobalMaxPool" \
+            else full.mean(axis=(2, 3), keepdims=True)
+    return resize(op, xs[0], a, b, out.h, out.w)
+
+
+def _run_moved(j: _Job, family: Family | None) -> np.ndarray:
+    """Ops that move data without computing: slices (of batches, rows, a row's last axis or channels), a
+    Transpose of each lane's planes, reshapes."""
+    op, out, oc, xs, n, a, b = j.op, j.out, j.oc, j.xs, j.n, j.a, j.b
+    if family is Family.CHANNEL_SLICE and op.attrs["axis"] == 0:  # whole batches, re-folded as the output lies
+        whole, b0 = j.ins[0], op.attrs["start"] + n[0]
+        taken = replace(whole, data=whole.data[b0 - whole.n0:b0 - whole.n0 + n[1] - n[0]], n0=b0)
+        return rows(taken, 0, whole.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]
+    if family is Family.CHANNEL_SLICE and op.attrs["axis"] == -2:  # a run of rows (the input whole)
+        return rows(xs[0], 0, xs[0].H, np.nan)[:, :, op.attrs["start"]:op.attrs["end"]][:, :, a:b]
+    if family is Family.CHANNEL_SLICE and op.attrs["axis"] == -1:  # a run of each row's last axis
+        return rows(xs[0], a, b, np.nan)[..., op.attrs["start"]:op.attrs["end"]]
+    if family is Family.CHANNEL_SLICE:
+        return rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
+    if _planes_transposed(op):
+        return rows(xs[0], 0, xs[0].H, np.nan).transpose(0, 1, 3, 2)[:, :, a:b]
+    src = xs[0]  # a reshape, a view: the rows re-split when the shape changes (then never H-sliced)
+    return rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, oc, out.w) \
+        else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]
+
+
+def _run_concat(j: _Job) -> np.ndarray:
+    """Concat: of rows (every input whole, constants' rows on every batch, then the slice's rows), or within
+    each row or of channels."""
+    op, out, xs, n, a, b = j.op, j.out, j.xs, j.n, j.a, j.b
+    if op.attrs["axis"] != -2:
+        return np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=3 if op.attrs["axis"] == -1 else 1)
+    fixed = iter(_const(j.weights[w.name], out.c) for w in op.weights)  # a constant's rows, on every batch
+    acts = iter(xs)
+    parts = []
+    for k in range(len(xs) + len(op.weights)):
+        if k in op.attrs.get("const_at", ()):
+            v = next(fixed)
+            parts.append(np.broadcast_to(v, (n[1] - n[0],) + v.shape[1:]))
+        else:
+            src = next(acts)
+            parts.append(rows(src, 0, src.H, np.nan))
+    return np.concatenate(parts, axis=2)[:, :, a:b]
+
+
+def _run_binary(j: _Job) -> np.ndarray:
+    """Elementwise binary ops, broadcasting: an operand with one row, or a constant, applies to every row."""
+    op, out, xs, n, a, b = j.op, j.out, j.xs, j.n, j.a, j.b
+    operands = [rows(x, a, b, np.nan) if x.H == out.h else rows(x, 0, 1, np.nan) for x in xs]
+    consts = [_const(j.weights[w.name], out.c) for w in op.weights]
+    operands += [v[:, :, a:b] if v.shape[2] == out.h else v for v in consts]  # a constant with rows: this slice's
+    f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
+         "Min": np.minimum, "Pow": np.power}[op.type]
+    y = operands[0]
+    for z in operands[1:]:
+        y = f(y, z)
+    return np.broadcast_to(y, (n[1] - n[0], j.oc, b - a, out.w)).copy()
+
+
+def _run_pointwise(j: _Job) -> np.ndarray:
+    """PRelu, BatchNormalization (inference), and the activations."""
+    op, t, weights = j.op, j.op.type, j.weights
+    x = rows(j.xs[0], j.a, j.b, np.nan)
+    if t == "PRelu":
+        slope = _const(weights[op.weights[0].name], j.out.c)
+        return np.where(x >= 0, x, slope * x)
+    if t == "BatchNormalization":
+        p = {w.role: weights[w.name].reshape(1, -1, 1, 1) for w in op.weights}
+        return (x - p.get("mean", 0)) / np.sqrt(p.get("var", 1) + op.attrs.get("epsilon", 1e-5)) * p.get("scale", 1) \
+            + p.get("bias", 0)
+    return activation(t, x, dict(op.attrs))
 
 
 def _const(v: np.ndarray, channels: int) -> np.ndarray:

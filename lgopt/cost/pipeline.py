@@ -67,56 +67,96 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
 def _table_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     """The cells with every transfer in the row the table gives it (before TPU-MLIR's load moves)."""
     S = g.num_slices
-    f32_io = cost_model(chip).f32_io
-    f32_in = frozenset(g.f32_in) if f32_io else frozenset()
-    f32_out = frozenset(g.f32_out) if f32_io else frozenset()
-    windows = g.windows
-    wsl = g.w_slices > 1
-    csl = g.c_slices > 1
+    x = _Transfers(chip, net, g)
+    tiu = _tiu_table(chip, net, g, x)
+    traffic, pre, held = _resident_weights(chip, net, g)
+    cells: dict[tuple[int, int], tuple[int, int]] = {}
+    shared = _shared_f32_rows(g, x.f32_in)
+    for i in range(-1, S + 1):
+        dma_at = [0] * len(g.rows)  # GDMA cycles charged to each row of iteration i
+        for r, row in enumerate(g.rows):
+            for tr, store in [(t, False) for t in row.loads] + [(t, True) for t in row.stores]:
+                s = i + STAGE_SERVES[tr.stage]
+                if 0 <= s < S:
+                    b, c = x.transfer(tr.name, tr.kind, store, s)
+                    traffic += b
+                    dma_at[r if store else shared.get((r, tr.name), r)] += c
+        for r in range(len(g.rows)):
+            dma_at[r] += held.get((i, r), 0)
+            t_cyc = tiu[i][r] if 0 <= i < S else 0
+            if t_cyc or dma_at[r]:
+                cells[(i, r)] = (t_cyc, dma_at[r])
+    return PipelineCells(cells, pre, traffic)
 
-    def win(t: str, s: int, store: bool = False) -> tuple[int, int, int | None, int | None]:
+
+class _Transfers:
+    """The windows a group's slices compute and move, and the bytes and cycles of each transfer: cached, as
+    slices mostly repeat one shape."""
+
+    def __init__(self, chip: Chip, net: Network, g: GroupPlan) -> None:
+        self.chip, self.net, self.g = chip, net, g
+        f32_io = cost_model(chip).f32_io
+        self.f32_in = frozenset(g.f32_in) if f32_io else frozenset()
+        self.f32_out = frozenset(g.f32_out) if f32_io else frozenset()
+        self.wsl = g.w_slices > 1
+        self.csl = g.c_slices > 1
+        # (tensor, n, h, w, c, store) -> (bytes, cycles)
+        self.dma: dict[tuple[str, int, int, int | None, int | None, bool], tuple[int, int]] = {}
+
+    def win(self, t: str, s: int, store: bool = False) -> tuple[int, int, int | None, int | None]:
         """(batches, rows, columns, channels) of slice ``s`` of ``t``, or of the part it stores; columns
         (channels) None when W (C) is not sliced (all of them)."""
-        ten = net.tensor(t)
-        n0, n1, h0, h1 = (g.stores if store else windows)[t][s]
+        g = self.g
+        ten = self.net.tensor(t)
+        n0, n1, h0, h1 = (g.stores if store else g.windows)[t][s]
         w0, w1 = (g.stored_cols if store else g.cols)(t, s, ten.w)
         c0, c1 = (g.stored_chans if store else g.chans)(t, s, ten.c)
-        return n1 - n0, h1 - h0, (w1 - w0 if wsl else None), (c1 - c0 if csl else None)
+        return n1 - n0, h1 - h0, (w1 - w0 if self.wsl else None), (c1 - c0 if self.csl else None)
 
-    def transfer(name: str, kind: str, store: bool, s: int) -> tuple[int, int]:
+    def transfer(self, name: str, kind: str, store: bool, s: int) -> tuple[int, int]:
         """(bytes, cycles) of one transfer."""
+        chip, net, g = self.chip, self.net, self.g
         if kind == "weight":
             op = net.op(name)
             cols = g.weight_columns(name, s)  # a column-sliced MatMul loads its slice's columns
             n_cols = None if cols is None else cols[1] - cols[0]
             return weight_gmem_bytes(op, n_cols), weight_dma_cycles(chip, op, n_cols)
-        n, h, w, ch = win(name, s, store and name in g.stores)
+        n, h, w, ch = self.win(name, s, store and name in g.stores)
         key = (name, n, h, w, ch, store)
-        hit = dma.get(key)
+        hit = self.dma.get(key)
         if hit is None:
             b, segs, point = activation_transfer(net, name, n, h, w, ch)
-            if name in (f32_out if store else f32_in):  # a network input or output the group converts itself
+            if name in (self.f32_out if store else self.f32_in):  # a network input or output the group converts
                 b = as_f32(b, net.tensor(name).dtype)
-            hit = dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
+            hit = self.dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
         return hit
 
-    tiu = [[0] * len(g.rows) for _ in range(S)]
+
+def _tiu_table(chip: Chip, net: Network, g: GroupPlan, x: _Transfers) -> list[list[int]]:
+    """TIU cycles of each row of the table in each slice."""
+    tiu = [[0] * len(g.rows) for _ in range(g.num_slices)]
     seen: dict[tuple, int] = {}  # slices mostly repeat one shape
-    for s in range(S):
+    for s in range(g.num_slices):
         for r, row in enumerate(g.rows):
             for name in row.ops:
                 op = net.op(name)
-                n, oh, ow, oc = win(op.outputs[0], s)
-                _, ih, iw, ic = win(op.inputs[0], s) if op.inputs else (n, oh, ow, oc)
+                n, oh, ow, oc = x.win(op.outputs[0], s)
+                _, ih, iw, ic = x.win(op.inputs[0], s) if op.inputs else (n, oh, ow, oc)
                 key = (name, n, oh, ih, ow, iw, oc, ic)
                 c = seen.get(key)
                 if c is None:
                     c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih, ow, iw, oc, ic))
                 tiu[s][r] += c
+    return tiu
+
+
+def _resident_weights(chip: Chip, net: Network, g: GroupPlan) -> tuple[int, int, dict[tuple[int, int], int]]:
+    """The resident weights' bytes, the GDMA cycles of those loaded before the loop, and those (TPU-MLIR)
+    loaded in the table: each in the first slice's row before its op's, op0's with the fill's loads.
+
+    ResNet-18 / BM1688 at batch 4, 4 N slices of [3-24]: 2.2 M cycles of GDMA hidden under 5.3 M of TIU on the
+    timeline (5,635,175 measured); charged before the loop, 6,176,644 predicted."""
     traffic = pre = 0
-    # resident weights: all before the loop, or (TPU-MLIR) each in the first slice's row before its op's, op0's
-    # with the fill's loads.  ResNet-18 / BM1688 at batch 4, 4 N slices of [3-24]: 2.2 M cycles of GDMA hidden
-    # under 5.3 M of TIU on the timeline (5,635,175 measured); charged before the loop, 6,176,644 predicted
     held: dict[tuple[int, int], int] = {}
     row_of = {name: r for r, row in enumerate(g.rows) for name in row.ops}
     in_table = cost_model(chip).pipelined_preloads
@@ -128,30 +168,19 @@ def _table_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
             held[at] = held.get(at, 0) + c
         else:
             pre += c
-    cells: dict[tuple[int, int], tuple[int, int]] = {}
-    dma: dict[tuple[str, int, int, int | None, int | None, bool], tuple[int, int]] = {}  # (tensor, n, h, w, c, store)
-    # TPU-MLIR converts an f32 network input in a Cast of its own, the first op of the group's table: the group's
-    # ops read the converted copy, so the next slice's f32 load shares the last op's row.  lgopt's table gives it
-    # a row after the last op when that op reads the input too (a one-op group): its cycles are charged there
-    # (mobilenet_v3_small / BM1688's stem conv: 110,504 predicted, 90,916 measured, before this)
+    return traffic, pre, held
+
+
+def _shared_f32_rows(g: GroupPlan, f32_in: frozenset[str]) -> dict[tuple[int, str], int]:
+    """f32 network-input loads charged to the last op's row rather than their own: (row, tensor) -> row.
+
+    TPU-MLIR converts an f32 network input in a Cast of its own, the first op of the group's table: the group's
+    ops read the converted copy, so the next slice's f32 load shares the last op's row.  lgopt's table gives it
+    a row after the last op when that op reads the input too (a one-op group): its cycles are charged there
+    (mobilenet_v3_small / BM1688's stem conv: 110,504 predicted, 90,916 measured, before this)."""
     op_rows = [r for r, row in enumerate(g.rows) if row.ops]
-    shared = {(r, tr.name): op_rows[-1] for r, row in enumerate(g.rows) if not row.ops and op_rows
-              for tr in row.loads if tr.name in f32_in and tr.stage == 0}
-    for i in range(-1, S + 1):
-        dma_at = [0] * len(g.rows)  # GDMA cycles charged to each row of iteration i
-        for r, row in enumerate(g.rows):
-            for tr, store in [(x, False) for x in row.loads] + [(x, True) for x in row.stores]:
-                s = i + STAGE_SERVES[tr.stage]
-                if 0 <= s < S:
-                    b, c = transfer(tr.name, tr.kind, store, s)
-                    traffic += b
-                    dma_at[r if store else shared.get((r, tr.name), r)] += c
-        for r in range(len(g.rows)):
-            dma_at[r] += held.get((i, r), 0)
-            t_cyc = tiu[i][r] if 0 <= i < S else 0
-            if t_cyc or dma_at[r]:
-                cells[(i, r)] = (t_cyc, dma_at[r])
-    return PipelineCells(cells, pre, traffic)
+    return {(r, tr.name): op_rows[-1] for r, row in enumerate(g.rows) if not row.ops and op_rows
+            for tr in row.loads if tr.name in f32_in and tr.stage == 0}
 
 
 

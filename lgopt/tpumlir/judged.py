@@ -216,6 +216,61 @@ class _Trial:
     edge_casts: str
 
 
+Best = tuple[int, Grouping, Plan, str]
+"""The incumbent: measured cycles, grouping, plan, edge-cast rule."""
+
+
+class _Search:
+    """One judged search's context: what measuring a grouping and reporting an improvement need, the
+    clock and the history of trials (shared by the phases of :func:`judged_search`)."""
+
+    def __init__(self, net: Network, onet: Network, chip: Chip, st: SearchSettings, judge: Judge, reference: str,
+                 base_groups: Any, js: JudgeSettings, progress: Progress | None, strategy: str,
+                 incumbent: Incumbent | None) -> None:
+        self.t0 = time.perf_counter()
+        self.b = _Builder(onet, net, chip, st, strategy)
+        self.runs = group_runs(onet, st)
+        self.history: list[_Trial] = []
+        self.net, self.judge, self.reference, self.base_groups = net, judge, reference, base_groups
+        self.js, self.progress, self.strategy, self.incumbent = js, progress, strategy, incumbent
+        self.start_compiles = 0  # the judge's compiles when the local search began
+
+    def out_of_time(self) -> bool:
+        return self.js.time_limit is not None and time.perf_counter() - self.t0 > self.js.time_limit
+
+    def spent(self) -> bool:
+        """The local search's compile budget or the time limit is used up."""
+        return self.judge.compiles - self.start_compiles >= self.js.budget or self.out_of_time()
+
+    def measure(self, plan: Plan, move: str) -> tuple[Measurement, str]:
+        """TPU-MLIR's measurement of ``plan`` (under the first edge-cast rule that compiles), recorded."""
+        m = Measurement("no_result", None)
+        rule = EDGE_CAST_RULES[0]
+        for rule in EDGE_CAST_RULES:
+            try:
+                cache = export_tpumlir(plan, self.net, self.reference, base_groups=self.base_groups, edge_casts=rule)
+            except LgoptError as e:  # a grouping the cache cannot say (an op TPU-MLIR fuses across the cut)
+                m = Measurement("export_refused", None, error=str(e))
+                break
+            m = self.judge.measure(cache)
+            if m.ok:
+                break
+        self.history.append(_Trial(move, float(plan.cost["cycles"]), m.total_cycles if m.ok else None,
+                                   m.status if m.ok or not m.error else f"{m.status}: {m.error[:120]}", rule))
+        if self.progress:
+            self.progress(f"judge: {move}: predicted {plan.cost['cycles']:,.0f}, TPU-MLIR "
+                          + (f"{m.total_cycles:,}" if m.ok else "refused"))
+        return m, rule
+
+    def tell(self, inc: Best) -> None:
+        """The CLI writes each measured improvement at once: an interrupted search keeps its best."""
+        if self.incumbent is not None:
+            self.incumbent(replace(inc[2], strategy=self.strategy, solver={
+                **inc[2].solver, "edge_casts": inc[3], "judge": {
+                    "source": SOURCE, "measured_cycles": inc[0], "compiles": self.judge.compiles,
+                    "stopped": "running"}}))
+
+
 def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, judge: Judge, reference: str,
                   base_groups: Any, starts: Sequence[tuple[str, Plan]], js: JudgeSettings = JudgeSettings(),
                   progress: Progress | None = None, strategy: str = "judged",
@@ -226,118 +281,123 @@ def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, j
     ``onet`` is ``net`` in TPU-MLIR's op order with ``st.runs`` its base groups; ``starts`` are labelled
     plans of ``onet`` (TPU-MLIR's own grouping read by lgopt, the wrapped strategy's plan).  Raises LgoptError
     when no start point compiles."""
-    t0 = time.perf_counter()
-    b = _Builder(onet, net, chip, st, strategy)
-    runs = group_runs(onet, st)
-    history: list[_Trial] = []
-
-    def out_of_time() -> bool:
-        return js.time_limit is not None and time.perf_counter() - t0 > js.time_limit
-
-    def measure(plan: Plan, move: str) -> tuple[Measurement, str]:
-        m = Measurement("no_result", None)
-        rule = EDGE_CAST_RULES[0]
-        for rule in EDGE_CAST_RULES:
-            try:
-                cache = export_tpumlir(plan, net, reference, base_groups=base_groups, edge_casts=rule)
-            except LgoptError as e:  # a grouping the cache cannot say (an op TPU-MLIR fuses across the cut)
-                m = Measurement("export_refused", None, error=str(e))
-                break
-            m = judge.measure(cache)
-            if m.ok:
-                break
-        history.append(_Trial(move, float(plan.cost["cycles"]), m.total_cycles if m.ok else None,
-                              m.status if m.ok or not m.error else f"{m.status}: {m.error[:120]}", rule))
-        if progress:
-            progress(f"judge: {move}: predicted {plan.cost['cycles']:,.0f}, TPU-MLIR "
-                     + (f"{m.total_cycles:,}" if m.ok else "refused"))
-        return m, rule
-
-    def tell(inc: tuple[int, Grouping, Plan, str]) -> None:
-        """The CLI writes each measured improvement at once: an interrupted search keeps its best."""
-        if incumbent is not None:
-            incumbent(replace(inc[2], strategy=strategy, solver={**inc[2].solver, "edge_casts": inc[3], "judge": {
-                "source": SOURCE, "measured_cycles": inc[0], "compiles": judge.compiles, "stopped": "running"}}))
-
+    s = _Search(net, onet, chip, st, judge, reference, base_groups, js, progress, strategy, incumbent)
     ref_measured: Measurement | None = measure_reference() if measure_reference else None
-    best: tuple[int, Grouping, Plan, str] | None = None
-    for label, p in starts:
-        b.seed(p)
-        g = grouping_of(p, b.index)
-        plan = b.plan(g)
-        if plan is None:
-            continue
-        m, rule = measure(plan, f"start: {label}")
-        if m.ok and m.total_cycles is not None and (best is None or m.total_cycles < best[0]):
-            best = (m.total_cycles, g, plan, rule)
-            tell(best)
-    for label, p in starts if best is None else ():  # TPU-MLIR's allocator is tighter than lgopt's: more H slices
-        g = grouping_of(p, b.index)
-        for k in range(1, REPAIRS + 1):
-            g = tuple(c for c in (b.fit(c.ops, c.h + 1) for c in g) if c is not None)
-            plan = b.plan(g)
-            if plan is None or out_of_time():
-                break
-            m, rule = measure(plan, f"start: {label}, every group one H slice more ({k})")
-            if m.ok and m.total_cycles is not None:
-                best = (m.total_cycles, g, plan, rule)
-                tell(best)
-                break
-        if best is not None:
-            break
+    best = _best_start(s, starts)
+    if best is None:
+        best = _repaired_start(s, starts)
     if best is None:
         raise LgoptError("the TPU-MLIR judge compiled none of the start points: " +
-                         "; ".join(f"{t.move}: {t.status}" for t in history))
-    start_compiles = judge.compiles
+                         "; ".join(f"{t.move}: {t.status}" for t in s.history))
+    s.start_compiles = judge.compiles
     rounds = 0
-    while judge.compiles - start_compiles < js.budget and not out_of_time():
+    while judge.compiles - s.start_compiles < js.budget and not s.out_of_time():
         rounds += 1
-        cycles, grouping, plan, rule = best
-        ranked = []
-        for label, g in neighbours(b, grouping, runs):
-            cand = b.plan(g)
-            if cand is not None and cand.cost["cycles"] <= plan.cost["cycles"] * (1 + js.worse_than):
-                ranked.append((float(cand.cost["cycles"]), label, g, cand))
-        ranked = _interleave(ranked)
-        gains: list[tuple[int, str, Grouping, Plan, str]] = []
-        for k, (_, label, g, p) in enumerate(ranked):  # down the ranking until a gain, at least per_round of it
-            if judge.compiles - start_compiles >= js.budget or out_of_time() or (gains and k >= js.per_round):
-                break
-            m, r = measure(p, label)
-            if m.ok and m.total_cycles is not None and m.total_cycles < cycles:
-                gains.append((m.total_cycles, label, g, p, r))
-        if not gains:
+        better = _round(s, best)
+        if better is None:
             break
-        gains.sort(key=lambda x: (x[0], x[1]))
-        best = (gains[0][0], gains[0][2], gains[0][3], gains[0][4])
-        tell(best)
-        for _, label, g, _p, _r in gains[1:]:  # the round's other gains, on top where they touch other groups
-            if judge.compiles - start_compiles >= js.budget or out_of_time():
+        best = better
+    return _judged_plan(s, best, rounds, ref_measured)
+
+
+def _best_start(s: _Search, starts: Sequence[tuple[str, Plan]]) -> Best | None:
+    """The fastest start point TPU-MLIR compiles, as lgopt builds it; None when it compiles none."""
+    best: Best | None = None
+    for label, p in starts:
+        s.b.seed(p)
+        g = grouping_of(p, s.b.index)
+        plan = s.b.plan(g)
+        if plan is None:
+            continue
+        m, rule = s.measure(plan, f"start: {label}")
+        if m.ok and m.total_cycles is not None and (best is None or m.total_cycles < best[0]):
+            best = (m.total_cycles, g, plan, rule)
+            s.tell(best)
+    return best
+
+
+def _repaired_start(s: _Search, starts: Sequence[tuple[str, Plan]]) -> Best | None:
+    """The first start point that compiles with one H slice more per group, up to :data:`REPAIRS` more
+    (TPU-MLIR's allocator is tighter than lgopt's); None when none does."""
+    for label, p in starts:
+        g = grouping_of(p, s.b.index)
+        for k in range(1, REPAIRS + 1):
+            g = tuple(c for c in (s.b.fit(c.ops, c.h + 1) for c in g) if c is not None)
+            plan = s.b.plan(g)
+            if plan is None or s.out_of_time():
                 break
-            merged = _combine(best[1], grouping, g, b.index)
-            if merged is None:
-                continue
-            mp = b.plan(merged)
-            if mp is None:
-                continue
-            m, r2 = measure(mp, f"{label} (with the round's better moves)")
-            if m.ok and m.total_cycles is not None and m.total_cycles < best[0]:
-                best = (m.total_cycles, merged, mp, r2)
-                tell(best)
+            m, rule = s.measure(plan, f"start: {label}, every group one H slice more ({k})")
+            if m.ok and m.total_cycles is not None:
+                best = (m.total_cycles, g, plan, rule)
+                s.tell(best)
+                return best
+    return None
+
+
+def _round(s: _Search, best: Best) -> Best | None:
+    """One round of local search from ``best``: its neighbours that the cost model does not rank much
+    worse are measured in :func:`_interleave` order until one is faster (and at least ``per_round`` of
+    them); the fastest becomes the incumbent, the round's other gains are tried on top of it.  None when
+    none was measured faster."""
+    cycles, grouping, plan, _rule = best
+    ranked = []
+    for label, g in neighbours(s.b, grouping, s.runs):
+        cand = s.b.plan(g)
+        if cand is not None and cand.cost["cycles"] <= plan.cost["cycles"] * (1 + s.js.worse_than):
+            ranked.append((float(cand.cost["cycles"]), label, g, cand))
+    ranked = _interleave(ranked)
+    gains: list[tuple[int, str, Grouping, Plan, str]] = []
+    for k, (_, label, g, p) in enumerate(ranked):  # down the ranking until a gain, at least per_round of it
+        if s.spent() or (gains and k >= s.js.per_round):
+            break
+        m, r = s.measure(p, label)
+        if m.ok and m.total_cycles is not None and m.total_cycles < cycles:
+            gains.append((m.total_cycles, label, g, p, r))
+    if not gains:
+        return None
+    gains.sort(key=lambda x: (x[0], x[1]))
+    best = (gains[0][0], gains[0][2], gains[0][3], gains[0][4])
+    s.tell(best)
+    return _stack_gains(s, best, grouping, gains[1:])
+
+
+def _stack_gains(s: _Search, best: Best, base: Grouping, others: list[tuple[int, str, Grouping, Plan, str]]
+                 ) -> Best:
+    """The round's other gains (edits of ``base``) applied on top of ``best`` where they touch other groups,
+    each kept when measured faster still."""
+    for _, label, g, _p, _r in others:
+        if s.spent():
+            break
+        merged = _combine(best[1], base, g, s.b.index)
+        if merged is None:
+            continue
+        mp = s.b.plan(merged)
+        if mp is None:
+            continue
+        m, r2 = s.measure(mp, f"{label} (with the round's better moves)")
+        if m.ok and m.total_cycles is not None and m.total_cycles < best[0]:
+            best = (m.total_cycles, merged, mp, r2)
+            s.tell(best)
+    return best
+
+
+def _judged_plan(s: _Search, best: Best, rounds: int, ref_measured: Measurement | None) -> Plan:
+    """The incumbent's plan, with the measurements (``solver["judge"]``): every trial, why the search
+    stopped, and whether TPU-MLIR's own grouping measured faster."""
     cycles, grouping, plan, rule = best
     trials = [{"move": t.move, "predicted": round(t.predicted), "measured": t.measured, "status": t.status,
-               "edge_casts": t.edge_casts} for t in history]
-    info = {"source": SOURCE, "measured_cycles": cycles, "edge_casts": rule, "compiles": judge.compiles,
-            "rounds": rounds, "seconds": round(time.perf_counter() - t0, 1),
+               "edge_casts": t.edge_casts} for t in s.history]
+    info = {"source": SOURCE, "measured_cycles": cycles, "edge_casts": rule, "compiles": s.judge.compiles,
+            "rounds": rounds, "seconds": round(time.perf_counter() - s.t0, 1),
             "reference_measured_cycles": ref_measured.total_cycles if ref_measured and ref_measured.ok else None,
-            "stopped": ("budget" if judge.compiles - start_compiles >= js.budget else
-                        "time limit" if out_of_time() else "no neighbour measured faster"),
+            "stopped": ("budget" if s.judge.compiles - s.start_compiles >= s.js.budget else
+                        "time limit" if s.out_of_time() else "no neighbour measured faster"),
             "trials": trials}
     if ref_measured is not None and ref_measured.ok and ref_measured.total_cycles is not None \
             and ref_measured.total_cycles < cycles:
         info["reference_faster"] = (f"TPU-MLIR's own grouping measured {ref_measured.total_cycles:,} cycles, "
                                     f"faster than any grouping lgopt could build ({cycles:,}): deploy the reference")
-    return replace(plan, strategy=strategy, solver={**plan.solver, "judge": info, "edge_casts": rule})
+    return replace(plan, strategy=s.strategy, solver={**plan.solver, "judge": info, "edge_casts": rule})
 
 
 def _kind(label: str) -> str:

@@ -31,6 +31,16 @@ numba counts a reference to every array of the :class:`Instance` and :class:`Sta
 that receives them, an atomic operation apiece, and these calls ran once per candidate or placement, so
 the counting took two thirds of the search's time (2-9 microseconds a placement on lgopt's groups
 before, 1.3-2.3 after).
+
+Inlining does not remove all of it: :func:`search` is too large for numba's pruning of reference counts
+beyond one basic block, so a helper inlined into it still counts a reference to each array it receives
+(each array of a tuple), unless the call is its argument's last use.  Hence the helpers that run once per
+node take single arrays and scalars rather than the tuples, and the candidates are tried in :func:`search`
+itself (trying them needs the tuples: in a helper, one binding of them per node cost up to 8% on
+MiniMalloc's challenging instances); the frames of the search are the columns of one array, not a tuple of
+arrays; the shared stacks grow in :func:`search` itself (a helper that grows one and returns it counts
+references too); and :func:`_place` ends in :func:`_settle_floors`, the last use of its arguments.  Split
+so, the search runs as fast as in one piece (thread CPU time, interleaved runs on the challenging instances).
 """
 
 from __future__ import annotations
@@ -185,6 +195,18 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
+def _lift(o: int, size_a: int, raw: int, bank: int, kind: int) -> int:
+    """The lowest offset a neighbour of ``kind`` may take above a buffer at ``o``: past its end when they are
+    live together (bit 1), past its last bank when they are hard bank partners (bit 2)."""
+    h = o + size_a if kind & 1 else 0
+    if kind & 2:
+        hb = ((o + raw - 1) // bank + 1) * bank
+        if hb > h:
+            h = hb
+    return h
+
+
+@njit(cache=True, inline="always")
 def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.ndarray, mlog_v: np.ndarray,
            mtop: int, slog_s: np.ndarray, slog_v: np.ndarray, stop: int, touched: np.ndarray
            ) -> tuple[bool, bool, int, int]:
@@ -205,12 +227,7 @@ def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.n
         if W.off[q] >= 0:
             continue
         hatless = False
-        kind = G.nb_kind[j]
-        h = o + G.size_a[b] if kind & 1 else 0
-        if kind & 2:
-            hb = ((o + G.raw[b] - 1) // G.bank + 1) * G.bank
-            if hb > h:
-                h = hb
+        h = _lift(o, G.size_a[b], G.raw[b], G.bank, G.nb_kind[j])
         if W.minoff[q] >= h:
             continue
         mlog_b[mtop] = q
@@ -234,11 +251,24 @@ def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.n
         return failed, hatless, mtop, stop
     if G.bank > 0 and not _banks_suffice(G, W, b, o, mlog_b, m0, mtop):
         return True, hatless, mtop, stop
+    failed, stop = _settle_floors(G, W, o, lo, hi, mlog_b, m0, mtop, slog_s, slog_v, stop, touched)
+    return failed, hatless, mtop, stop
+
+
+@njit(cache=True, inline="always")
+def _settle_floors(G: Instance, W: State, o: int, lo: int, hi: int, moved: np.ndarray, m0: int, mtop: int,
+                   slog_s: np.ndarray, slog_v: np.ndarray, stop: int, touched: np.ndarray) -> tuple[bool, int]:
+    """The last step of :func:`_place`: raise the floor of each section of the neighbours that moved
+    (``moved[m0:mtop]``) to the lowest offset its unplaced buffers can take, logged on ``slog``, then the
+    cross-section inference over the partition's sections ``[lo, hi)`` (all still to place lies above the
+    floor and above ``o``).  Returns (failed, the new log top).
+
+    The last use of :func:`_place`'s arguments, so that numba's reference counts on them cancel."""
     W.ctr[4] += 1
     stamp = W.ctr[4]
     nt = 0
     for x in range(m0, mtop):  # the sections of the neighbours that moved
-        q = mlog_b[x]
+        q = moved[x]
         for r in range(G.bs_ptr[q], G.bs_ptr[q + 1]):
             for s in range(G.bs_lo[r], G.bs_hi[r]):
                 if W.mark[s] != stamp:
@@ -257,15 +287,17 @@ def _place(G: Instance, W: State, b: int, o: int, lo: int, hi: int, mlog_b: np.n
             slog_v[stop] = W.floor[s]
             stop += 1
             W.floor[s] = m
-    for s in range(lo, hi):  # cross-section inference (everything still to place lies above o)
+    failed = False
+    s = lo
+    while not failed and s < hi:  # cross-section inference (everything still to place lies above o)
         t = W.total[s]
         if t > 0:
             f = W.floor[s]
             if f < o:
                 f = o
-            if f + t > G.cap_a:
-                return True, hatless, mtop, stop
-    return False, hatless, mtop, stop
+            failed = f + t > G.cap_a
+        s += 1
+    return failed, stop
 
 
 @njit(cache=True, inline="always")
@@ -308,6 +340,7 @@ def _banks_suffice(G: Instance, W: State, b: int, o: int, moved: np.ndarray, m0:
 @njit(cache=True, inline="always")
 def _undo(G: Instance, W: State, b: int, mlog_b: np.ndarray, mlog_v: np.ndarray, mtop: int, m0: int,
           slog_s: np.ndarray, slog_v: np.ndarray, stop: int, s0: int, cut_done: bool) -> None:
+    """Take ``b`` back out: the floors, bytes, lowest offsets and cuts its placement changed, from the logs."""
     for x in range(stop - 1, s0 - 1, -1):
         W.floor[slog_s[x]] = slog_v[x]
     for r in range(G.bs_ptr[b], G.bs_ptr[b + 1]):
@@ -323,23 +356,34 @@ def _undo(G: Instance, W: State, b: int, mlog_b: np.ndarray, mlog_v: np.ndarray,
 
 NODE, SPLIT = 0, 1
 
+# A frame of the search's explicit stack is a column of one integer array (one array, not a tuple of them:
+# numba counts a reference per array each time a helper receives it).  Its rows:
+(KIND,  # NODE or SPLIT
+ PART, PLEN,  # the partition: a slice of pst
+ LO, HI,  # its sections, [LO, HI)
+ PREV, NPREV,  # NODE: the parent's candidates (positions in the partition), a slice of ost
+ CANDS, NCANDS,  # NODE: its own candidates, a slice of ost
+ CUR,  # NODE: candidate being tried; SPLIT: next range
+ MINOFF, MINPRE,  # NODE: the parent's placement (offset, position), the floor of the canonical order
+ LOWEST,  # NODE: the dominance height
+ BUF,  # NODE: buffer placed now (-1: none)
+ M0, S0, HATLESS, CUTDONE,  # NODE: the log tops before it was placed, and what undoing it needs
+ R0,  # SPLIT: start of the next range
+ CUT, NCUT,  # SPLIT: its cut points, a slice of cst
+ OBASE, PBASE, CBASE,  # stack tops when the frame was pushed: restored when it is popped
+ FRESH,  # not yet visited
+ ) = range(25)
+
 
 @njit(cache=True)
-def search(G: Instance, W: State, heuristic: int, decompose: bool) -> int:
-    """One complete search in one static order, from scratch; FOUND leaves the packing in ``W.sol``.
-
-    Depth-first with an explicit stack of frames.  A NODE frame chooses the next buffer of a partition
-    (its candidates, in order of lowest offset then pre-order, live on ``ost``); a SPLIT frame solves the
-    partitions a placement separated, one after the other.  A frame frees what it pushed on the shared
-    stacks when it is popped, and a placement is undone from the logs before its next sibling is tried.
-    """
-    n = len(G.size_a)
-    S = len(G.total0)
-    ctr = W.ctr
-    for b in range(n):
+def _reset(G: Instance, W: State) -> bool:
+    """``W`` afresh: nothing placed, each section's floor and bytes to place, the cuts.  False when the
+    section bound or the bank bound already proves there is no packing, without a single placement."""
+    for b in range(len(G.size_a)):
         W.off[b] = -1
         W.sol[b] = -1
         W.minoff[b] = G.fixed[b] if G.fixed[b] >= 0 else 0
+    S = len(G.total0)
     for s in range(S):
         W.total[s] = G.total0[s]
         m = _INF
@@ -348,268 +392,324 @@ def search(G: Instance, W: State, heuristic: int, decompose: bool) -> int:
                 m = W.minoff[G.sec_mem[x]]
         W.floor[s] = m if m != _INF else 0
         if W.floor[s] + W.total[s] > G.cap_a:
-            return NOT_FOUND  # the section bound: proven without a single placement
+            return False
     for c in range(len(G.cl_ptr) - 1):
         if not _clique_fits(G, W, c, 0):
-            return NOT_FOUND  # the bank bound, likewise
+            return False
     for s in range(S - 1):
         W.cuts[s] = G.cuts0[s]
-    D = 2 * n + 4
-    f_kind = np.zeros(D, np.int64)
-    f_part = np.zeros(D, np.int64)  # the partition: a slice of pst
-    f_plen = np.zeros(D, np.int64)
-    f_lo = np.zeros(D, np.int64)
-    f_hi = np.zeros(D, np.int64)
-    f_prev = np.zeros(D, np.int64)  # NODE: the parent's candidates (positions in the partition), a slice of ost
-    f_prevlen = np.zeros(D, np.int64)
-    f_ord = np.zeros(D, np.int64)  # NODE: its own candidates, a slice of ost
-    f_ordlen = np.zeros(D, np.int64)
-    f_i = np.zeros(D, np.int64)  # NODE: candidate being tried; SPLIT: next range
-    f_minoff = np.zeros(D, np.int64)
-    f_minpre = np.zeros(D, np.int64)
-    f_lowest = np.zeros(D, np.int64)
-    f_b = np.full(D, -1, np.int64)  # NODE: buffer placed now (-1: none)
-    f_m0 = np.zeros(D, np.int64)
-    f_s0 = np.zeros(D, np.int64)
-    f_hatless = np.zeros(D, np.bool_)
-    f_cutdone = np.zeros(D, np.bool_)
-    f_r0 = np.zeros(D, np.int64)  # SPLIT: start of the next range
-    f_cut = np.zeros(D, np.int64)  # SPLIT: its cut points, a slice of cst
-    f_ncut = np.zeros(D, np.int64)
-    f_obase = np.zeros(D, np.int64)  # stack tops when the frame was pushed: restored when it is popped
-    f_pbase = np.zeros(D, np.int64)
-    f_cbase = np.zeros(D, np.int64)
-    f_fresh = np.zeros(D, np.bool_)
-    ost = np.empty(max(8 * n, 64), np.int64)
-    pst = np.empty(max(4 * n, 64), np.int64)
-    cst = np.empty(max(2 * S, 64), np.int64)
-    mlog_b = np.empty(max(len(G.nb_idx), 16), np.int64)
-    mlog_v = np.empty(max(len(G.nb_idx), 16), np.int64)
-    slog_s = np.empty(max(4 * S, 64), np.int64)
-    slog_v = np.empty(max(4 * S, 64), np.int64)
-    touched = np.empty(max(S, 1), np.int64)
-    otop = ptop = ctop = mtop = stop = 0
-    # the root: a SPLIT over every section, at the cuts no buffer crosses
+    return True
+
+
+@njit(cache=True)
+def _max_sections(G: Instance) -> int:
+    """The most sections any buffer covers: with the partition's sections, the room one placement may take
+    on the section log (so that the log grows before a node tries its candidates, not in between)."""
+    most = 0
+    for b in range(len(G.size_a)):
+        k = 0
+        for r in range(G.bs_ptr[b], G.bs_ptr[b + 1]):
+            k += G.bs_hi[r] - G.bs_lo[r]
+        if k > most:
+            most = k
+    return most
+
+
+@njit(cache=True, inline="always")
+def _push(F: np.ndarray, e: int, kind: int, part: int, plen: int, lo: int, hi: int, obase: int, pbase: int,
+          cbase: int) -> None:
+    """Frame ``e``: a NODE or a SPLIT over a partition and its sections, what both kinds have."""
+    F[KIND, e] = kind
+    F[PART, e] = part
+    F[PLEN, e] = plen
+    F[LO, e] = lo
+    F[HI, e] = hi
+    F[BUF, e] = -1
+    F[FRESH, e] = 1
+    F[OBASE, e] = obase
+    F[PBASE, e] = pbase
+    F[CBASE, e] = cbase
+
+
+@njit(cache=True, inline="always")
+def _push_root(cuts: np.ndarray, F: np.ndarray, pst: np.ndarray, cst: np.ndarray, n: int, S: int,
+               decompose: bool) -> tuple[int, int]:
+    """The root frame: a SPLIT of every section at the cuts no buffer crosses (on ``cst``), its partition
+    every buffer (on ``pst``).  Returns the tops of ``pst`` and ``cst``."""
     for b in range(n):
         pst[b] = b
-    ptop = n
     nc = 0
     if decompose:
         for s in range(S - 1):
-            if W.cuts[s] == 0:
+            if cuts[s] == 0:
                 cst[nc] = s + 1
                 nc += 1
-    ctop = nc
-    d = 0
-    f_kind[0] = SPLIT
-    f_part[0] = 0
-    f_plen[0] = n
-    f_lo[0] = 0
-    f_hi[0] = S
-    f_cut[0] = 0
-    f_ncut[0] = nc
-    f_i[0] = 0
-    f_r0[0] = 0
-    f_obase[0] = 0
-    f_pbase[0] = ptop
-    f_cbase[0] = 0
-    f_fresh[0] = True
+    _push(F, 0, SPLIT, 0, n, 0, S, 0, n, 0)
+    F[CUT, 0] = 0
+    F[NCUT, 0] = nc
+    F[CUR, 0] = 0
+    F[R0, 0] = 0
+    return n, nc
+
+
+@njit(cache=True, inline="always")
+def _next_range(hull_lo: np.ndarray, hull_hi: np.ndarray, off: np.ndarray, F: np.ndarray, d: int,
+                pst: np.ndarray, cst: np.ndarray) -> tuple[int, int, int]:
+    """Move the SPLIT frame ``d`` on to its next range of sections with buffers to place, copied onto
+    ``pst`` at the frame's base: (how many, the range); none when every range is done."""
+    ks = r0 = r1 = 0
+    while ks == 0 and F[CUR, d] <= F[NCUT, d]:
+        r0 = F[R0, d]
+        r1 = cst[F[CUT, d] + F[CUR, d]] if F[CUR, d] < F[NCUT, d] else F[HI, d]
+        F[CUR, d] += 1
+        F[R0, d] = r1
+        for x in range(F[PLEN, d]):
+            q = pst[F[PART, d] + x]
+            if off[q] < 0 and hull_lo[q] < r1 and r0 < hull_hi[q]:
+                pst[F[PBASE, d] + ks] = q
+                ks += 1
+    return ks, r0, r1
+
+
+@njit(cache=True, inline="always")
+def _push_range(F: np.ndarray, d: int, ost: np.ndarray, ks: int, r0: int, r1: int, ctop: int) -> tuple[int, int]:
+    """Push a NODE over the ``ks`` buffers :func:`_next_range` found (in their static order on ``pst``), its
+    candidates every one of them: the tops of ``ost`` and ``pst`` after it."""
+    otop = F[OBASE, d]
+    ptop = F[PBASE, d]
+    for x in range(ks):
+        ost[otop + x] = x
+    _push(F, d + 1, NODE, ptop, ks, r0, r1, otop + ks, ptop + ks, ctop)
+    F[PREV, d + 1] = otop
+    F[NPREV, d + 1] = ks
+    F[MINOFF, d + 1] = 0
+    F[MINPRE, d + 1] = -1
+    return otop + ks, ptop + ks
+
+
+@njit(cache=True)
+def _clock() -> float:
+    """``time.perf_counter()`` from compiled code."""
+    with objmode(now="float64"):
+        now = time.perf_counter()
+    return now
+
+
+@njit(cache=True, inline="always")
+def _count_node(ctr: np.ndarray, deadline: np.ndarray) -> bool:
+    """Count a node against the budgets (``ctr``) and look at the clock every 1024 placements: False when
+    the search must stop, cut short."""
+    if ctr[0] <= 0 or ctr[6] <= 0:
+        return False
+    ctr[0] -= 1
+    ctr[2] += 1
+    if deadline[0] > 0 and ctr[5] >= ctr[7]:
+        ctr[7] = ctr[5] + 1024
+        if _clock() > deadline[0]:
+            ctr[3] = 1
+            ctr[0] = 0
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _unplaced_by_offset(off: np.ndarray, minoff: np.ndarray, F: np.ndarray, d: int, pst: np.ndarray,
+                        ost: np.ndarray) -> tuple[np.ndarray, int]:
+    """The parent's candidates still unplaced, as keys ``lowest offset * partition size + position`` sorted
+    ascending (the first ``k`` entries): lowest offset first, then the static pre-order."""
+    M = F[PLEN, d]
+    cand = np.empty(F[NPREV, d], np.int64)
+    k = 0
+    for x in range(F[NPREV, d]):
+        p = ost[F[PREV, d] + x]
+        b = pst[F[PART, d] + p]
+        if off[b] < 0:
+            cand[k] = minoff[b] * M + p
+            k += 1
+    for x in range(1, k):  # insertion sort: the parent's order is nearly this one
+        c = cand[x]
+        y = x - 1
+        while y >= 0 and cand[y] > c:
+            cand[y + 1] = cand[y]
+            y -= 1
+        cand[y + 1] = c
+    return cand, k
+
+
+@njit(cache=True, inline="always")
+def _set_candidates(size_a: np.ndarray, raw: np.ndarray, partnered: np.ndarray, bank: int, F: np.ndarray, d: int,
+                    pst: np.ndarray, ost: np.ndarray, otop: int, cand: np.ndarray, k: int) -> int:
+    """The NODE's ``k`` candidates onto ``ost`` from ``otop``, its cursor on the first, and its dominance
+    height (the lowest end of any of them at its lowest offset): the new top of ``ost``.  With none (the
+    partition is packed, the frame pops) it writes only fields that are not read again."""
+    M = F[PLEN, d]
+    lowest = _INF
+    for x in range(k):
+        p = cand[x] % M
+        ost[otop + x] = p
+        q = pst[F[PART, d] + p]
+        h = _dominance_height(size_a[q], raw[q], partnered[q] != 0, bank, cand[x] // M)
+        if h < lowest:
+            lowest = h
+    F[CANDS, d] = otop
+    F[NCANDS, d] = k
+    F[LOWEST, d] = lowest
+    F[CUR, d] = 0
+    return otop + k
+
+
+_TRY, _SKIP, _STOP = 0, 1, 2
+
+
+@njit(cache=True, inline="always")
+def _verdict(o: int, p: int, minoff: int, minpre: int, lowest: int, maxoff: int, fixed: int) -> int:
+    """What to do with a candidate at position ``p`` whose lowest offset is ``o``: skip it when it lies below
+    the parent's placement (``minoff``, ``minpre``: not canonical) or cannot go at ``o`` (past its top limit,
+    off its pinned offset); stop at the dominance height ``lowest`` (so is every candidate after it); else
+    try it.  Scalars only, so that it costs no reference counting (see the module docstring)."""
+    if o < minoff or (o == minoff and p < minpre):
+        return _SKIP
+    if o >= lowest:
+        return _STOP
+    if o > maxoff or (fixed >= 0 and o != fixed):
+        return _SKIP
+    return _TRY
+
+
+@njit(cache=True, inline="always")
+def _free_cuts(hull_lo: np.ndarray, hull_hi: np.ndarray, cuts: np.ndarray, b: int, cst: np.ndarray, ctop: int
+               ) -> int:
+    """Take the placed ``b`` off the cuts its hull crosses; the cuts no unplaced buffer crosses any more (where
+    the partition splits) go on ``cst`` from ``ctop``: how many."""
+    nc = 0
+    for s in range(hull_lo[b], hull_hi[b] - 1):
+        cuts[s] -= 1
+        if cuts[s] == 0:
+            cst[ctop + nc] = s + 1
+            nc += 1
+    return nc
+
+
+@njit(cache=True, inline="always")
+def _push_child(F: np.ndarray, d: int, o: int, p: int, nc: int, decompose: bool, otop: int, ptop: int, ctop: int
+                ) -> int:
+    """The frame under the placement NODE ``d`` just made at ``o``: a NODE over the same partition, above it
+    in the canonical order, or a SPLIT at the ``nc`` cuts it freed (on ``cst`` from ``ctop``): the new top
+    of ``cst``."""
+    F[CUTDONE, d] = decompose
+    e = d + 1
+    _push(F, e, NODE if nc == 0 else SPLIT, F[PART, d], F[PLEN, d], F[LO, d], F[HI, d], otop, ptop, ctop)
+    if nc == 0:
+        F[PREV, e] = F[CANDS, d]
+        F[NPREV, e] = F[NCANDS, d]
+        F[MINOFF, e] = o
+        F[MINPRE, e] = p
+    else:
+        F[CUT, e] = ctop
+        F[NCUT, e] = nc
+        F[CUR, e] = 0
+        F[R0, e] = F[LO, d]
+    return ctop + nc
+
+
+@njit(cache=True, inline="always")
+def _next_sibling(F: np.ndarray, d: int) -> None:
+    """After NODE ``d``'s placement failed below: on to its next candidate, or past them all when the buffer
+    was hatless (nothing unplaced could lie on it, so its siblings fail too)."""
+    if F[HATLESS, d]:
+        F[CUR, d] = F[NCANDS, d]
+    else:
+        F[CUR, d] += 1
+
+
+@njit(cache=True)
+def _stacks(n: int, S: int, n_nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                 np.ndarray, np.ndarray, np.ndarray]:
+    """The shared stacks of :func:`search`, empty: the candidates of the NODE frames (``ost``), the partitions
+    in their static order (``pst``), the cut points of the SPLIT frames (``cst``), the log of lowest offsets
+    raised (``mlog``: buffer, value before), the log of floors raised (``slog``: section, value before), and
+    the sections a placement touched.  The search grows ``ost``, ``pst``, ``cst`` and ``slog`` as needed."""
+    return (np.empty(max(8 * n, 64), np.int64), np.empty(max(4 * n, 64), np.int64), np.empty(max(2 * S, 64), np.int64),
+            np.empty(max(n_nb, 16), np.int64), np.empty(max(n_nb, 16), np.int64),
+            np.empty(max(4 * S, 64), np.int64), np.empty(max(4 * S, 64), np.int64), np.empty(max(S, 1), np.int64))
+
+
+@njit(cache=True)
+def search(G: Instance, W: State, heuristic: int, decompose: bool) -> int:
+    """One complete search in one static order, from scratch; FOUND leaves the packing in ``W.sol``.
+
+    Depth-first over a stack of frames (``F``'s columns): a NODE places the next buffer of a partition, trying
+    its candidates in order; a SPLIT solves in turn the partitions a placement separated.  The candidates are
+    tried here, not in a helper that would take the tuples, and the stacks grow here (module docstring)."""
+    if not _reset(G, W):
+        return NOT_FOUND  # the section bound or the bank bound: proven without a single placement
+    n, S, most = len(G.size_a), len(G.total0), _max_sections(G)
+    F = np.zeros((FRESH + 1, 2 * n + 4), np.int64)  # at most two frames per buffer deep, past the root
+    ost, pst, cst, mlog_b, mlog_v, slog_s, slog_v, touched = _stacks(n, S, len(G.nb_idx))
+    otop = mtop = stop = d = 0
+    ptop, ctop = _push_root(W.cuts, F, pst, cst, n, S, decompose)
     ret = FOUND
     while True:
-        if f_kind[d] == SPLIT:
-            if not f_fresh[d] and ret != FOUND:
-                pass  # a partition has no packing: neither has the whole
-            else:
-                f_fresh[d] = False
-                pushed = False
-                while f_i[d] <= f_ncut[d]:
-                    otop = f_obase[d]  # the previous range's partition is done with
-                    ptop = f_pbase[d]
-                    r0 = f_r0[d]
-                    r1 = cst[f_cut[d] + f_i[d]] if f_i[d] < f_ncut[d] else f_hi[d]
-                    f_i[d] += 1
-                    f_r0[d] = r1
-                    pst = _grow(pst, ptop + f_plen[d])
-                    ks = 0
-                    for x in range(f_plen[d]):
-                        q = pst[f_part[d] + x]
-                        if W.off[q] < 0 and G.hull_lo[q] < r1 and r0 < G.hull_hi[q]:
-                            pst[ptop + ks] = q
-                            ks += 1
-                    if ks == 0:
-                        continue
-                    pst[ptop:ptop + ks] = _preorder(G, W, pst[ptop:ptop + ks], heuristic)
-                    ost = _grow(ost, otop + ks)
-                    for x in range(ks):
-                        ost[otop + x] = x
-                    e = d + 1
-                    f_kind[e] = NODE
-                    f_part[e] = ptop
-                    f_plen[e] = ks
-                    f_lo[e] = r0
-                    f_hi[e] = r1
-                    f_prev[e] = otop
-                    f_prevlen[e] = ks
-                    f_minoff[e] = 0
-                    f_minpre[e] = -1
-                    f_b[e] = -1
-                    f_fresh[e] = True
-                    ptop += ks
-                    otop += ks
-                    f_obase[e] = otop
-                    f_pbase[e] = ptop
-                    f_cbase[e] = ctop
-                    d = e
-                    pushed = True
-                    break
-                if pushed:
+        if F[KIND, d] == SPLIT:
+            if F[FRESH, d] or ret == FOUND:  # (else a partition has no packing: neither has the whole)
+                F[FRESH, d] = 0
+                pst = _grow(pst, F[PBASE, d] + F[PLEN, d])
+                ks, r0, r1 = _next_range(G.hull_lo, G.hull_hi, W.off, F, d, pst, cst)
+                if ks > 0:
+                    pst[F[PBASE, d]:F[PBASE, d] + ks] = _preorder(G, W, pst[F[PBASE, d]:F[PBASE, d] + ks], heuristic)
+                    ost = _grow(ost, F[OBASE, d] + ks)
+                    otop, ptop = _push_range(F, d, ost, ks, r0, r1, ctop)
+                    d += 1
                     continue
                 ret = FOUND  # every partition packed
             if d == 0:
                 return ret
-            otop = f_obase[d]
-            ptop = f_pbase[d]
-            ctop = f_cbase[d]
-            d -= 1
-            continue
-        # a NODE
-        if f_fresh[d]:
-            f_fresh[d] = False
-            if ctr[0] <= 0 or ctr[6] <= 0:
-                return CUT_SHORT
-            ctr[0] -= 1
-            ctr[2] += 1
-            if W.deadline[0] > 0 and ctr[5] >= ctr[7]:
-                ctr[7] = ctr[5] + 1024
-                with objmode(now="float64"):
-                    now = time.perf_counter()
-                if now > W.deadline[0]:
-                    ctr[3] = 1
-                    ctr[0] = 0
+        else:
+            if F[FRESH, d]:
+                F[FRESH, d] = 0
+                if not _count_node(W.ctr, W.deadline):
                     return CUT_SHORT
-            M = f_plen[d]
-            cand = np.empty(f_prevlen[d], np.int64)
-            k = 0
-            for x in range(f_prevlen[d]):
-                p = ost[f_prev[d] + x]
-                b = pst[f_part[d] + p]
-                if W.off[b] < 0:
-                    cand[k] = W.minoff[b] * M + p
-                    k += 1
-            if k == 0:
-                ret = FOUND
-            else:
-                for x in range(1, k):  # insertion sort: the parent's order is nearly this one
-                    c = cand[x]
-                    y = x - 1
-                    while y >= 0 and cand[y] > c:
-                        cand[y + 1] = cand[y]
-                        y -= 1
-                    cand[y + 1] = c
+                cand, k = _unplaced_by_offset(W.off, W.minoff, F, d, pst, ost)
                 ost = _grow(ost, otop + k)
-                lowest = _INF
-                for x in range(k):
-                    p = cand[x] % M
-                    ost[otop + x] = p
-                    q = pst[f_part[d] + p]
-                    h = _dominance_height(G.size_a[q], G.raw[q], G.partnered[q] != 0, G.bank, cand[x] // M)
-                    if h < lowest:
-                        lowest = h
-                f_ord[d] = otop
-                f_ordlen[d] = k
-                otop += k
-                f_lowest[d] = lowest
-                f_i[d] = 0
-                ret = NOT_FOUND
-        else:  # back from the child of the buffer placed here
-            b = f_b[d]
-            _undo(G, W, b, mlog_b, mlog_v, mtop, f_m0[d], slog_s, slog_v, stop, f_s0[d], f_cutdone[d])
-            mtop = f_m0[d]
-            stop = f_s0[d]
-            f_b[d] = -1
+                otop = _set_candidates(G.size_a, G.raw, G.partnered, G.bank, F, d, pst, ost, otop, cand, k)
+                ret = FOUND if k == 0 else NOT_FOUND  # (FOUND: every buffer of the partition is placed)
+            else:  # back from the child of the buffer placed here
+                _undo(G, W, F[BUF, d], mlog_b, mlog_v, mtop, F[M0, d], slog_s, slog_v, stop, F[S0, d],
+                      F[CUTDONE, d] != 0)
+                mtop, stop, F[BUF, d] = F[M0, d], F[S0, d], -1
+                if ret == NOT_FOUND:
+                    _next_sibling(F, d)
             if ret == NOT_FOUND:
-                if f_hatless[d]:
-                    f_i[d] = f_ordlen[d]
-                else:
-                    f_i[d] += 1
-        if ret == NOT_FOUND:  # (FOUND: every buffer of the partition is placed; pop)
-            pushed = False
-            while f_i[d] < f_ordlen[d]:
-                p = ost[f_ord[d] + f_i[d]]
-                b = pst[f_part[d] + p]
-                o = W.minoff[b]
-                if o < f_minoff[d] or (o == f_minoff[d] and p < f_minpre[d]):
-                    f_i[d] += 1
-                    continue
-                if o >= f_lowest[d]:
-                    break
-                if o > G.maxoff[b] or (G.fixed[b] >= 0 and o != G.fixed[b]):
-                    f_i[d] += 1
-                    continue
-                lo = f_lo[d]
-                hi = f_hi[d]
-                nsec = 0
-                for r in range(G.bs_ptr[b], G.bs_ptr[b + 1]):
-                    nsec += G.bs_hi[r] - G.bs_lo[r]
-                slog_s = _grow(slog_s, stop + nsec + hi - lo)
-                slog_v = _grow(slog_v, stop + nsec + hi - lo)
-                m0 = mtop
-                s0 = stop
-                failed, hatless, mtop, stop = _place(G, W, b, o, lo, hi, mlog_b, mlog_v, mtop, slog_s, slog_v,
-                                                     stop, touched)
-                if failed:
-                    _undo(G, W, b, mlog_b, mlog_v, mtop, m0, slog_s, slog_v, stop, s0, False)
-                    mtop = m0
-                    stop = s0
-                    if hatless:
+                slog_s = _grow(slog_s, stop + most + F[HI, d] - F[LO, d])  # room for any one placement
+                slog_v = _grow(slog_v, stop + most + F[HI, d] - F[LO, d])
+                b = o = p = -1
+                while F[CUR, d] < F[NCANDS, d]:  # the candidates from the cursor on, until a placement holds
+                    p = ost[F[CANDS, d] + F[CUR, d]]
+                    q = pst[F[PART, d] + p]
+                    o = W.minoff[q]
+                    verdict = _verdict(o, p, F[MINOFF, d], F[MINPRE, d], F[LOWEST, d], G.maxoff[q], G.fixed[q])
+                    if verdict == _STOP:
                         break
-                    f_i[d] += 1
+                    if verdict == _TRY:
+                        m0, s0 = mtop, stop
+                        failed, hatless, mtop, stop = _place(G, W, q, o, F[LO, d], F[HI, d], mlog_b, mlog_v, mtop,
+                                                             slog_s, slog_v, stop, touched)
+                        if not failed:
+                            b, F[BUF, d], F[M0, d], F[S0, d], F[HATLESS, d] = q, q, m0, s0, hatless
+                            break
+                        _undo(G, W, q, mlog_b, mlog_v, mtop, m0, slog_s, slog_v, stop, s0, False)
+                        mtop, stop = m0, s0
+                        if hatless:
+                            break  # nothing unplaced could lie on it: its siblings fail too
+                    F[CUR, d] += 1
+                if b >= 0:
+                    nc = 0
+                    if decompose:
+                        cst = _grow(cst, ctop + G.hull_hi[b] - G.hull_lo[b])
+                        nc = _free_cuts(G.hull_lo, G.hull_hi, W.cuts, b, cst, ctop)
+                    ctop = _push_child(F, d, o, p, nc, decompose, otop, ptop, ctop)
+                    d += 1
                     continue
-                f_b[d] = b
-                f_m0[d] = m0
-                f_s0[d] = s0
-                f_hatless[d] = hatless
-                nc = 0
-                if decompose:
-                    cst = _grow(cst, ctop + G.hull_hi[b] - G.hull_lo[b])
-                    for s in range(G.hull_lo[b], G.hull_hi[b] - 1):
-                        W.cuts[s] -= 1
-                        if W.cuts[s] == 0:
-                            cst[ctop + nc] = s + 1
-                            nc += 1
-                f_cutdone[d] = decompose
-                e = d + 1
-                f_part[e] = f_part[d]
-                f_plen[e] = f_plen[d]
-                f_lo[e] = lo
-                f_hi[e] = hi
-                f_fresh[e] = True
-                f_b[e] = -1
-                f_obase[e] = otop
-                f_pbase[e] = ptop
-                f_cbase[e] = ctop
-                if nc == 0:
-                    f_kind[e] = NODE
-                    f_prev[e] = f_ord[d]
-                    f_prevlen[e] = f_ordlen[d]
-                    f_minoff[e] = o
-                    f_minpre[e] = p
-                else:
-                    f_kind[e] = SPLIT
-                    f_cut[e] = ctop
-                    f_ncut[e] = nc
-                    f_i[e] = 0
-                    f_r0[e] = lo
-                    ctop += nc
-                d = e
-                pushed = True
-                break
-            if pushed:
-                continue
-            ret = NOT_FOUND
-            ctr[1] += 1
-        # pop this NODE with ret
-        otop = f_obase[d]
-        ptop = f_pbase[d]
-        ctop = f_cbase[d]
+                W.ctr[1] += 1  # a backtrack
+        otop, ptop, ctop = F[OBASE, d], F[PBASE, d], F[CBASE, d]  # pop the frame with ret
         d -= 1

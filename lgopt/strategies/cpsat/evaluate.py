@@ -16,7 +16,7 @@ context manager so the workers stop with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from lgopt.group.alloc import exact_pack, multi_start_allocate
 from lgopt.group.build import n_unit, place_chosen, schedule
@@ -90,23 +90,9 @@ class Evaluator:
         and batches are taken in order until it is spent, in worker processes or not, so the intervals
         evaluated do not depend on timing.
         """
-        import time
-        from collections import deque
-
         deadline = budget.deadline if budget is not None else None
         det = budget is not None and budget.deterministic
-
-        todo: dict[tuple, list[Key]] = {}
-        for iv in ivs:
-            ev = self.evaluated.get(iv)
-            if ev is not None and (ev.full or not full):
-                continue
-            sig = self.space.signature(*iv)
-            ev = self.cache.get(sig)
-            if ev is not None and (ev.full or not full):
-                self.evaluated[iv] = ev
-            else:
-                todo.setdefault(sig, []).append(iv)
+        todo = self._todo(ivs, full)
         if not todo:
             return
         reps = [(sig, group[0]) for sig, group in todo.items()]
@@ -127,39 +113,71 @@ class Evaluator:
             results.extend(batch)
 
         if processes > 1 and len(reps) >= 8 and not _daemonic():
-            batches = [(reps[k:k + chunk], deadline, full, self.slowest_full) for k in range(0, len(reps), chunk)]
-            # A few batches in flight at a time, never the whole list: past the deadline nothing more is sent
-            # and the batches in flight end on their own (workers check the deadline), so the pool is never
-            # terminated with its task queue full, where multiprocessing's terminate can hang for good.
-            pool, queued = self._workers(processes), iter(batches)
-            pending: deque[Any] = deque()
-
-            def send() -> None:
-                task = next(queued, None)
-                if task is not None:
-                    pending.append(pool.apply_async(_evaluate_batch, (task,)))
-
-            for _ in range(2 * processes):
-                send()
-            while pending:
-                take(pending.popleft().get())  # in the order sent: the same results as in series
-                if not spent():
-                    send()
+            self._in_workers(reps, chunk, deadline, full, processes, take, spent)
         else:
-            for k in range(0, len(reps), chunk):
-                if spent():
-                    break
-                done = []
-                for sig, iv in reps[k:k + chunk]:
-                    if deadline is not None and time.perf_counter() > deadline:
-                        break
-                    done.append((sig, self._timed(iv, self._full_in_time(full, deadline), deadline)))
-                take(done)
+            self._in_series(reps, chunk, deadline, full, take, spent)
         self.evaluations += len(results)
         for sig, ev in results:
             self.cache[sig] = ev
             for iv in todo[sig]:
                 self.evaluated[iv] = ev
+
+    def _todo(self, ivs: Sequence[Key], full: bool) -> dict[tuple, list[Key]]:
+        """The intervals still to evaluate, by signature (one evaluation serves all of a signature's); those
+        whose signature was evaluated already are recorded as evaluated."""
+        todo: dict[tuple, list[Key]] = {}
+        for iv in ivs:
+            ev = self.evaluated.get(iv)
+            if ev is not None and (ev.full or not full):
+                continue
+            sig = self.space.signature(*iv)
+            ev = self.cache.get(sig)
+            if ev is not None and (ev.full or not full):
+                self.evaluated[iv] = ev
+            else:
+                todo.setdefault(sig, []).append(iv)
+        return todo
+
+    def _in_workers(self, reps: list[tuple[tuple, Key]], chunk: int, deadline: float | None, full: bool,
+                    processes: int, take: Callable[[list[tuple[tuple, Evaluation]]], None],
+                    spent: Callable[[], bool]) -> None:
+        """Evaluate ``reps`` in batches of ``chunk`` in the worker pool, each batch's results handed to ``take``
+        in the order sent (the same results as in series) until ``spent``."""
+        from collections import deque
+
+        batches = [(reps[k:k + chunk], deadline, full, self.slowest_full) for k in range(0, len(reps), chunk)]
+        # A few batches in flight at a time, never the whole list: past the deadline nothing more is sent
+        # and the batches in flight end on their own (workers check the deadline), so the pool is never
+        # terminated with its task queue full, where multiprocessing's terminate can hang for good.
+        pool, queued = self._workers(processes), iter(batches)
+        pending: deque[Any] = deque()
+
+        def send() -> None:
+            task = next(queued, None)
+            if task is not None:
+                pending.append(pool.apply_async(_evaluate_batch, (task,)))
+
+        for _ in range(2 * processes):
+            send()
+        while pending:
+            take(pending.popleft().get())  # in the order sent: the same results as in series
+            if not spent():
+                send()
+
+    def _in_series(self, reps: list[tuple[tuple, Key]], chunk: int, deadline: float | None, full: bool,
+                   take: Callable[[list[tuple[tuple, Evaluation]]], None], spent: Callable[[], bool]) -> None:
+        """Evaluate ``reps`` here, in batches of ``chunk`` handed to ``take``, until ``spent`` or the deadline."""
+        import time
+
+        for k in range(0, len(reps), chunk):
+            if spent():
+                break
+            done = []
+            for sig, iv in reps[k:k + chunk]:
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
+                done.append((sig, self._timed(iv, self._full_in_time(full, deadline), deadline)))
+            take(done)
 
     def _workers(self, processes: int) -> Any:
         """A pool of worker processes forked once per evaluator and kept: each worker's memoised per-op
