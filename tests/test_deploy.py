@@ -106,3 +106,31 @@ def test_deploy_errors_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     assert main(["deploy", model, "--chip", "bm1684x", "-o", str(tmp_path / "o")]) == 2
     assert "no TPU-MLIR in" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
+
+
+def test_ctrl_c_during_lgopts_side_delivers_tpu_mlirs_own_model(tmp_path, monkeypatch):
+    """Interrupted after TPU-MLIR's own compile: nothing it waited for is lost; DIR holds TPU-MLIR's bmodel and a
+    report saying what happened, never a half-written file."""
+    import lgopt.tpumlir.deploy as deploy
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(deploy, "_search", interrupted)
+    code, r = _deploy(tmp_path, _stand_in(tmp_path))
+    out = tmp_path / "out"
+    assert code == 0 and r["kept"] == "tpu-mlir" and "interrupted" in r and r["lgopt_cycles"] is None
+    assert (out / "resnet18_weightless_bm1684x_f16.bmodel").read_bytes() == b"bmodel 591722"
+    assert not list(out.glob("*.part")) and not (out / "plan.json").exists()
+
+
+def test_ctrl_c_before_tpu_mlirs_compile_leaves_dir_without_outputs(tmp_path, monkeypatch, capsys):
+    import lgopt.tpumlir.deploy as deploy
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(deploy, "deploy", interrupted)
+    code, r = _deploy(tmp_path, _stand_in(tmp_path))
+    assert code == 130 and r == {}
+    assert not [p for p in (tmp_path / "out").iterdir() if p.is_file()]
