@@ -60,6 +60,9 @@ class Cache:
     groups: tuple[CacheGroup, ...]
     globals: tuple[tuple[int, int, str], ...]  # (subfunc, func_idx, loc) of every op run outside a group
     opt: int = 0
+    # whether it lists its global layers at all (TPU-MLIR's own caches do, ``func.return`` among them, even when
+    # every op is grouped; a cache written to force a grouping may not): ``globals`` empty says nothing then
+    lists_globals: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def load_cache(path: str) -> Cache:
     d = read_json(path, "TPU-MLIR layer-group cache")
     groups: list[CacheGroup] = []
     globs: list[tuple[int, int, str]] = []
+    listed = False
     try:
         if not isinstance(d, dict):
             raise TypeError("a JSON object")
@@ -115,12 +119,13 @@ def load_cache(path: str) -> Cache:
                     raise TypeError("shape_secs")
                 groups.append(CacheGroup(tuple(locs), tuple(_int(x) for x in secs), _int(g.get("group_cost", 0)),
                                          _int(g.get("func_start_idx", -1)), _int(g.get("func_end_idx", -1)), si))
+            listed = listed or bool(sub.get("GlobalLayer"))
             for x in sub.get("GlobalLayer", []):
                 if str(x["loc"]) not in NOT_OPS:
                     globs.append((si, _int(x["func_idx"]), str(x["loc"])))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise LgoptError(f"{path} is not a TPU-MLIR layer_group_cache.json (missing or bad {e})") from None
-    return Cache(str(path), tuple(groups), tuple(globs), int(d.get("opt", 0) or 0))
+    return Cache(str(path), tuple(groups), tuple(globs), int(d.get("opt", 0) or 0), listed)
 
 
 def read_cache(path: str) -> list[CacheGroup]:
@@ -315,7 +320,7 @@ def _place_unnamed(net: Network, cache: Cache, ops_pos: list[tuple[tuple[int, in
     at = {pos: name for name, pos in pos_of.items()}
     fused: list[str] = []
     notes: list[str] = []
-    listed = bool(cache.globals)
+    listed = cache.lists_globals
     for op in reversed(net.ops):  # consumers first
         if op.name in pos_of:
             continue
