@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from lgopt.report.document import write_section
+
+__all__ = ["BENCHMARKS", "OUT", "RESULTS", "write_section", "write_table"]
+
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
 OUT = BENCHMARKS / "out"
@@ -23,15 +27,3 @@ def write_table(df: pd.DataFrame, out: Path, source: str) -> None:
     print(f"{source}; written to {out}")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"))
 
-
-def write_section(doc: Path, name: str, text: str) -> None:
-    """Replace section ``name`` of the markdown file ``doc`` with ``text`` (appended when ``doc`` has none)."""
-    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
-    old = doc.read_text() if doc.exists() else ""
-    block = f"{begin}\n{text.strip()}\n{end}"
-    if begin in old and end in old:
-        new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
-    else:
-        new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(new)

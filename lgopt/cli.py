@@ -147,7 +147,7 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-groups", metavar="BASE.json",
                    help="with --reference: TPU-MLIR's base groups (base_groups.json or model_ops.csv), so ops it left "
                         "global but can run in LMEM may be grouped")
-    p.add_argument("--margin", type=float, default=0.05,
+    p.add_argument("--margin", type=float, default=None,
                    help="with --reference: keep TPU-MLIR's own grouping unless lgopt's is predicted at least this "
                         "fraction faster (default 0.05, the calibrated model's per-group error; 0: whenever it is "
                         "predicted no slower)")
@@ -199,7 +199,10 @@ def _judge(args: argparse.Namespace, chip_name: str, time_limit: float) -> dict[
 
 
 def _margin(args: argparse.Namespace) -> float:
-    m = float(args.margin)
+    """``--margin``, or the reference space's own default (lgopt.tpumlir.space.REFERENCE_MARGIN)."""
+    from lgopt.tpumlir.space import REFERENCE_MARGIN
+
+    m = REFERENCE_MARGIN if args.margin is None else float(args.margin)
     if not 0 <= m < 1:
         raise LgoptError(f"--margin must be in [0, 1), got {args.margin}")
     return m
@@ -441,7 +444,8 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
     sv = plan.solver
     if plan.strategy == "cpsat" and "value" in sv:
         print(f"cpsat: {sv.get('status', plan.status)} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, "
-              f"best bound {sv['bound']:,}, gap {100 * sv['gap']:.2f}% over {sv.get('space', 'the candidate space')}")
+              f"best bound {sv['bound']:,} (by the {s['cost_model']} cost model), gap {100 * sv['gap']:.2f}% over "
+              f"{sv.get('space', 'the candidate space')}")
         if sv.get("outside_space"):
             print(f"cpsat: {sv['outside_space']}")
     if sv.get("stopped"):
@@ -465,7 +469,8 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
     if sv.get("io_converted_in_groups"):
         print(f"f32 casts: {', '.join(sv['io_converted_in_groups'])} converted in the group next to it (TPU-MLIR "
               "keeps the graph's inputs and outputs f32; the exporter puts those Casts in the group)")
-    print(f"lower bound {s['lower_bound_cycles']:,} cycles, {s['lower_bound_traffic_bytes'] / 1e6:.2f} MB: "
+    print(f"lower bound {s['lower_bound_cycles']:,} cycles ({s['cost_model']}), "
+          f"{s['lower_bound_traffic_bytes'] / 1e6:.2f} MB: "
           f"plan is {s['ratio_to_lower_bound']:.3f}x the bound; verified OK; {seconds:.2f} s"
           + (f"; plan written to {args.output}" if args.output else ""))
 
@@ -957,7 +962,7 @@ def _add_deploy(sub: Any) -> None:
                    help="compiles TPU-MLIR may spend refining lgopt's grouping (default 0: each is a whole "
                         "model_deploy, seconds to a minute; the final grouping is measured either way)")
     s.add_argument("--tpu-mlir", metavar="VENV", help="TPU-MLIR's Python environment (default $LGOPT_TPU_MLIR)")
-    s.add_argument("--margin", type=float, default=0.05,
+    s.add_argument("--margin", type=float, default=None,
                    help="keep TPU-MLIR's grouping unless lgopt's is predicted this much faster (default 0.05: "
                         "the fitted model's per-group error on held-out models)")
     s.add_argument("--time-limit", type=_positive_float, default=60.0, help="lgopt's search, wall seconds (default 60)")

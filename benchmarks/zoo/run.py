@@ -68,6 +68,7 @@ from lgopt.cost.registry import default_cost_model
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_model
+from lgopt.report.document import write_section
 from lgopt.report.verdict import verify
 from lgopt.tpumlir.compiler import ALLOC_FAILED, find_toolchain, timeline_cycles
 from lgopt.tpumlir.deploy import DeployRequest, run_deploy
@@ -534,18 +535,6 @@ def summary(rows: list[dict[str, str]], chips_asked: list[str]) -> str:
     ]
     return "\n".join(lines)
 
-
-def write_section(doc: Path, name: str, text: str) -> None:
-    """Replace section ``name`` of ``doc`` (between ``<!-- NAME: begin -->`` and ``<!-- NAME: end -->``)."""
-    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
-    old = doc.read_text() if doc.exists() else ""
-    block = f"{begin}\n{text.strip()}\n{end}"
-    if begin in old and end in old:
-        new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
-    else:
-        new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(new)
 
 
 # ------------------------------------------------------------------------------------------------------ main

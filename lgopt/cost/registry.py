@@ -13,7 +13,6 @@ from lgopt.hw.chip import Chip, changes
 COST_MODELS: dict[str, CostModel] = {}
 
 
-
 def register_cost_model(model: CostModel) -> CostModel:
     """Make ``model`` selectable as ``Chip.cost_model`` (``--set cost_model=NAME``)."""
     if model.name in COST_MODELS:
@@ -28,11 +27,9 @@ def unregister_cost_model(name: str) -> None:
     COST_MODELS.pop(name, None)
 
 
-
 register_cost_model(AnalyticModel())
 FITTED = CalibratedModel()
 register_cost_model(FITTED)
-
 
 
 def cost_model(chip: Chip) -> CostModel:

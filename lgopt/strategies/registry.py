@@ -25,7 +25,7 @@ from lgopt.strategies.settings import Incumbent, Progress, SearchSettings
 
 class SearchSpace(Protocol):
     """A restriction of every search to what some compiler can carry, which runs a strategy within it
-    (TPU-MLIR's: :class:`lgopt.tpumlir.space.CompilerSpace`, ``--reference``)."""
+    (TPU-MLIR's: :class:`lgopt.tpumlir.space.ReferenceSpace`, ``--reference``)."""
 
     def run(self, spec: StrategySpec, net: Network, chip: Chip, options: StrategyOptions
             ) -> tuple[Plan, dict[str, Any]]: ...
