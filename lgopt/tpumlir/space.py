@@ -114,12 +114,10 @@ def _unsearched(strategy: str, net: Network, ref: Plan, r: ReferenceSpace, untru
                 notes: list[str], as_lowered: dict[str, Any]) -> Plan:
     """The reference's own grouping, kept without a search: lgopt could not predict a grouping of this model
     well enough to replace it (``untrusted`` says why), so searching would only spend the user's time."""
-    why = f"{untrusted}, so the reference grouping is kept (not searched)"
-    theirs_io = [t for g in ref.groups for t in g.f32_in + g.f32_out]
     solver = {"space": described, "reference": str(r.reference), "beyond_compiler": [], "compiler_notes": notes,
-              "reference_cycles": float(ref.cost["cycles"]), "margin": r.margin, "kept_reference": why,
-              **({"io_converted_in_groups": theirs_io} if theirs_io else {}), **as_lowered}
-    return replace(ref, strategy=strategy, model_digest=network_digest(net), solver=solver)
+              "reference_cycles": float(ref.cost["cycles"]), "margin": r.margin, **as_lowered}
+    return _kept(ref, strategy, network_digest(net), solver, f"{untrusted}, so the reference grouping is kept "
+                 "(not searched)")
 
 
 def _compiler_settings(net: Network, chip: Chip, st: SearchSettings, cache: Cache,
@@ -215,7 +213,8 @@ def _against_reference(plan: Plan, r: ReferenceSpace, ref: Plan | None, ref_erro
     A prediction is only as good as the cost model: where lgopt's best is within the model's error of what
     the compiler already does, deploying it risks a slower program for a gain the model cannot see, so the
     compiler's grouping is kept (built by lgopt's reader, as ``solve --strategy tpu-mlir=REF`` builds it) and
-    ``solver["kept_reference"]`` says why.  A reference lgopt cannot build (``ref`` None) changes nothing."""
+    ``solver["kept_reference"]`` says why.  So is it wherever lgopt cannot predict the reference well
+    (``untrusted``, :func:`_untrusted`); one lgopt cannot build (``ref`` None) is exported as TPU-MLIR wrote it."""
     if ref is None:  # nothing to compare with: the reference is exported as it is (reference_verbatim)
         why = f"{untrusted}, so the reference grouping is kept as TPU-MLIR wrote it"
         return replace(plan, solver={**plan.solver, "reference_cycles": None, "reference_unreadable": ref_error,
@@ -224,14 +223,19 @@ def _against_reference(plan: Plan, r: ReferenceSpace, ref: Plan | None, ref_erro
     solver = {**plan.solver, "reference_cycles": theirs, "margin": r.margin}
     if ours <= theirs * (1 - r.margin) and not untrusted:
         return replace(plan, solver=solver)
-    solver.pop("io_converted_in_groups", None)  # that was our plan's; the reference's are its own
-    theirs_io = [t for g in ref.groups for t in g.f32_in + g.f32_out]
-    if theirs_io:
-        solver["io_converted_in_groups"] = theirs_io
     why = (f"{plan.strategy}'s best grouping is predicted at {ours:,.0f} cycles, the reference's at {theirs:,.0f}: "
            + (f"{untrusted}, so the reference grouping is kept" if untrusted else
               f"not {100 * r.margin:g}% faster, so the reference grouping is kept"))
-    return replace(ref, strategy=plan.strategy, model_digest=plan.model_digest,
-                   solver={**solver, "kept_reference": why, "own_cycles": ours})
+    return _kept(ref, plan.strategy, plan.model_digest, {**solver, "own_cycles": ours}, why)
+
+
+def _kept(ref: Plan, strategy: str, digest: str, solver: dict[str, Any], why: str) -> Plan:
+    """The reference's own grouping as the plan ``strategy`` returns, ``why`` recorded; the f32 casts at the
+    graph's edges its groups take in are its own (a search's plan may have taken others)."""
+    solver = {k: v for k, v in solver.items() if k != "io_converted_in_groups"}
+    theirs_io = [t for g in ref.groups for t in g.f32_in + g.f32_out]
+    if theirs_io:
+        solver["io_converted_in_groups"] = theirs_io
+    return replace(ref, strategy=strategy, model_digest=digest, solver={**solver, "kept_reference": why})
 
 
