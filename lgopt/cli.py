@@ -251,8 +251,9 @@ def _chip(args: argparse.Namespace, net: Any = None):
     from lgopt.cost.registry import default_cost_model
     from lgopt.hw.chip import get_chip, parse_set
 
-    chip = get_chip(args.chip, parse_set(args.set), args.chip_file)
-    if net is None or "cost_model" in parse_set(args.set) or _file_sets_cost_model(args.chip_file):
+    sets = parse_set(args.set)
+    chip = get_chip(args.chip, sets, args.chip_file)
+    if net is None or "cost_model" in sets or _file_sets_cost_model(args.chip_file):
         return chip
     dtypes = {net.tensor(t).dtype for t in net.inputs if t in net.tensors} or {"f16"}
     return replace(chip, cost_model=default_cost_model(chip, dtypes.pop())) if len(dtypes) == 1 else chip
