@@ -350,9 +350,9 @@ class _GroupRun:
     def poison(self, b: Buffer) -> None:
         self.lmem.data[:, b.offset:b.offset + b.size] = np.nan
 
-    def poison_times(self) -> dict[int, list[Buffer]]:
-        """When (absolute row) each buffer's declared lifetime ends, for every slice."""
-        T, S = len(self.g.rows), self.g.num_slices
+    def poison_times(self, span: tuple[int, int]) -> dict[int, list[Buffer]]:
+        """When (absolute row) each buffer's declared lifetime ends, for every slice of ``span``."""
+        T = len(self.g.rows)
         first: dict[tuple[str, str], int] = {}
         offset = {0: -T, 1: 0, 2: T}
         for r, row in enumerate(self.g.rows):
@@ -370,33 +370,36 @@ class _GroupRun:
             if b.resident or (b.kind, b.name) not in first:
                 continue
             lo = first[(b.kind, b.name)]
-            for s in range(S):
+            for s in range(*span):
                 t0 = s * T + lo
                 end = t0 + (b.end - t0) % T
                 out.setdefault(end, []).append(b)
         return out
 
-    def run(self) -> None:
+    def run(self, span: tuple[int, int]) -> None:
+        """One core's pipeline over slices ``span`` (start, stop), in this run's LMEM: its own preloads, fill and
+        drain, as each core runs its share of a group's slices."""
         g = self.g
-        T, S = len(g.rows), g.num_slices
+        T = len(g.rows)
+        a, b = span  # a core's slices
         for name in g.preloads:
             self.load_weights(name)
-        poison = self.poison_times()
-        for it in range(-1, S + 1):
+        poison = self.poison_times(span)
+        for it in range(a - 1, b + 1):
             for r, row in enumerate(g.rows):
                 for tr in row.loads:
                     s = it + 1 if tr.stage == 0 else it
-                    if 0 <= s < S:
+                    if a <= s < b:
                         self.load_weights(tr.name, s) if tr.kind == "weight" else self.load_activation(tr.name, s)
-                if 0 <= it < S:
+                if a <= it < b:
                     for name in row.ops:
                         self.compute(name, it)
                 for tr in row.stores:
                     s = it - 1 if tr.stage == 2 else it
-                    if 0 <= s < S:
+                    if a <= s < b:
                         self.store(tr.name, s)
-                for b in poison.get(it * T + r, ()):
-                    self.poison(b)
+                for buf in poison.get(it * T + r, ()):
+                    self.poison(buf)
 
 
 def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
@@ -424,8 +427,9 @@ def simulate(net: Network, plan: Plan, seed: int = 0) -> SimResult:
                 written.extend((t, None) for t in op.outputs)
             else:
                 g = plan.groups[v]
-                run = _GroupRun(net, chip, g, gmem, weights, seed, handed)
-                run.run()
+                for span in g.chunks:  # each core in its own LMEM; they write disjoint parts of GMEM
+                    run = _GroupRun(net, chip, g, gmem, weights, seed, handed)
+                    run.run(span)
                 written.extend((t, v) for t in g.stores)
                 handed = (run.lmem, g) if g.kept_out else None
                 continue

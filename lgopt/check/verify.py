@@ -348,6 +348,7 @@ class Verifier:
             raise _Fail
         if g.c_slices > 1 and (g.kept_in or g.kept_out):
             self.fail(where, f"hands a tensor over in LMEM, but c_slices={g.c_slices} (no slice holds it whole)")
+        self.check_cores(where, g)
         for op in ops:
             if not op.local:
                 self.fail(where, f"op {op.name} ({op.type}) cannot run in a group: {op.reason}")
@@ -413,6 +414,25 @@ class Verifier:
         self.check_h_rule(where, g, tensors)
         stored = [t for t in outputs if t not in optional]
         self.check_table_and_buffers(where, g, ops, inputs, stored, tensors)
+
+    def check_cores(self, where: str, g: GroupPlan) -> None:
+        """Several cores (the chip's ``used_cores``): the slices each core runs are TPU-MLIR's shares, contiguous
+        runs in loop order, ``S // cores`` each and one more for the first ``S % cores`` cores, idle cores left
+        out; each core has its own LMEM, so nothing is handed over in it.  Every other rule of the group holds
+        for each core alone: each runs the same table at the same offsets over its own slices."""
+        used, S = self.chip.used_cores, g.num_slices
+        want: list[tuple[int, int]] = []
+        start = 0
+        for k in range(used):
+            n = S // used + (k < S % used)
+            if n:
+                want.append((start, start + n))
+            start += n
+        got = [tuple(c) for c in g.core_slices] or [(0, S)]
+        if got != want:
+            self.fail(where, f"slices per core {got}: {used} core(s) run {S} slices as {want} (TPU-MLIR's shares)")
+        if used > 1 and (g.kept_in or g.kept_out):
+            self.fail(where, f"hands a tensor over in LMEM on {used} cores (each core has its own LMEM)")
 
     def check_axis_given(self, where: str, g: GroupPlan, tensors: list[str], S: int, axis: str) -> None:
         """The ranges of a sliced axis (``"W"``: columns, ``"channel"``: channels) are given exactly when it is

@@ -12,6 +12,24 @@ from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network, Op
 
+# GDMA slowdown when several cores move data at once, by chip: TPU-MLIR 1.30's own cycle calculator prices
+# BM1688's GDMA at 24 GB/s on one core and 15 GB/s per core on several (reference s7); elsewhere no figure is
+# known and the cores are assumed not to contend (docs/cost-model.md)
+CORE_SLOWDOWN = {"bm1688": 24.0 / 15.0}
+
+
+def core_terms(chip: Chip, busy: int) -> tuple[float, int]:
+    """The analytic model's :meth:`~lgopt.cost.model.CostModel.cores`: the chip's known DDR slowdown and a sync of
+    one transfer's latency (an assumption) when more than one core is busy.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> core_terms(get_chip("bm1688"), 1), core_terms(get_chip("bm1688"), 2)
+    ((1.0, 0), (1.6, 300))
+    """
+    if busy <= 1:
+        return 1.0, 0
+    return CORE_SLOWDOWN.get(chip.name.lower(), 1.0), chip.gdma_latency_cycles
+
 
 @dataclass(frozen=True)
 class AnalyticModel:
@@ -59,3 +77,6 @@ class AnalyticModel:
 
     def global_line(self, chip: Chip, net: Network, op: Op) -> bool:
         return False
+
+    def cores(self, chip: Chip, busy: int) -> tuple[float, int]:
+        return core_terms(chip, busy)

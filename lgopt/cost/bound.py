@@ -22,7 +22,7 @@ from lgopt.model.network import Network, Op
 def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
     """No plan beats this: full-size compute with no halo, or one GDMA stream of the unavoidable transfers
     (network inputs and outputs and the operands of layers that only run globally at the peak bandwidth,
-    every weight once at :func:`min_weight_dma`)."""
+    every weight once at :func:`min_weight_dma`), each over the cores the plan may use (``used_cores``)."""
     model = cost_model(chip)
     # an op in a group computes at least its global compute; run as a global layer, at least that times its
     # scale (below 1 where the compiler's global kernel beats the model's full-size compute)
@@ -37,6 +37,8 @@ def lower_bound(chip: Chip, net: Network) -> dict[str, int]:
                         if t not in net.inputs and t not in net.outputs)
     weights = sum(weight_gmem_bytes(op) for op in net.ops)
     dma = peak_stream_cycles(chip, must) + sum(min_weight_dma(chip, net, op) for op in net.ops)
+    # several cores share the work at best evenly, and never move data faster (the cost model's contract)
+    compute, dma = compute // chip.used_cores, dma // chip.used_cores
     return {"cycles": max(compute, dma), "compute_cycles": compute, "dma_cycles": dma,
             "traffic_bytes": must + weights}
 

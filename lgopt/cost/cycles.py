@@ -81,6 +81,10 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
         bound: Bound = "tiu" if compute >= dma else "gdma"
         cycles = max(model.global_overhead(chip, net, op, bound)
                      + math.ceil(cycles * model.global_scale(chip, net, op, bound)), stream)
+    if chip.used_cores > 1:  # TPU-MLIR splits a global layer over the cores: each does its share, the
+        # transfer-bound ones slowed by the DDR the cores share, then they sync
+        slowdown, sync = model.cores(chip, chip.used_cores)
+        cycles = math.ceil(cycles * (slowdown if dma > compute else 1.0) / chip.used_cores) + sync
     return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
 

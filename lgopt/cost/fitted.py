@@ -39,7 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-from lgopt.cost.analytic import AnalyticModel
+from lgopt.cost.analytic import AnalyticModel, core_terms
 from lgopt.cost.model import Bound, DmaKind, SliceShape, Transfer
 from lgopt.cost.work import (
     analytic_tiu,
@@ -229,6 +229,7 @@ class ChipConstants:
     glob_bw: float | None = None  # bytes per cycle a global layer's transfers stream at (None: as in groups)
     glob_rows: float = 1.0  # a global Gemm's rows after the first, each this share of the first (global_work)
     min_slice_rows: int = 0  # activation slices of fewer rows stream slower than the fitted rates (0: unknown)
+    cores: dict[str, float] = field(default_factory=dict)  # several cores: "slowdown", "sync" (empty: analytic's)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @staticmethod
@@ -244,7 +245,8 @@ class ChipConstants:
         bw = d.get("global_gdma", {}).get("bw")
         return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, local_a,
                              None if bw is None else float(bw), float(d.get("global_rows", {}).get("share", 1.0)),
-                             int(d.get("slice_rows", {}).get("min", 0)), d.get("source", {}))
+                             int(d.get("slice_rows", {}).get("min", 0)),
+                             {k: float(v) for k, v in d.get("cores", {}).items()}, d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -398,6 +400,14 @@ class CalibratedModel:
         fit never saw keeps its transfers as a floor)."""
         return (not chip.local(op) and op.type in self.constants(chip).glob and not gmem_view(net, op)
                 and not permute_runs(net, op))
+
+    def cores(self, chip: Chip, busy: int) -> tuple[float, int]:
+        """The fitted slowdown and sync (``cores`` in the constants, from measurements on several cores), else
+        the analytic model's."""
+        fitted = self.constants(chip).cores
+        if busy <= 1 or not fitted:
+            return core_terms(chip, busy)
+        return max(1.0, float(fitted["slowdown"])), max(0, int(fitted["sync"]))
 
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         k = self.constants(chip)

@@ -51,6 +51,9 @@ class CostModel(Protocol):
     * ``pipelined_preloads``: whether a sliced group's resident weights load in the first slice's pass, each
       in the row before its op's (beside the previous op's compute, as TPU-MLIR's timeline shows), rather
       than all before the loop; each cell still costs the larger of its TIU and GDMA cycles.
+    * ``cores``: several cores never make a core's transfers faster nor add negative time (slowdown >= 1,
+      sync >= 0), so a several-core plan costs at least a one-core plan's work spread over its cores, the
+      lower bound's (:func:`lgopt.cost.bound.lower_bound`) divisor;
     * ``f32_io``: whether the deployment keeps the graph's inputs and outputs f32 (TPU-MLIR's F16 flow): each
       is converted by a global Cast (:func:`io_cast_cost`) unless the group next to it converts it itself
       (``GroupPlan.f32_in`` / ``f32_out``, its load or store charged at f32); the lower bound counts them at
@@ -98,6 +101,12 @@ class CostModel(Protocol):
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         """A global layer's transfers (:func:`global_transfers`), where the model knows the rate the
         compiler's global kernels move data at (None: each as :meth:`gdma_cycles` costs it in a group)."""
+        ...
+
+    def cores(self, chip: Chip, busy: int) -> tuple[float, int]:
+        """(GDMA slowdown, sync cycles) when ``busy`` cores run one group or global layer together: each core's
+        transfers take ``slowdown`` (at least 1) times as long, the cores sharing the chip's DDR, and they meet
+        at a sync of ``sync`` cycles.  ``(1.0, 0)`` for one core, so a one-core plan costs as before."""
         ...
 
     def global_line(self, chip: Chip, net: Network, op: Op) -> bool:

@@ -4,6 +4,7 @@ moves to rows with spare GDMA time, and the total (:func:`group_cost`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from lgopt.cost.cycles import gdma_cycles, tiu_cycles, weight_dma_cycles
@@ -39,8 +40,10 @@ STAGE_SERVES = {int(s): s.serves for s in Stage}  # a stage-k transfer in iterat
 
 
 
-def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
-    pc = _table_cells(chip, net, g)
+def pipeline_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int] | None = None) -> PipelineCells:
+    """The cells of the pipeline that runs slices ``span`` (start, stop; default all of them: one core's run)."""
+    a, b = span or (0, g.num_slices)
+    pc = _table_cells(chip, net, g, (a, b))
     if not cost_model(chip).rebalance_loads:
         return pc
     loads = _movable_weight_loads(chip, net, g)
@@ -52,8 +55,8 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
     cells = dict(pc.cells)
     rows = len(g.rows)
     moved = [(r, c) for _, r, c in loads]
-    dest = weight_load_moves([cells.get((0, r), (0, 0)) for r in range(rows)], moved)
-    for i in range(g.num_slices):
+    dest = weight_load_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moved)
+    for i in range(a, b):
         passed = rebalance_weight_loads([cells.get((i, r), (0, 0)) for r in range(rows)], moved, dest)
         for r, cell in enumerate(passed):
             if any(cell):
@@ -64,26 +67,27 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
 
 
 
-def _table_cells(chip: Chip, net: Network, g: GroupPlan) -> PipelineCells:
-    """The cells with every transfer in the row the table gives it (before TPU-MLIR's load moves)."""
-    S = g.num_slices
+def _table_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int]) -> PipelineCells:
+    """The cells of the pipeline over slices ``span`` with every transfer in the row the table gives it (before
+    TPU-MLIR's load moves): iterations ``start - 1`` (fill) to ``stop`` (drain)."""
+    a, b = span
     x = _Transfers(chip, net, g)
-    tiu = _tiu_table(chip, net, g, x)
-    traffic, pre, held = _resident_weights(chip, net, g)
+    tiu = _tiu_table(chip, net, g, x, span)
+    traffic, pre, held = _resident_weights(chip, net, g, a)
     cells: dict[tuple[int, int], tuple[int, int]] = {}
     shared = _shared_f32_rows(g, x.f32_in)
-    for i in range(-1, S + 1):
+    for i in range(a - 1, b + 1):
         dma_at = [0] * len(g.rows)  # GDMA cycles charged to each row of iteration i
         for r, row in enumerate(g.rows):
             for tr, store in [(t, False) for t in row.loads] + [(t, True) for t in row.stores]:
                 s = i + STAGE_SERVES[tr.stage]
-                if 0 <= s < S:
-                    b, c = x.transfer(tr.name, tr.kind, store, s)
-                    traffic += b
+                if a <= s < b:
+                    nbytes, c = x.transfer(tr.name, tr.kind, store, s)
+                    traffic += nbytes
                     dma_at[r if store else shared.get((r, tr.name), r)] += c
         for r in range(len(g.rows)):
             dma_at[r] += held.get((i, r), 0)
-            t_cyc = tiu[i][r] if 0 <= i < S else 0
+            t_cyc = tiu[i - a][r] if a <= i < b else 0
             if t_cyc or dma_at[r]:
                 cells[(i, r)] = (t_cyc, dma_at[r])
     return PipelineCells(cells, pre, traffic)
@@ -132,11 +136,11 @@ class _Transfers:
         return hit
 
 
-def _tiu_table(chip: Chip, net: Network, g: GroupPlan, x: _Transfers) -> list[list[int]]:
-    """TIU cycles of each row of the table in each slice."""
-    tiu = [[0] * len(g.rows) for _ in range(g.num_slices)]
+def _tiu_table(chip: Chip, net: Network, g: GroupPlan, x: _Transfers, span: tuple[int, int]) -> list[list[int]]:
+    """TIU cycles of each row of the table in each slice of ``span`` (its first slice first)."""
+    tiu = [[0] * len(g.rows) for _ in range(span[1] - span[0])]
     seen: dict[tuple, int] = {}  # slices mostly repeat one shape
-    for s in range(g.num_slices):
+    for s in range(*span):
         for r, row in enumerate(g.rows):
             for name in row.ops:
                 op = net.op(name)
@@ -146,13 +150,15 @@ def _tiu_table(chip: Chip, net: Network, g: GroupPlan, x: _Transfers) -> list[li
                 c = seen.get(key)
                 if c is None:
                     c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih, ow, iw, oc, ic))
-                tiu[s][r] += c
+                tiu[s - span[0]][r] += c
     return tiu
 
 
-def _resident_weights(chip: Chip, net: Network, g: GroupPlan) -> tuple[int, int, dict[tuple[int, int], int]]:
+def _resident_weights(chip: Chip, net: Network, g: GroupPlan, first: int = 0
+                      ) -> tuple[int, int, dict[tuple[int, int], int]]:
     """The resident weights' bytes, the GDMA cycles of those loaded before the loop, and those (TPU-MLIR)
-    loaded in the table: each in the first slice's row before its op's, op0's with the fill's loads.
+    loaded in the table: each in the first slice's (``first``: a core's first) row before its op's, op0's with
+    the fill's loads.
 
     ResNet-18 / BM1688 at batch 4, 4 N slices of [3-24]: 2.2 M cycles of GDMA hidden under 5.3 M of TIU on the
     timeline (5,635,175 measured); charged before the loop, 6,176,644 predicted."""
@@ -164,7 +170,7 @@ def _resident_weights(chip: Chip, net: Network, g: GroupPlan) -> tuple[int, int,
         traffic += weight_gmem_bytes(net.op(name))
         c = weight_dma_cycles(chip, net.op(name))
         if in_table and name in row_of:
-            at = (0, row_of[name] - 1) if row_of[name] > 0 else (-1, len(g.rows) - 1)
+            at = (first, row_of[name] - 1) if row_of[name] > 0 else (first - 1, len(g.rows) - 1)
             held[at] = held.get(at, 0) + c
         else:
             pre += c
@@ -200,7 +206,7 @@ def moved_weight_loads(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]
     if g.num_slices != 1 or not model.rebalance_loads:
         return {}
     loads = _movable_weight_loads(chip, net, g)
-    cells = _table_cells(chip, net, g).cells
+    cells = _table_cells(chip, net, g, (0, 1)).cells
     dest = weight_load_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))], [(r, c) for _, r, c in loads])
     return {name: row for (name, _, _), row in zip(loads, dest)}
 
@@ -263,7 +269,23 @@ def weight_load_moves(rows: list[tuple[int, int]], loads: list[tuple[int, int]])
 
 
 def group_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupCost:
-    """Cycles and GMEM traffic of a scheduled group, slice by slice through the pipeline."""
-    pc = pipeline_cells(chip, net, g)
-    return {"cycles": pc.cycles(), "tiu_cycles": sum(t for t, _ in pc.cells.values()),
-            "gdma_cycles": pc.preload + sum(d for _, d in pc.cells.values()), "traffic_bytes": pc.traffic}
+    """Cycles and GMEM traffic of a scheduled group, slice by slice through the pipeline: on several cores,
+    one pipeline per core over its slices (``GroupPlan.chunks``), the slowest core's time and a sync, each
+    core's GDMA slowed by the DDR the busy cores share and each loading the weights it holds
+    (:meth:`lgopt.cost.model.CostModel.cores`)."""
+    chunks = g.chunks
+    if len(chunks) == 1:
+        pc = pipeline_cells(chip, net, g)
+        return {"cycles": pc.cycles(), "tiu_cycles": sum(t for t, _ in pc.cells.values()),
+                "gdma_cycles": pc.preload + sum(d for _, d in pc.cells.values()), "traffic_bytes": pc.traffic}
+    share, sync = cost_model(chip).cores(chip, len(chunks))
+    slowest = tiu = dma = traffic = 0
+    for span in chunks:
+        pc = pipeline_cells(chip, net, g, span)
+        shared = [(t, math.ceil(d * share)) for t, d in pc.cells.values()]
+        pre = math.ceil(pc.preload * share)
+        slowest = max(slowest, pre + sum(max(t, d) for t, d in shared))
+        tiu += sum(t for t, _ in shared)
+        dma += pre + sum(d for _, d in shared)
+        traffic += pc.traffic
+    return {"cycles": slowest + sync, "tiu_cycles": tiu, "gdma_cycles": dma, "traffic_bytes": traffic}

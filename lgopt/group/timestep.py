@@ -34,7 +34,7 @@ from lgopt.group.slicing import GroupSlicing, SliceError, SliceWindow
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import activation_bytes, column_weights, scratch_bytes, weight_bytes
 from lgopt.model.network import Network
-from lgopt.model.plan import Buffer, GroupPlan, Row, Stage, Transfer
+from lgopt.model.plan import Buffer, GroupPlan, Row, Stage, Transfer, core_chunks
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,8 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
     kept = set(kept_in) | set(kept_out)
     if kept and sl.c_slices > 1:
         raise SliceError("a group cut into channel slices holds no tensor whole for a hand-over")
+    if kept and chip.used_cores > 1:
+        raise SliceError("several cores: each core has its own LMEM, so no tensor is handed over in it")
     if kept_out:
         after = net.op_index[ops[-1]] + 1
         rec = set(receivers)  # the receiving group's ops, when known: a tensor only they read needs no store
@@ -163,7 +165,9 @@ def schedule_group(net: Network, chip: Chip, sl: GroupSlicing, prefetch: int = 1
                      f32_out=tuple(t for t in stored if t in f32_copies and t in net.outputs),
                      c_slices=sl.c_slices, c_windows=_channels(sl.windows) if sl.c_slices > 1 else {},
                      c_stores=_channels({t: ws for t, ws in sl.stores.items() if t not in skipped})
-                     if sl.c_slices > 1 else {})
+                     if sl.c_slices > 1 else {},
+                     core_slices=core_chunks(sl.n_slices * sl.c_slices * sl.h_slices * sl.w_slices, chip.used_cores)
+                     if chip.used_cores > 1 else ())
 
 
 def _channels(windows: Mapping[str, tuple[SliceWindow, ...]]) -> dict[str, tuple[tuple[int, int], ...]]:

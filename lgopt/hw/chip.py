@@ -53,6 +53,9 @@ class Chip:
     macs_per_lane: Mapping[str, int]  # conv/matmul MACs per lane per TIU cycle, by dtype
     cost_model: str = "analytic"  # the registered cost model that turns work and bytes into cycles
     matmul_in_groups: bool = True  # whether the chip's compiler puts MatMul in layer groups (not on cv18xx)
+    # the cores a deployment spreads each group's slices over (TPU-MLIR's --num_core, lgopt's --cores; at most
+    # ``cores``): a setting of the run, not of the chip, so it is no change from the preset (``changes``)
+    used_cores: int = 1
 
     def __hash__(self) -> int:  # chips key the cost caches: hashed once
         return self._hash
@@ -61,7 +64,8 @@ class Chip:
     def _hash(self) -> int:  # the MAC table is a mapping; hash its items
         return hash((self.name, self.npu_num, self.eu_bytes, self.lmem_bytes, self.lmem_banks, self.ic_parallel,
                      self.align_4n, self.tiu_mhz, self.gdma_gbps, self.gdma_latency_cycles,
-                     tuple(sorted(self.macs_per_lane.items())), self.cost_model, self.matmul_in_groups))
+                     tuple(sorted(self.macs_per_lane.items())), self.cost_model, self.matmul_in_groups,
+                     self.used_cores))
 
     @property
     def bank_bytes(self) -> int:
@@ -83,6 +87,8 @@ class Chip:
             del d["cost_model"]
         if self.matmul_in_groups == getattr(PRESETS.get(self.name.lower()), "matmul_in_groups", True):  # likewise
             del d["matmul_in_groups"]
+        if self.used_cores == 1:  # one core, as every plan before several cores existed
+            del d["used_cores"]
         return d
 
     def local(self, op: Op) -> bool:
@@ -131,6 +137,7 @@ SOURCES: dict[str, str] = {
     "*.ic_parallel": REF,
     "*.dma_align_bytes": REF,
     "*.cores": REF,
+    "*.used_cores": "the run's setting (--cores; TPU-MLIR's --num_core, default 1)",
     "*.gdma_latency_cycles": "assumption: a few hundred cycles of descriptor and DDR latency per GDMA transfer",
     "*.cost_model": "lgopt's analytic model (docs/cost-model.md); its constants are assumptions",
     "*.matmul_in_groups": "shared/reference s1: BM1684X-family chips have matmul groups (GROUP_MM)",
@@ -187,7 +194,8 @@ def changes(chip: Chip) -> dict[str, tuple[Any, Any]]:
         return {}
     out: dict[str, tuple[Any, Any]] = {}
     for f in dataclasses.fields(Chip):
-        if f.name in ("name", "macs_per_lane", "cost_model"):  # the model prices the chip, it does not change it
+        if f.name in ("name", "macs_per_lane", "cost_model", "used_cores"):  # the model prices the chip and the
+            # deployment chooses its cores: neither changes the chip
             continue
         a, b = getattr(base, f.name), getattr(chip, f.name)
         if a != b:
@@ -226,7 +234,7 @@ def source_of_value(chip: Chip, field: str) -> str:
 
 
 _INT_FIELDS = {"npu_num", "eu_bytes", "lmem_bytes", "lmem_banks", "ic_parallel", "dma_align_bytes", "cores",
-               "gdma_latency_cycles"}
+               "gdma_latency_cycles", "used_cores"}
 _FLOAT_FIELDS = {"tiu_mhz", "gdma_gbps"}
 _SUFFIX = {"": 1, "k": 1024, "ki": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mi": 1024**2, "mb": 1024**2,
            "mib": 1024**2}
@@ -297,9 +305,12 @@ def with_overrides(chip: Chip, overrides: Mapping[str, Any]) -> Chip:
 
 def validate(chip: Chip) -> None:
     """Reject parameters no chip can have; the message names the parameter."""
-    for f in ("npu_num", "eu_bytes", "lmem_bytes", "lmem_banks", "ic_parallel", "dma_align_bytes", "cores"):
+    for f in ("npu_num", "eu_bytes", "lmem_bytes", "lmem_banks", "ic_parallel", "dma_align_bytes", "cores",
+              "used_cores"):
         if getattr(chip, f) < 1:
             raise LgoptError(f"chip {chip.name}: {f} must be at least 1, got {getattr(chip, f)}")
+    if chip.used_cores > chip.cores:
+        raise LgoptError(f"chip {chip.name} has {chip.cores} core(s): a deployment cannot use {chip.used_cores}")
     if chip.gdma_latency_cycles < 0:
         raise LgoptError(f"chip {chip.name}: gdma_latency_cycles must not be negative")
     for f, lo, hi in (("tiu_mhz", 1e-3, 1e6), ("gdma_gbps", 1e-3, 1e6)):

@@ -58,6 +58,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                     "c_windows": {t: [list(c) for c in cs] for t, cs in g.c_windows.items()},
                     "c_stores": {t: [list(c) for c in cs] for t, cs in g.c_stores.items()}}
                    if g.c_slices > 1 or g.c_windows or g.c_stores else {}),
+                **({"core_slices": [list(c) for c in g.core_slices]} if g.core_slices else {}),
             }
             for g in plan.groups
         ],
@@ -94,6 +95,13 @@ def _windows(d: Any, where: str) -> dict[str, tuple[Window4, ...]]:
 
 def _cols(d: Any, where: str, what: str) -> dict[str, tuple[Cols, ...]]:
     return _bounds(d, where, what, "[w0, w1]")  # type: ignore[return-value]
+
+
+def _core_slices(v: Any, where: str) -> tuple[tuple[int, int], ...]:
+    """The slices [start, stop) each busy core runs."""
+    if not isinstance(v, list) or not all(isinstance(c, list) and len(c) == 2 for c in v):
+        raise LgoptError(f"{where}: core_slices must be a list of [start, stop]")
+    return tuple((_int(a, "a core's first slice", where), _int(b, "a core's slice stop", where)) for a, b in v)
 
 
 def _bounds(d: Any, where: str, what: str, form: str) -> dict[str, tuple[tuple[int, ...], ...]]:
@@ -156,7 +164,8 @@ def plan_from_dict(d: Mapping[str, Any], where: str = "plan") -> Plan:
                                 _names(g.get("f32_out", []), "f32_out", w),
                                 _int(g.get("c_slices", 1), "c_slices", w),
                                 _cols(g.get("c_windows", {}), w, "c_windows"),
-                                _cols(g.get("c_stores", {}), w, "c_stores")))
+                                _cols(g.get("c_stores", {}), w, "c_stores"),
+                                _core_slices(g.get("core_slices", []), w)))
     steps: list[tuple[str, Any]] = []
     for s in _get(d, "steps", where, list):
         if isinstance(s, Mapping) and "group" in s and isinstance(s["group"], int):

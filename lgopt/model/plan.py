@@ -115,6 +115,25 @@ class Buffer:
         return {r for s, e in self.spans(num_rows) for r in range(s, e)}
 
 
+def core_chunks(num_slices: int, cores: int) -> tuple[tuple[int, int], ...]:
+    """The slices (start, stop) each core runs when ``cores`` cores share a group of ``num_slices`` slices, the
+    way TPU-MLIR 1.30's codegen shares them (``get_sec_per_cores``): contiguous runs in loop order (N, C, H,
+    W), ``num_slices // cores`` each, the first ``num_slices % cores`` cores one more; a core with none stays
+    idle (a one-slice group runs on core 0 alone).
+
+    >>> core_chunks(5, 2), core_chunks(1, 8), core_chunks(4, 1)
+    (((0, 3), (3, 5)), ((0, 1),), ((0, 4),))
+    """
+    per, rest = divmod(num_slices, cores)
+    out, start = [], 0
+    for k in range(cores):
+        n = per + (1 if k < rest else 0)
+        if n:
+            out.append((start, start + n))
+            start += n
+    return tuple(out)
+
+
 Window4 = tuple[int, int, int, int]  # n0, n1, h0, h1
 Cols = tuple[int, int]  # w0, w1: the columns a W-sliced window holds
 
@@ -160,10 +179,18 @@ class GroupPlan:
     c_slices: int = 1
     c_windows: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
     c_stores: Mapping[str, tuple[Cols, ...]] = field(default_factory=dict)
+    # several cores (the chip's ``used_cores`` > 1): the slices [start, stop) each core runs, core 0 first, as
+    # TPU-MLIR's codegen assigns them (:func:`core_chunks`).  Empty: one core runs every slice
+    core_slices: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_slices(self) -> int:
         return self.n_slices * self.c_slices * self.h_slices * self.w_slices
+
+    @property
+    def chunks(self) -> tuple[tuple[int, int], ...]:
+        """The slices each core runs, one (start, stop) per busy core: every slice on core 0 by default."""
+        return self.core_slices or ((0, self.num_slices),)
 
     def chans(self, tensor: str, s: int, channels: int) -> Cols:
         """Channels of ``tensor`` (of ``channels`` channels) that slice ``s`` holds in LMEM."""

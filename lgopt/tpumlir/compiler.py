@@ -111,9 +111,9 @@ def calibrate(tc: Toolchain, mlir: Path, data: Path, name: str) -> Path:
 
 
 def deploy(tc: Toolchain, mlir: Path, chip: str, quantize: str, cores: int, table: Path | None, folder: Path,
-           forced: dict[str, object] | None = None) -> Compiled:
-    """``model_deploy`` of ``mlir`` in ``folder``: TPU-MLIR's own grouping, or ``forced`` (a layer-group
-    cache) loaded in place of its search."""
+           forced: dict[str, object] | None = None, opt: int | None = None) -> Compiled:
+    """``model_deploy`` of ``mlir`` in ``folder``: TPU-MLIR's own grouping (its search at ``--opt opt``, default
+    its own default, 2), or ``forced`` (a layer-group cache) loaded in place of its search."""
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +128,8 @@ def deploy(tc: Toolchain, mlir: Path, chip: str, quantize: str, cores: int, tabl
             "--num_core", str(cores), "--model", f"{prefix}.bmodel", "--skip_validation"]
     if table is not None:
         args += ["--calibration_table", str(table.resolve())]
+    if opt is not None:
+        args += ["--opt", str(opt)]
     t0 = time.perf_counter()
     rc, out = tc.run(args, folder, "deploy.log", extra)
     secs = time.perf_counter() - t0

@@ -85,6 +85,7 @@ class Judge:
     chip: str
     quantize: str = "F16"
     timeout: float = 1800.0
+    cores: int = 1  # model_deploy --num_core
     _memo: dict[str, Measurement] = field(default_factory=dict, repr=False)
 
     @property
@@ -92,7 +93,8 @@ class Judge:
         """The scoring tool's per-model folder: TPU-MLIR's op list, base groups and own opt2 cache."""
         md5 = hashlib.md5(self.onnx.read_bytes()).hexdigest()[:10]
         name = "".join(c if c.isalnum() or c == "_" else "_" for c in self.onnx.stem)
-        return self.peer_run / "score_cache" / f"{name}_{self.chip}_{self.quantize.lower()}_{md5}"
+        cores = f"{self.cores}core_" if self.cores > 1 else ""
+        return self.peer_run / "score_cache" / f"{name}_{self.chip}_{self.quantize.lower()}_{cores}{md5}"
 
     def base_groups(self) -> Path | None:
         p = self.model_cache / "base_groups.json"
@@ -114,11 +116,12 @@ class Judge:
         assert found is not None
         return found
 
-    def measure(self, cache: Mapping[str, Any]) -> Measurement:
-        """Compile ``cache`` (a layer-group cache as :func:`lgopt.tpumlir.export.export_tpumlir` writes it)."""
+    def measure(self, cache: Mapping[str, Any], keep: Path | None = None) -> Measurement:
+        """Compile ``cache`` (a layer-group cache as :func:`lgopt.tpumlir.export.export_tpumlir` writes it);
+        ``keep`` receives the scoring tool's whole JSON result (per-group and per-core numbers)."""
         body = cache_body(cache)
         key = cache_digest(body)
-        if key in self._memo:
+        if key in self._memo and keep is None:
             return self._memo[key]
         with tempfile.TemporaryDirectory(prefix="lgopt-judge-") as tmp:
             cpath, out = Path(tmp) / "candidate.layer_group_cache.json", Path(tmp) / "score.json"
@@ -127,14 +130,16 @@ class Judge:
             env = {**os.environ, PEER_ENV: str(self.peer_run)}
             try:
                 p = subprocess.run(["bash", str(self.script), str(self.onnx), self.chip, str(cpath), str(out),
-                                    "--quantize", self.quantize], capture_output=True, text=True, env=env,
-                                   timeout=self.timeout)
+                                    "--quantize", self.quantize, "--num-core", str(self.cores)],
+                                   capture_output=True, text=True, env=env, timeout=self.timeout)
                 stderr = p.stderr
             except subprocess.TimeoutExpired:
                 stderr = f"timed out after {self.timeout:g} s"
             secs = time.perf_counter() - t0
             try:
                 m = measurement_of(json.loads(out.read_text()), secs)
+                if keep is not None:
+                    shutil.copyfile(out, keep)
             except (OSError, ValueError):
                 last = (stderr.strip().splitlines() or ["no output"])[-1]
                 m = Measurement("no_result", None, error=last[:300], seconds=secs)
@@ -148,7 +153,7 @@ class Judge:
 
 
 def find_judge(onnx: str | Path, chip: str, *, script: str | Path | None = None, peer_run: str | Path | None = None,
-               quantize: str = "F16") -> Judge:
+               quantize: str = "F16", cores: int = 1) -> Judge:
     """A :class:`Judge`, or one LgoptError line naming what is missing (TPU-MLIR, the scoring tool, the model)."""
     peer_text, script_text = str(peer_run or os.environ.get(PEER_ENV, "")), str(script or os.environ.get(SCORE_ENV, ""))
     peer, s = Path(peer_text), Path(script_text)
@@ -163,4 +168,4 @@ def find_judge(onnx: str | Path, chip: str, *, script: str | Path | None = None,
         raise LgoptError(f"the TPU-MLIR judge needs the model with weights, {o}: not found")
     if shutil.which("bash") is None:
         raise LgoptError("the TPU-MLIR judge needs bash")
-    return Judge(s.resolve(), peer.resolve(), o.resolve(), chip, quantize)
+    return Judge(s.resolve(), peer.resolve(), o.resolve(), chip, quantize, cores=cores)

@@ -33,7 +33,8 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
     op may read fewer rows than its input has, so the fill's size is not known
     without slicing the group);
     each mode left out when :meth:`CandidateSpace.fits` rules it out;
-    and never less than the outputs and weights crossing GMEM once.
+    and never less than the outputs and weights crossing GMEM once; on several cores (``used_cores``), the sliced
+    mode's compute and that stream spread evenly over them (the fill and drain dropped: a safe weakening).
     traffic: outputs and weights crossing GMEM once.
     Handing over only takes LMEM away and skips stores: the same bound holds
     with the skipped stores left out.
@@ -71,4 +72,9 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
         # work or every weight's DMA (runs of columns cost at least the whole weight's), whichever is more
         sliced = min(sliced, max(sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i), sum(c for _, c in weights)))
     stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
+    if chip.used_cores > 1 and can_slice:  # the slices may be spread over the cores: each runs a share of the
+        # compute (at best an even one) and loads every resident weight itself
+        spread = -(-(sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i)) // chip.used_cores)
+        sliced = max(spread, sum(c for _, c in weights) if not space.has_columns(i, j) else 0)
+        stream //= chip.used_cores
     return max(min(unsliced, sliced), stream)

@@ -1,0 +1,205 @@
+"""INT8 and several cores measured (issue 34): TPU-MLIR's own groupings and variants of them, per setting.
+
+    python benchmarks/settings.py [--settings bm1688:INT8:2,...] [--models resnet18,...] [--limit 20]
+        [--out benchmarks/out/settings] [--peer-run DIR] [--summary-only]
+
+A *setting* is a chip, a quantisation and a core count (``bm1688:INT8:2``: ``model_deploy --chip bm1688
+--quantize INT8 --num_core 2``).  For each model of ``$PEER_RUN/models`` (the shared calibration models, with
+weights) and setting, the scoring tool (``../shared/tpu-mlir/score_grouping.sh``; INT8 calibrated on two random
+inputs) measures on codegen's timeline:
+
+- TPU-MLIR's own groupings: ``opt2`` (its default), and ``opt1`` and ``opt3`` (``model_deploy --opt N``, its
+  cache then forced back, so every number comes from the same forced compile);
+- up to ``--limit`` variants of opt2 (:mod:`lgopt.tpumlir.variants`: a group cut, other slice counts including
+  H = the core count, neighbours merged, random runs), the way the shared F16 calibration was drawn.
+
+Everything lands in ``OUT/MODEL_SETTING/`` (``caches/NAME.layer_group_cache.json``, ``scores/NAME.json``: the
+scoring tool's whole result, per core included) and is resumable: a scoring already there is not redone.
+``OUT/totals.csv`` has one row per scoring; the summary goes to ``benchmarks/results/settings.md``.  A refused
+variant (``lg_failed``, also when TPU-MLIR exits 0 after a failed allocation) is a label of infeasibility,
+kept like the compiled ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from common import OUT, RESULTS, write_section
+
+from lgopt.errors import LgoptError
+from lgopt.tpumlir.compiler import deploy, find_toolchain, front_end
+from lgopt.tpumlir.judge import find_judge
+from lgopt.tpumlir.variants import draw
+
+ROOT = Path(__file__).resolve().parents[1]
+SCORE = ROOT.parent / "shared" / "tpu-mlir" / "score_grouping.sh"
+SETTINGS = ("bm1684x:INT8:1", "bm1688:INT8:1", "bm1688:INT8:2", "bm1688:F16:2", "bm1690:F16:8", "bm1690:INT8:8",
+            "bm1684:INT8:1")
+MODELS = ("resnet18", "mobilenet_v2", "yolov5s_like", "unet_small", "resnet50", "mnasnet1_0", "mobilenet_v3_small",
+          "shufflenet_v2_x1_0", "vgg16", "convnext_tiny", "vit_b_16")
+SOURCE = "TPU-MLIR 1.30.2 codegen timeline (API_END total_cycle; per group: core 0's profile), measured"
+
+
+def setting_key(text: str) -> tuple[str, str, int]:
+    chip, q, n = text.split(":")
+    return chip, q.upper(), int(n)
+
+
+def own_at_opt(judge: Any, opt: int, tmp: Path) -> dict[str, Any] | None:
+    """TPU-MLIR's own cache at ``--opt opt``, or None: a front end of its own in ``tmp`` (the scoring tool's model
+    cache is only read: a compile beside it would write through its files) and the scoring tool's INT8 table."""
+    tc = find_toolchain(judge.peer_run / "venv")
+    mlir = front_end(tc, judge.onnx, judge.onnx.stem, tmp / "front")
+    table = None
+    for t in sorted(judge.model_cache.glob("*_cali_table"))[:1]:
+        table = tmp / "front" / t.name
+        shutil.copyfile(t, table)
+    c = deploy(tc, mlir, judge.chip, judge.quantize, judge.cores, table, tmp / f"opt{opt}", opt=opt)
+    if c.cache is None:
+        return None
+    return json.loads(c.cache.read_text())
+
+
+def base_of(mc: Path, ops: dict[str, list[str]]) -> dict[str, list[int]]:
+    """The base group of each op (-1: none), from the scoring tool's ``base_groups.json`` spans."""
+    p = mc / "base_groups.json"
+    spans = json.loads(p.read_text()) if p.exists() and p.stat().st_size > 2 else {}
+    out = {}
+    for sub, names in ops.items():
+        b = [-1] * len(names)
+        for k, (x, y) in enumerate(spans.get(sub, ())):
+            if y > x:
+                for j in range(x, y + 1):
+                    b[j] = k
+        out[sub] = b
+    return out
+
+
+def caches_of(judge: Any, own: Path, folder: Path, limit: int) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """Every cache to score for one model and setting: name -> (kind, description, cache)."""
+    out: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    own_cache = json.loads(own.read_text())
+    out["opt2"] = ("opt2", "TPU-MLIR's own grouping (model_deploy, its default --opt 2)", own_cache)
+    for opt in (1, 3):
+        saved = folder / "caches" / f"opt{opt}.layer_group_cache.json"
+        if not saved.exists() and not (folder / f"opt{opt}.refused").exists():
+            with tempfile.TemporaryDirectory(prefix="lgopt-settings-") as tmp:
+                c = own_at_opt(judge, opt, Path(tmp))
+            if c is None:
+                (folder / f"opt{opt}.refused").write_text("model_deploy wrote no layer-group cache\n")
+            else:
+                saved.write_text(json.dumps(c, indent=1))
+        if saved.exists():
+            out[f"opt{opt}"] = (f"opt{opt}", f"TPU-MLIR's own grouping at --opt {opt}", json.loads(saved.read_text()))
+    ops_json = json.loads((judge.model_cache / "ops.json").read_text())
+    ops = {sub: [o["name"] for o in sorted(v, key=lambda o: o["idx"])] for sub, v in ops_json.items()}
+    for v in draw(own_cache, ops, base_of(judge.model_cache, ops), cores=judge.cores, limit=limit):
+        out[v.name] = (v.kind, v.description, v.cache)
+    return out
+
+
+def run_one(peer: Path, model: str, setting: str, out: Path, limit: int) -> None:
+    chip, q, n = setting_key(setting)
+    folder = out / f"{model}_{chip}_{q.lower()}_{n}core"
+    (folder / "caches").mkdir(parents=True, exist_ok=True)
+    (folder / "scores").mkdir(exist_ok=True)
+    judge = find_judge(peer / "models" / f"{model}.onnx", chip, script=SCORE, peer_run=peer, quantize=q, cores=n)
+    try:
+        own = judge.prepare()
+    except LgoptError as e:
+        (folder / "refused.txt").write_text(str(e) + "\n")
+        print(f"  {model} {setting}: {e}", file=sys.stderr)
+        return
+    todo = caches_of(judge, own, folder, limit)
+    meta = {}
+    for name, (kind, why, cache) in todo.items():
+        meta[name] = {"kind": kind, "description": why}
+        score = folder / "scores" / f"{name}.json"
+        if score.exists():
+            continue
+        (folder / "caches" / f"{name}.layer_group_cache.json").write_text(json.dumps(cache, indent=1))
+        m = judge.measure(cache, keep=score)
+        if not score.exists():
+            score.write_text(json.dumps({"status": m.status, "lg_error": m.error}))
+        print(f"  {model} {setting} {name}: {m.status} {m.total_cycles or ''}", file=sys.stderr)
+    (folder / "variants.json").write_text(json.dumps(meta, indent=1))
+
+
+def totals(out: Path) -> pd.DataFrame:
+    """One row per scoring found under ``out``."""
+    rows = []
+    for folder in sorted(p for p in out.iterdir() if (p / "variants.json").exists()):
+        model, rest = folder.name.split("_bm", 1)
+        chip, q, n = f"bm{rest}".rsplit("_", 2)
+        meta = json.loads((folder / "variants.json").read_text())
+        for name, info in meta.items():
+            f = folder / "scores" / f"{name}.json"
+            if not f.exists():
+                continue
+            r = json.loads(f.read_text())
+            per_core = (r.get("profiles") or {}).get("per_core") or []
+            rows.append({"model": model, "chip": chip, "quantize": q.upper(), "cores": int(n.removesuffix("core")),
+                         "variant": name, "kind": info["kind"], "description": info["description"],
+                         "status": r.get("status"), "honoured": bool(r.get("honoured_exactly", False)),
+                         "total_cycles": r.get("total_cycles") if r.get("status") == "ok" else None,
+                         "groups": r.get("n_groups_compiled"),
+                         "tiu_busy_per_core": ";".join(str(c.get("bdc_busy_cycles")) for c in per_core),
+                         "gdma_busy_per_core": ";".join(str(c.get("gdma_busy_cycles")) for c in per_core),
+                         "cache_file": str((folder / "caches" / f"{name}.layer_group_cache.json").relative_to(out))})
+    return pd.DataFrame(rows)
+
+
+def summary(df: pd.DataFrame) -> str:
+    """Per setting and model: TPU-MLIR's own opt1 / opt2 / opt3 and the best scoring found, over opt2."""
+    lines = [f"Every number: {SOURCE}; INT8 calibrated on two random inputs (the scoring tool's). `best` is the "
+             "fastest scoring of that model and setting that compiled with its groups honoured (own or variant).", "",
+             "| setting | model | scorings (compiled) | opt1 | opt2 | opt3 | best / opt2 (which) |",
+             "|---|---|---|---:|---:|---:|---|"]
+    for (chip, q, n, model), g in df.groupby(["chip", "quantize", "cores", "model"], sort=True):
+        ok = g[(g.status == "ok") & g.honoured & g.total_cycles.notna()]
+
+        def own(v: str, ok: pd.DataFrame = ok) -> str:
+            r = ok[ok.variant == v]
+            return f"{int(r.total_cycles.iloc[0]):,}" if len(r) else "fails"
+        o2 = ok[ok.variant == "opt2"]
+        best = ok.loc[ok.total_cycles.idxmin()] if len(ok) else None
+        ratio = (f"{best.total_cycles / o2.total_cycles.iloc[0]:.3f} ({best.variant})"
+                 if best is not None and len(o2) else "-")
+        lines.append(f"| {chip} {q} {n} core(s) | {model} | {len(g)} ({len(ok)}) | {own('opt1')} | {own('opt2')} | "
+                     f"{own('opt3')} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="CHIP:QUANTIZE:CORES, comma-separated")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--limit", type=int, default=20, help="variants per model and setting (default 20)")
+    ap.add_argument("--out", type=Path, default=OUT / "settings")
+    ap.add_argument("--peer-run", type=Path, help="TPU-MLIR's install (default $PEER_RUN)")
+    ap.add_argument("--summary-only", action="store_true")
+    a = ap.parse_args(argv)
+    import os
+
+    peer = a.peer_run or Path(os.environ.get("PEER_RUN", ""))
+    if not a.summary_only:
+        for setting in a.settings.split(","):
+            for model in a.models.split(","):
+                run_one(peer, model, setting, a.out, a.limit)
+    df = totals(a.out)
+    df.to_csv(a.out / "totals.csv", index=False)
+    write_section(RESULTS / "settings.md", "settings", "# INT8 and several cores: TPU-MLIR's groupings measured\n\n"
+                  "`benchmarks/settings.py` (issue 34).\n\n" + summary(df))
+    print(summary(df))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
