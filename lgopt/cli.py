@@ -222,6 +222,20 @@ def _chip_args(p: argparse.ArgumentParser) -> None:
                    help="override a chip parameter, e.g. lmem_bytes=64K; cost_model=analytic|tpu-mlir-1.30 picks the "
                         "cost model (default: the model fitted on TPU-MLIR's timeline where one exists for the chip "
                         "and dtype, bm1684x and bm1688 in f16, 2-3 %% held-out error against 5-18 %%; else analytic)")
+    _cores_arg(p)
+
+
+def _cores_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cores", type=_positive_int, default=1,
+                   help="cores each group's slices are shared over, as TPU-MLIR's --num_core shares them (default 1, "
+                        "as TPU-MLIR's; at most the chip's cores: bm1688 2, bm1690 8)")
+
+
+def _with_cores(chip: Any, cores: int) -> Any:
+    """``chip`` run on ``cores`` cores; more than it has is an input error (one line)."""
+    from lgopt.hw.chip import with_overrides
+
+    return chip if cores == chip.used_cores else with_overrides(chip, {"used_cores": cores})
 
 
 DEFAULT_DTYPE = "f16"  # an ONNX model's float tensors computed in: TPU-MLIR's F16 deployment, the fitted model's
@@ -252,7 +266,7 @@ def _chip(args: argparse.Namespace, net: Any = None):
     from lgopt.hw.chip import get_chip, parse_set
 
     sets = parse_set(args.set)
-    chip = get_chip(args.chip, sets, args.chip_file)
+    chip = _with_cores(get_chip(args.chip, sets, args.chip_file), getattr(args, "cores", 1))
     if net is None or "cost_model" in sets or _file_sets_cost_model(args.chip_file):
         return chip
     dtypes = {net.tensor(t).dtype for t in net.inputs if t in net.tensors} or {"f16"}
@@ -594,7 +608,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not axes:
         raise LgoptError("sweep needs at least one --set key=v1,v2,...")
     names = [c.strip() for c in (args.chip or "").split(",") if c.strip()]
-    chips = [get_chip(n, {}, args.chip_file) for n in names] if names else [get_chip(None, {}, args.chip_file)]
+    chips = [_with_cores(get_chip(n, {}, args.chip_file), args.cores)
+             for n in (names or [None])]  # type: ignore[list-item]
     if len({c.name for c in chips}) != len(chips):
         raise LgoptError("a chip is named twice in --chip")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -677,6 +692,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     ex = get(args.format)
     plan = load_plan(args.plan)
+    planned = int(plan.chip.get("used_cores", 1))
+    if args.cores is not None and args.cores != planned:
+        raise LgoptError(f"{args.plan} was planned for {planned} core(s), not --cores {args.cores}: solve it again "
+                         f"with --cores {args.cores} (the slices each core runs are part of the plan)")
     net = network_of(_load_model(args, args.model), plan)
     opts = {"reference": args.reference, "base_groups": args.base_groups, "groups_only": args.groups_only or None,
             "edge_casts": args.edge_casts}
@@ -851,7 +870,9 @@ def _add_sweep(sub: Any) -> None:
     s.add_argument("--chip", default=None,
                    help="chip preset, or several separated by commas (default bm1684x, or the chip file's base)")
     s.add_argument("--chip-file")
-    s.add_argument("--set", action="append", metavar="KEY=V1,V2,...", help="a swept chip parameter")
+    s.add_argument("--set", action="append", metavar="KEY=V1,V2,...",
+                   help="a swept chip parameter (used_cores=1,2 sweeps the cores a deployment uses)")
+    _cores_arg(s)
     s.add_argument("--strategies", default="greedy", help=f"comma-separated: {strategy_names()}")
     s.add_argument("-o", "--output", help="report folder (default reports/sweep-MODEL-CHIP)")
     _limit_args(s, 10.0, "wall-clock seconds per configuration (all its strategies, checks included; default 10)")
@@ -891,6 +912,8 @@ def _add_export(sub: Any) -> None:
                    help="tpu-mlir: export the groups and slice counts of a plan whose schedule goes beyond what the "
                         "cache can say (lgopt's weight load rows, hand-over); TPU-MLIR then schedules them itself")
     s.add_argument("-o", "--output", help="file to write (default: PLAN name with the format's suffix)")
+    s.add_argument("--cores", type=_positive_int, default=None,
+                   help="the cores the compile runs on (TPU-MLIR's --num_core): must be the plan's (default: the plan's)")
     _model_args(s)
     s.set_defaults(func=cmd_export)
 

@@ -1,0 +1,100 @@
+"""Several cores (issue 34): a group's slices shared over the cores as TPU-MLIR's codegen shares them, costed per
+core, verified per core and simulated per core, each core in its own LMEM."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from conftest import PROBLEMS
+from test_cli import run
+
+from lgopt.check.simulate import simulate
+from lgopt.check.verify import verify_plan
+from lgopt.cost.bound import lower_bound
+from lgopt.cost.pipeline import group_cost
+from lgopt.group.build import try_group
+from lgopt.hw.chip import get_chip
+from lgopt.io.problem import load_problem
+from lgopt.model.plan import core_chunks
+from lgopt.strategies.greedy import greedy
+
+RESNET = str(PROBLEMS / "resnet18.json")
+
+
+@pytest.fixture(scope="module")
+def net():
+    return load_problem(RESNET)
+
+
+def test_shares_are_tpu_mlirs():
+    """``get_sec_per_cores``: S // cores each, the first S % cores one more, idle cores left out."""
+    assert core_chunks(7, 2) == ((0, 4), (4, 7))
+    assert core_chunks(3, 8) == ((0, 1), (1, 2), (2, 3))
+    assert core_chunks(16, 8) == tuple((2 * k, 2 * k + 2) for k in range(8))
+    for s in range(1, 20):
+        for c in (1, 2, 8):
+            ch = core_chunks(s, c)
+            assert ch[0][0] == 0 and ch[-1][1] == s and all(a < b for a, b in ch)
+            assert all(p[1] == q[0] for p, q in zip(ch, ch[1:])) and len(ch) == min(s, c)
+
+
+def test_sliced_group_costs_less_on_two_cores_never_below_half(net):
+    one = get_chip("bm1688")
+    two = replace(one, used_cores=2)
+    ops = [op.name for op in net.ops[:3]]
+    g1, _ = try_group(net, one, ops, 1, 4)
+    g2, _ = try_group(net, two, ops, 1, 4)
+    assert g1 is not None and g2 is not None
+    assert g1.core_slices == () and g2.core_slices == ((0, 2), (2, 4))
+    c1, c2 = group_cost(one, net, g1)["cycles"], group_cost(two, net, g2)["cycles"]
+    assert c1 / 2 <= c2 < c1
+    # a one-slice group runs on core 0 alone: the same cost on any number of cores
+    u1, _ = try_group(net, one, ops[1:], 1, 1)
+    u2, _ = try_group(net, two, ops[1:], 1, 1)
+    assert u1 is not None and u2 is not None and u2.chunks == ((0, 1),)
+    assert group_cost(one, net, u1) == group_cost(two, net, u2)
+
+
+def test_two_core_plan_verifies_simulates_and_stays_above_its_bound(net):
+    chip = get_chip("bm1688", {"used_cores": 2})
+    plan = greedy(net, chip)
+    assert any(len(g.chunks) == 2 for g in plan.groups), "the baseline slices some group over both cores"
+    assert verify_plan(net, plan) == []
+    assert plan.chip["used_cores"] == 2 and not any(g.kept_in or g.kept_out for g in plan.groups)
+    sim = simulate(net, plan)
+    assert sim.ok, sim.summary()
+    assert lower_bound(chip, net)["cycles"] <= plan.cost["cycles"]
+
+
+def test_verifier_checks_the_shares_and_forbids_hand_over(net):
+    plan = greedy(net, get_chip("bm1688", {"used_cores": 2}))
+    k = next(i for i, g in enumerate(plan.groups) if len(g.chunks) == 2)
+    g = plan.groups[k]
+    S = g.num_slices
+    swapped = tuple(reversed(g.core_slices))  # core 0 runs the last share: not TPU-MLIR's order
+    wrong = replace(plan, groups=tuple(replace(h, core_slices=swapped) if i == k else h
+                                       for i, h in enumerate(plan.groups)))
+    assert S >= 2 and any("TPU-MLIR's shares" in str(v) for v in verify_plan(net, wrong))
+    unshared = replace(plan, groups=tuple(replace(h, core_slices=()) if i == k else h
+                                          for i, h in enumerate(plan.groups)))
+    assert any("TPU-MLIR's shares" in str(v) for v in verify_plan(net, unshared))
+    kept = replace(plan, groups=tuple(replace(h, kept_out=(net.op(h.ops[-1]).outputs[0],)) if i == k else h
+                                      for i, h in enumerate(plan.groups)))
+    assert any("own LMEM" in str(v) for v in verify_plan(net, kept))
+
+
+def test_cli_cores(capsys, tmp_path):
+    plan = tmp_path / "p.json"
+    code, _, err = run(capsys, "solve", RESNET, "--chip", "bm1688", "--cores", "2", "--strategy", "greedy",
+                       "-o", str(plan))
+    assert code == 0, err
+    d = json.loads(plan.read_text())
+    assert d["chip"]["used_cores"] == 2 and any(g.get("core_slices") for g in d["groups"])
+    code, _, err = run(capsys, "solve", RESNET, "--chip", "bm1684x", "--cores", "2")
+    assert code == 2 and "has 1 core(s)" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "export", str(plan), "--model", RESNET, "--cores", "1", "-o", str(tmp_path / "c.json"))
+    assert code == 2 and "planned for 2 core(s)" in err
+    code, out, err = run(capsys, "verify", str(plan), "--model", RESNET)
+    assert code == 0, err
