@@ -913,7 +913,7 @@ def _add_export(sub: Any) -> None:
                         "cache can say (lgopt's weight load rows, hand-over); TPU-MLIR then schedules them itself")
     s.add_argument("-o", "--output", help="file to write (default: PLAN name with the format's suffix)")
     s.add_argument("--cores", type=_positive_int, default=None,
-                   help="the cores the compile runs on (TPU-MLIR's --num_core): must be the plan's (default: the plan's)")
+                   help="the cores the compile runs on (TPU-MLIR's --num_core): the plan's (default: the plan's)")
     _model_args(s)
     s.set_defaults(func=cmd_export)
 

@@ -144,7 +144,8 @@ def _check_request(req: DeployRequest) -> None:
                          "(--calibration-data DIR: .npz files keyed by input name, or images)")
     if req.out.exists() and not req.out.is_dir():
         raise LgoptError(f"-o {req.out}: not a directory")
-    get_chip(req.chip)  # an unknown chip is refused before TPU-MLIR runs
+    get_chip(req.chip, {"used_cores": req.cores})  # an unknown chip, or more cores than it has, is refused before
+    # TPU-MLIR runs
 
 
 def _table(req: DeployRequest, tc: Toolchain, mlir: Path, clock: _Clock) -> Path | None:
@@ -189,7 +190,7 @@ def _lgopt_side(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | Non
 def _search(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | None, ref: Compiled) -> tuple[Network, Plan]:
     dtype = "int8" if req.quantize == "INT8" else "f16"
     net = load_model(str(req.model), dtype=dtype)
-    chip = get_chip(req.chip)
+    chip = get_chip(req.chip, {"used_cores": req.cores})
     chip = replace(chip, cost_model=default_cost_model(chip, dtype))
     judge = DeployJudge(tc, mlir, req, table) if req.judge_budget > 0 else None
     js = JudgeSettings(budget=req.judge_budget, time_limit=max(req.time_limit, 60.0 * req.judge_budget))
