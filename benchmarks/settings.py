@@ -190,6 +190,53 @@ def read_rows(df: pd.DataFrame, out: Path, cal: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+HELD_OUT = ("mobilenet_v3_small", "resnet50", "unet_small")  # the one-core fit's held-out models (lgopt/cost/models)
+
+
+def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, models_dir: Path, command: str) -> str:
+    """Fit the several-core terms of the fitted model for ``setting`` (an F16 one: the one-core constants are F16's)
+    on its compiled scorings, holding out :data:`HELD_OUT`, and write them into ``models_dir/CHIP.json``."""
+    import datetime as dt
+    from dataclasses import replace
+
+    from lgopt.cost.registry import FITTED
+    from lgopt.hw.chip import get_chip
+    from lgopt.io.problem import load_model
+    from lgopt.tpumlir.corefit import Measured, fit_cores
+    from lgopt.tpumlir.grouping import score
+    from lgopt.tpumlir.lowering import network_of
+
+    chip_name, q, n = setting_key(setting)
+    if q != "F16" or n < 2:
+        raise SystemExit(f"--fit-cores {setting}: an F16 setting on several cores (the one-core fit is F16's)")
+    chip = replace(get_chip(chip_name, {"used_cores": n}), cost_model=FITTED.name)
+    rows, nets = [], {}
+    sel = df[(df.chip == chip_name) & (df.quantize == q) & (df.cores == n) & (df.status == "ok") & df.honoured]
+    for r in sel.itertuples():
+        if r.model not in nets:
+            nets[r.model] = load_model(str(cal / "onnx" / f"{r.model}.weightless.onnx"), dtype="f16")
+        try:
+            plan, _ = score(nets[r.model], chip, str(out / r.cache_file))
+        except LgoptError:
+            continue
+        rows.append(Measured(r.model, network_of(nets[r.model], plan), plan, int(r.total_cycles)))
+    f = fit_cores(chip, FITTED, rows, HELD_OUT)
+    path = models_dir / f"{chip_name}.json"
+    doc = json.loads(path.read_text())
+    doc["cores"] = {"slowdown": f.slowdown, "sync": f.sync, "source": {
+        "fitted_on": sorted({r.model for r in rows} - set(HELD_OUT)), "held_out": list(HELD_OUT),
+        "setting": setting, "groupings": {"train": f.n_train, "held_out": f.n_held},
+        "median_error": {"train": round(f.train_error, 4),
+                         "held_out": None if f.held_error is None else round(f.held_error, 4),
+                         "held_out_before": None if f.before_held_error is None else round(f.before_held_error, 4)},
+        "date": dt.date.today().isoformat(), "command": command}}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    held = "-" if f.held_error is None else f"{f.held_error:.1%} (before: {f.before_held_error:.1%})"
+    return (f"Several-core terms of `{FITTED.name}` for {chip_name}, fitted on {setting} (`{command}`): slowdown "
+            f"{f.slowdown}, sync {f.sync:,} cycles; median \\|pred/meas - 1\\| {f.train_error:.1%} over "
+            f"{f.n_train} training groupings, held out ({', '.join(HELD_OUT)}; {f.n_held} groupings): {held}.")
+
+
 def read_summary(df: pd.DataFrame, read: pd.DataFrame) -> str:
     """Per setting: compiled scorings lgopt loads and verifies, feasibility agreement, prediction error."""
     m = df.merge(read, on=["model", "chip", "quantize", "cores", "variant"])
@@ -241,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-run", type=Path, help="TPU-MLIR's install (default $PEER_RUN)")
     ap.add_argument("--summary-only", action="store_true", help="no compile: the tables from what OUT holds")
     ap.add_argument("--no-read", action="store_true", help="do not read the scorings into lgopt")
+    ap.add_argument("--fit-cores", metavar="CHIP:F16:N",
+                    help="fit the fitted model's several-core terms on that setting's scorings and write them into "
+                         "lgopt/cost/models/CHIP.json (before the reading, which then uses them)")
     ap.add_argument("--calibration", type=Path, default=ROOT.parent / "shared" / "calibration",
                     help="the shared calibration folder (its onnx/ holds the weightless models lgopt reads)")
     a = ap.parse_args(argv)
@@ -254,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     df = totals(a.out)
     df.to_csv(a.out / "totals.csv", index=False)
     text = summary(df)
+    if a.fit_cores:
+        text += "\n\n" + fit_cores_of(df, a.out, a.calibration, a.fit_cores, ROOT / "lgopt" / "cost" / "models",
+                                       "python benchmarks/settings.py --summary-only --fit-cores " + a.fit_cores)
     if not a.no_read:
         read = read_rows(df, a.out, a.calibration)
         read.to_csv(a.out / "read.csv", index=False)

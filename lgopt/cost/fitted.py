@@ -246,7 +246,8 @@ class ChipConstants:
         return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, local_a,
                              None if bw is None else float(bw), float(d.get("global_rows", {}).get("share", 1.0)),
                              int(d.get("slice_rows", {}).get("min", 0)),
-                             {k: float(v) for k, v in d.get("cores", {}).items()}, d.get("source", {}))
+                             {k: float(v) for k, v in d.get("cores", {}).items() if k in ("slowdown", "sync")},
+                             d.get("source", {}))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -264,6 +265,9 @@ class ChipConstants:
             raise LgoptError(f"calibration {chip_name}: the global-layer GDMA rate must be positive")
         if any(v <= 0 for v in self.glob_local.values()) or any(v < 0 for v in self.glob_local_a.values()):
             raise LgoptError(f"calibration {chip_name}: global-layer scales must be positive")
+        if self.cores and not (self.cores.get("slowdown", 1.0) >= 1 and self.cores.get("sync", 0.0) >= 0):
+            raise LgoptError(f"calibration {chip_name}: several cores must not speed transfers up (slowdown >= 1, "
+                             "sync >= 0)")
         if "default" not in self.tiu:
             raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
 

@@ -89,8 +89,10 @@ def fit_model(opts: FitOptions, say: Callable[[str], None] = lambda _: None) -> 
     docs = {c: constants_document(opts.name, c, k, _counts(source, per_chip[c])) for c, k in constants.items()}
     scales = _global_local(docs, meas, tables, train)
     opts.out.mkdir(parents=True, exist_ok=True)
-    files = [_write(opts.out / f"{c}.json", constants_document(opts.name, c, constants[c], docs[c]["source"],
-                                                               scales[c])) for c in meas.chips]
+    files = [_write(opts.out / f"{c}.json", _kept_cores(opts.out / f"{c}.json",
+                                                        constants_document(opts.name, c, constants[c],
+                                                                           docs[c]["source"], scales[c])))
+             for c in meas.chips]
     say(f"wrote {', '.join(map(str, files))}")
     return Fit(opts, meas, tables, train, held, tuple(files), command)
 
@@ -117,6 +119,16 @@ def evaluate_fit(fit: Fit, eval_limit: int | None = None, check: Check | None = 
     with fitted_model(f"{opts.name}@{opts.out}", opts.out) as model:
         return evaluate(fit.measurements, fit.tables, model, fit.fitted_on, fit.held_out, eval_limit, check,
                         opts.name, fit.command)
+
+
+def _kept_cores(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the several-core terms the file at ``path`` holds: they are fitted by a command of their own
+    (:mod:`lgopt.tpumlir.corefit`, recorded in them) on top of the one-core constants this fit makes."""
+    if path.exists():
+        old = json.loads(path.read_text())
+        if "cores" in old:
+            return {**doc, "cores": old["cores"]}
+    return doc
 
 
 def _write(path: Path, doc: dict[str, Any]) -> Path:
