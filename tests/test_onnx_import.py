@@ -250,3 +250,25 @@ def test_classifier_heads_group_like_tpu_mlir(tmp_path):
     assert not flat_pix.local and "moves data between lanes" in flat_pix.reason
     assert resplit.local and not resplit.h_split  # (2, 8, 16, 16) -> (2, 8, 2, 128): H x W re-split
     assert not shuffle.local and "moves data between lanes" in shuffle.reason
+
+
+def test_batchnorm_on_pooled_vectors_runs_in_a_group(tmp_path):
+    """RepViT's head: global pooling to ``[N, C]`` (ReduceMean, keepdims 0), then a BatchNorm on those vectors.
+    TPU-MLIR lowers that BatchNorm to a per-channel Scale on ``(N, C, 1, 1)`` and groups it with the pooling;
+    lgopt runs it in a group too, and the group computes what the unsliced network does."""
+    from lgopt.check.simulate import simulate
+    from lgopt.hw.chip import get_chip
+    from lgopt.model.plan import GroupPlan
+    from lgopt.strategies.greedy import greedy
+
+    g = G((1, 8, 16, 16))
+    x = g.n("Relu", [g.conv("x", 8, 16, 3)])
+    v = g.n("ReduceMean", [x], axes=[2, 3], keepdims=0)
+    v = g.bn(v, 16)
+    g.out(g.n("Gemm", [v, g.w([10, 16]), g.w([10])], transB=1))
+    net = import_onnx(_save(g.model(), tmp_path), dtype="f16")
+    bn = next(op for op in net.ops if op.type == "BatchNormalization")
+    assert bn.local, bn.reason
+    plan = greedy(net, get_chip("bm1684x"))
+    assert any(bn.name in gp.ops for gp in plan.groups if isinstance(gp, GroupPlan))
+    assert simulate(net, plan).ok

@@ -66,7 +66,11 @@ class OpSpec:
     def ranks(self) -> tuple[int, ...]:
         """Ranks its activation operands may have.  Rank 3 ``[B, M, K]`` folds to ``(B, 1, M, K)`` (rows M
         sliced as H, held across the lanes).  Rank 2 ``[N, C]`` (a classifier's vectors) stays global: TPU-MLIR
-        runs it so, and as ``(N, C, 1, 1)`` each channel would be a one-element transfer."""
+        runs it so, and as ``(N, C, 1, 1)`` each channel would be a one-element transfer.  Except a BatchNorm,
+        a per-channel scale whatever the rank: TPU-MLIR lowers one on ``[N, C]`` (RepViT's head after its global
+        pooling) to a Scale on ``(N, C, 1, 1)`` and groups it with the pooling."""
+        if self.type == "BatchNormalization":
+            return (2, 3, 4)
         if self.family in (Family.BINARY, Family.UNARY, Family.MATMUL, Family.ROWWISE) or self.type == "ReduceMean":
             return (3, 4)
         return (4,)
