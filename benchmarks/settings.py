@@ -237,9 +237,11 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, models_di
             f"{f.n_train} training groupings, held out ({', '.join(HELD_OUT)}; {f.n_held} groupings): {held}.")
 
 
-def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str, time_limit: float) -> dict[str, Any]:
+def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str, time_limit: float,
+                  judge_budget: int = 0) -> dict[str, Any]:
     """``solve --reference`` (cpsat, TPU-MLIR's space, the default margin) of one model and setting against its own
-    opt2, exported and compiled by the judge: the measured cycles over opt2's, or opt2's when lgopt kept it."""
+    opt2, exported and compiled by the judge: the measured cycles over opt2's, or opt2's when lgopt kept it.  With
+    ``judge_budget`` compiles, ``--judge``: TPU-MLIR measures lgopt's candidates and the best measured is kept."""
     from dataclasses import replace
 
     from lgopt.cost.registry import default_cost_model
@@ -249,17 +251,23 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
     from lgopt.strategies.cpsat.common import CpsatSettings
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
     from lgopt.tpumlir.export import export_tpumlir
+    from lgopt.tpumlir.judged import JudgeSettings as JudgedSettings
     from lgopt.tpumlir.space import REFERENCE_MARGIN, ReferenceSpace
 
     chip_name, q, n = setting_key(setting)
     dtype = "int8" if q == "INT8" else "f16"
     own = folder / "caches" / "opt2.layer_group_cache.json"
     opt2 = json.loads((folder / "scores" / "opt2.json").read_text()).get("total_cycles")
-    row: dict[str, Any] = {"model": model, "chip": chip_name, "quantize": q, "cores": n, "opt2": opt2}
+    row: dict[str, Any] = {"model": model, "chip": chip_name, "quantize": q, "cores": n, "judge_budget": judge_budget,
+                           "opt2": opt2}
     net = load_model(str(cal / "onnx" / f"{model}.weightless.onnx"), dtype=dtype)
     chip = get_chip(chip_name, {"used_cores": n})
     chip = replace(chip, cost_model=default_cost_model(chip, dtype))
-    space = ReferenceSpace(str(own), margin=REFERENCE_MARGIN)
+    judge = find_judge(peer / "models" / f"{model}.onnx", chip_name, script=SCORE, peer_run=peer, quantize=q, cores=n)
+    judged = {"judge": judge, "judge_settings": JudgedSettings(budget=judge_budget, time_limit=time_limit)} \
+        if judge_budget else {}
+    space = ReferenceSpace(str(own), margin=REFERENCE_MARGIN, base_groups=str(judge.base_groups() or "") or None,
+                           **judged)
     try:
         plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
             cpsat=CpsatSettings(time_limit=time_limit, workers=2), space=space))
@@ -273,8 +281,8 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
                reference_predicted=plan.solver.get("reference_cycles"))
     if plan.solver.get("kept_reference"):
         return {**row, "outcome": "kept opt2", "why": str(plan.solver["kept_reference"])[:200], "measured": opt2}
+    row["judge_compiles"] = (plan.solver.get("judge") or {}).get("compiles")
     cache = export_tpumlir(plan, planned, own)
-    judge = find_judge(peer / "models" / f"{model}.onnx", chip_name, script=SCORE, peer_run=peer, quantize=q, cores=n)
     m = judge.measure(cache, keep=folder / "scores" / "lgopt.json")
     (folder / "caches" / "lgopt.layer_group_cache.json").write_text(json.dumps(cache, indent=1))
     return {**row, "outcome": "compiled" if m.ok else f"compile:{m.status}", "why": m.error,
@@ -286,13 +294,14 @@ def roundtrip_summary(rt: pd.DataFrame) -> str:
 
     lines = ["| setting | models | kept opt2 | compiled | refused | geomean measured / opt2 | worst | best |",
              "|---|---:|---:|---:|---:|---:|---|---|"]
-    for (chip, q, n), g in rt.groupby(["chip", "quantize", "cores"], sort=True):
+    for (chip, q, n, jb), g in rt.groupby(["chip", "quantize", "cores", "judge_budget"], sort=True):
         ok = g[g.measured.notna() & g.opt2.notna()]
         r = ok.measured / ok.opt2
         geo = math.exp(sum(math.log(x) for x in r) / len(r)) if len(r) else float("nan")
         worst = ok.loc[r.idxmax()] if len(r) else None
         best = ok.loc[r.idxmin()] if len(r) else None
-        lines.append(f"| {chip} {q} {n} core(s) | {len(g)} | {(g.outcome == 'kept opt2').sum()} | "
+        how = f"judge, {jb} compiles" if jb else "default margin"
+        lines.append(f"| {chip} {q} {n} core(s), {how} | {len(g)} | {(g.outcome == 'kept opt2').sum()} | "
                      f"{(g.outcome == 'compiled').sum()} | {g.outcome.str.startswith('compile:').sum()} | {geo:.3f} | "
                      + (f"{worst.model} {worst.measured / worst.opt2:.3f}" if worst is not None else "-") + " | "
                      + (f"{best.model} {best.measured / best.opt2:.3f}" if best is not None else "-") + " |")
@@ -353,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--roundtrip", action="store_true",
                     help="also solve --reference against each own opt2 of --settings and --models, compile, measure")
     ap.add_argument("--time-limit", type=float, default=30.0, help="the round trips' search (default 30 s)")
+    ap.add_argument("--judge-budget", type=int, default=0,
+                    help="round trips with --judge: TPU-MLIR compiles this many of lgopt's candidates (default 0)")
     ap.add_argument("--fit-cores", metavar="CHIP:F16:N",
                     help="fit the fitted model's several-core terms on that setting's scorings and write them into "
                          "lgopt/cost/models/CHIP.json (before the reading, which then uses them)")
@@ -373,20 +384,27 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n\n" + fit_cores_of(df, a.out, a.calibration, a.fit_cores, ROOT / "lgopt" / "cost" / "models",
                                        "python benchmarks/settings.py --summary-only --fit-cores " + a.fit_cores)
     if a.roundtrip:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for folder in sorted(p for p in a.out.iterdir() if (p / "scores" / "opt2.json").exists()):
             model, rest = folder.name.split("_bm", 1)
             chip, q, n = f"bm{rest}".rsplit("_", 2)
             setting = f"{chip}:{q.upper()}:{n.removesuffix('core')}"
             if setting in a.settings.split(",") and model in a.models.split(","):
-                rows.append(roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit))
+                rows.append(roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit, a.judge_budget))
                 print(f"  round trip {model} {setting}: {rows[-1].get('outcome')} {rows[-1].get('measured')}",
                       file=sys.stderr)
-        rt = pd.DataFrame(rows)
-        rt.to_csv(a.out / "roundtrip.csv", index=False)
-        text += ("\n\n## Round trips\n\n`solve --reference` (cpsat, TPU-MLIR's space, the default margin, "
-                 f"{a.time_limit:g} s) against each model's own opt2 in that setting, exported and compiled; a kept "
-                 "opt2 is the same bmodel.\n\n" + roundtrip_summary(rt))
+        key = ["model", "chip", "quantize", "cores", "judge_budget"]
+        new = pd.DataFrame(rows)
+        old = pd.read_csv(a.out / "roundtrip.csv") if (a.out / "roundtrip.csv").exists() else new.iloc[:0]
+        if len(new):
+            old = old[~old.set_index(key).index.isin(new.set_index(key).index)]
+        pd.concat([old, new], ignore_index=True).sort_values(key).to_csv(a.out / "roundtrip.csv", index=False)
+    if (a.out / "roundtrip.csv").exists():
+        rt = pd.read_csv(a.out / "roundtrip.csv")
+        text += ("\n\n## Round trips\n\n`solve --reference` (cpsat, TPU-MLIR's space) against each model's own "
+                 "opt2 in that setting, exported and compiled (`--roundtrip`): at the default margin, or with "
+                 "`--judge` (`--judge-budget K`: TPU-MLIR measures K of lgopt's candidates and the best measured "
+                 "is kept, never one slower than opt2). A kept opt2 is the same bmodel.\n\n" + roundtrip_summary(rt))
     if not a.no_read:
         read = read_rows(df, a.out, a.calibration)
         read.to_csv(a.out / "read.csv", index=False)

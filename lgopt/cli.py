@@ -173,14 +173,15 @@ def _space(args: argparse.Namespace, chip: Any, time_limit: float, margin: float
     :class:`lgopt.tpumlir.space.ReferenceSpace`, or None."""
     from lgopt.tpumlir.space import ReferenceSpace
 
-    refs = {"reference": args.reference, "base_groups": args.base_groups, **_judge(args, chip.name, time_limit)}
+    refs = {"reference": args.reference, "base_groups": args.base_groups, **_judge(args, chip, time_limit)}
     if refs["reference"] is None:
         return None
     return ReferenceSpace(margin=margin, reserve_banks=_reserve(args, chip), **refs)
 
 
-def _judge(args: argparse.Namespace, chip_name: str, time_limit: float) -> dict[str, Any]:
-    """ReferenceSpace fields for ``--judge``: the judge, and the reference and base groups it implies."""
+def _judge(args: argparse.Namespace, chip: Any, time_limit: float) -> dict[str, Any]:
+    """ReferenceSpace fields for ``--judge``: the judge (compiling in the plan's dtype, INT8 or F16, on its cores),
+    and the reference and base groups it implies."""
     if not getattr(args, "judge", None):
         return {}
     from lgopt.tpumlir.judge import find_judge
@@ -188,7 +189,8 @@ def _judge(args: argparse.Namespace, chip_name: str, time_limit: float) -> dict[
 
     if args.judge_budget < 0:
         raise LgoptError(f"--judge-budget must be at least 0, got {args.judge_budget}")
-    judge = find_judge(args.judge, chip_name, script=args.judge_script)
+    quantize = "INT8" if str(getattr(args, "dtype", "") or "").lower() == "int8" else "F16"
+    judge = find_judge(args.judge, chip.name, script=args.judge_script, quantize=quantize, cores=chip.used_cores)
     reference, base = args.reference, args.base_groups
     if reference is None:
         reference = str(judge.prepare())

@@ -35,12 +35,16 @@ if ref:
     d = pathlib.Path(os.environ["PEER_RUN"]) / "score_cache" / f"{pathlib.Path(onnx).stem}_{chip}_f16_{md5}" / "ref"
     d.mkdir(parents=True, exist_ok=True)
     shutil.copy(ref, d / "own_opt2.layer_group_cache.json")
+if os.environ.get("FAKE_ARGS"):  # what the judge asked for: --quantize, --num-core
+    with open(os.environ["FAKE_ARGS"], "a") as f:
+        f.write(" ".join(sys.argv[5:]) + "\n")
 c = json.load(open(cache))
 groups = [g for k, v in c.items() if k.startswith("subfunc_") for g in v.get("GroupLayer", [])]
 n_ops = sum(len(g["locs"]) for g in groups)
 total_ops = int(pathlib.Path(onnx).read_text())
 min_h = int(os.environ.get("FAKE_MIN_H", "1"))  # a stricter allocator: groups need this many H slices
-refused = [g for g in groups if g["shape_secs"][3] >= 4 or g["shape_secs"][3] < min_h]
+max_h = int(os.environ.get("FAKE_MAX_H", "4"))  # groups with this many H slices or more are refused
+refused = [g for g in groups if g["shape_secs"][3] >= max_h or g["shape_secs"][3] < min_h]
 if refused:
     json.dump({"status": "lg_failed", "lg_error": "local memory allocate failed for group 0"}, open(out, "w"))
     sys.exit(1)
@@ -224,3 +228,25 @@ def test_a_groups_slice_counts_move_by_one_and_by_halves_and_doubles():
     slices = {lab.split("] ", 1)[1] for lab in labels if lab.startswith("[")}
     assert {"n 4->3", "n 4->2", "h 4->3", "h 4->5", "h 4->2", "h 4->8"} <= slices
     assert not any(s.startswith("n 4->5") or s.startswith("n 4->8") for s in slices)  # at most one batch a slice
+
+
+def test_the_judge_compiles_in_the_plans_dtype_on_its_cores(tmp_path, monkeypatch, capsys):
+    """``--judge`` with ``--dtype int8 --cores 2``: TPU-MLIR is asked for INT8 on 2 cores (what the plan is for),
+    and the judged plan shares its groups' slices over both cores and verifies."""
+    onnx = need(FIXTURES / "onnx" / "resnet18.weightless.onnx")
+    ref = need(FIXTURES / "tpu-mlir" / "resnet18_bm1688_int8_2core.layer_group_cache.json")
+    net = load_model(str(onnx), dtype="int8")
+    peer, script, full = _fake_install(tmp_path, len(net.ops))
+    args = tmp_path / "args.txt"
+    monkeypatch.setenv("PEER_RUN", str(peer))
+    monkeypatch.setenv("FAKE_ARGS", str(args))
+    monkeypatch.setenv("FAKE_MAX_H", "8")  # TPU-MLIR's own grouping here has a group of 4 H slices
+    out = tmp_path / "plan.json"
+    rc = main(["solve", str(onnx), "--dtype", "int8", "--chip", "bm1688", "--cores", "2", "--reference", str(ref),
+               "--judge", str(full), "--judge-script", str(script), "--judge-budget", "3", "-o", str(out)])
+    assert rc == 0, capsys.readouterr()
+    asked = set(args.read_text().splitlines())
+    assert asked == {"--quantize INT8 --num-core 2"}
+    d = json.loads(out.read_text())
+    assert d["chip"]["used_cores"] == 2 and d["solver"]["judge"]["compiles"] >= 1
+    assert main(["verify", str(out), "--model", str(onnx), "--dtype", "int8"]) == 0
