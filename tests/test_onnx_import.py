@@ -272,3 +272,29 @@ def test_batchnorm_on_pooled_vectors_runs_in_a_group(tmp_path):
     plan = greedy(net, get_chip("bm1684x"))
     assert any(bn.name in gp.ops for gp in plan.groups if isinstance(gp, GroupPlan))
     assert simulate(net, plan).ok
+
+
+def test_fused_nodes_tensors_are_aliases_of_the_op(tmp_path):
+    """The dynamo exporter names tensors apart from nodes (``node_linear`` makes ``linear``), so a tensor an
+    import fusion made disappear (a conv's output before its BatchNorm and Relu, a MatMul's before its bias) can
+    only be found by its own name: TPU-MLIR names its ops after them.  Aliases, never part of the digest."""
+    from lgopt.model.network import network_digest
+    from lgopt.tpumlir.cache import tensor_aliases
+
+    g = G((1, 8, 16, 16))  # nodes "Op_k", tensors "tk_0": node and tensor names unrelated, as dynamo's
+    c = g.conv("x", 8, 16, 3)
+    b = g.bn(c, 16)
+    r = g.n("Relu", [b])
+    g.out(r)
+    net = import_onnx(_save(g.model(), tmp_path), dtype="f16")
+    conv = next(op for op in net.ops if op.type == "Conv")
+    assert conv.outputs == (r,) and set(conv.aliases) == {c, b}
+    aliases = tensor_aliases(net)
+    assert aliases[c] == aliases[b] == conv.name
+    assert network_digest(net) == network_digest(replace_aliases(net))
+
+
+def replace_aliases(net):
+    from dataclasses import replace
+
+    return replace(net, ops=tuple(replace(op, aliases=()) for op in net.ops))

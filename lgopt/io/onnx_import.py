@@ -946,9 +946,9 @@ class _Builder:
             attrs = {"approximate": "none"}
             local, h, n, why = opsem.classify("Gelu", attrs, [self.shape(x)], [self.shape(outs[0])])
             sources = tuple(src for i in parts for src in self.ops[i].sources) + ((node.name or outs[0]),)
-            for i in parts:
-                self.ops[i] = replace(self.ops[i], name="", outputs=())  # tombstones, removed at the end
-            self.add(Op(node.name or outs[0], "Gelu", (x,), (outs[0],), (), attrs, (), local, h, n, sources, why))
+            gone = self._tombstones(parts)
+            self.add(Op(node.name or outs[0], "Gelu", (x,), (outs[0],), (), attrs, (), local, h, n, sources, why,
+                        aliases=gone))
             return True
         if t == "Mul" and len(ins) == 2 and all(i and i not in self.inits for i in ins):
             for x, s in ((ins[0], ins[1]), (ins[1], ins[0])):
@@ -956,9 +956,9 @@ class _Builder:
                 if si is not None and self.ops[si].type == "Sigmoid" and self.ops[si].inputs == (x,) \
                         and self.single_use(s):
                     sig = self.ops[si]
-                    self.ops[si] = replace(sig, name="", outputs=())  # tombstone, removed at the end
+                    gone = self._tombstones([si])
                     self.add(replace(sig, name=node.name or outs[0], type="SiLU", outputs=(outs[0],),
-                                     sources=sig.sources + ((node.name or outs[0]),)))
+                                     sources=sig.sources + ((node.name or outs[0]),), aliases=gone))
                     return True
         return False
 
@@ -1006,10 +1006,9 @@ class _Builder:
         local, h, n, why = opsem.classify("LayerNormalization", attrs, [self.shape(x)], [self.shape(outs[0])])
         parts = [k for k in (mi, si, pi, vi, ai, qi) if k is not None]
         sources = tuple(src for i in parts for src in self.ops[i].sources) + ((node.name or outs[0]),)
-        for i in parts:
-            self.ops[i] = replace(self.ops[i], name="", outputs=())  # tombstones, removed at the end
+        gone = self._tombstones(parts)
         self.add(Op(node.name or outs[0], "LayerNormalization", (x,), (outs[0],), (), attrs, (), local, h, n,
-                    sources, why))
+                    sources, why, aliases=gone))
         return True
 
     def _patch_embedding(self, node: onnx.NodeProto, ins: list[str], outs: list[str]) -> bool:
@@ -1047,8 +1046,9 @@ class _Builder:
             Weight(w.name, (1, 1, oc), w.dtype, "bias") for w in conv.weights if w.role == "bias")
         local, h, nn, why = opsem.classify("MatMul", {}, [(n, oh * ow, k)], [(n, oh * ow, oc)], True)
         sources = self.ops[ri].sources + ((node.name or outs[0]),)
-        self.ops[ri] = replace(self.ops[ri], name="", outputs=())  # a tombstone, removed at the end
-        self.add(Op(conv.name, "MatMul", (patches,), (outs[0],), weights, {}, (), local, h, nn, sources, why))
+        gone = self._tombstones([ri])
+        self.add(Op(conv.name, "MatMul", (patches,), (outs[0],), weights, {}, (), local, h, nn, sources, why,
+                    aliases=gone))
         return True
 
     def _has(self, weights: tuple[Weight, ...]) -> bool:
@@ -1120,7 +1120,17 @@ class _Builder:
                 return x, [di, ei, ai, mi]
         return None
 
+    def _tombstones(self, parts: list[int]) -> tuple[str, ...]:
+        """Mark the ops ``parts`` fused into a new op (removed at the end); the tensors they made, its aliases."""
+        gone = tuple(t for i in parts for t in (*self.ops[i].aliases, *self.ops[i].outputs) if t)
+        for i in parts:
+            self.ops[i] = replace(self.ops[i], name="", outputs=())
+        return gone
+
     def _replace(self, i: int, op: Op) -> None:
+        gone = tuple(t for t in self.ops[i].outputs if t and t not in op.outputs)  # fused away: an alias
+        if gone and op.outputs:
+            op = replace(op, aliases=tuple(dict.fromkeys(op.aliases + gone)))
         self.ops[i] = op
         for t in op.outputs:
             self.producer[t] = i

@@ -105,6 +105,10 @@ class Op:
     n_split: bool = False  # a group containing it may slice N
     sources: tuple[str, ...] = ()  # model-file node names this op stands for
     reason: str = ""  # why it is a global layer, when it is one
+    # the model file's tensors this op's fusions made disappear (a MatMul's output before the Add of its bias was
+    # fused): names a compiler may still call the op by.  An annotation of the import, not part of the model: not
+    # saved, not compared, not in the digest
+    aliases: tuple[str, ...] = field(default=(), compare=False)
 
     def __hash__(self) -> int:
         return hash(self.name)

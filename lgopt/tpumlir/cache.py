@@ -137,10 +137,16 @@ def read_cache(path: str) -> list[CacheGroup]:
 
 # --- names -----------------------------------------------------------------------------------------
 
+PATCHES = "#patches"  # the importer's name for a patch embedding conv's gathered pixels (lgopt.io.onnx_import)
+
+
 def tensor_aliases(net: Network) -> dict[str, str]:
-    """Tensor name -> lgopt op: the op's outputs, and the outputs of ONNX nodes it fused."""
+    """Tensor name -> lgopt op: the op's outputs, and the outputs of ONNX nodes it fused (its ``aliases``, and for
+    exports that name tensors after nodes, ``<node>_output_0`` of each source)."""
     out: dict[str, str] = {}
     for op in net.ops:
+        for t in op.aliases:  # tensors of the model file its fusions made disappear (dynamo's names included)
+            out.setdefault(t, op.name)
         for s in op.sources:
             out.setdefault(f"{s}_output_0", op.name)
             if s.startswith(f"{LOWERED}:"):  # a tensor lgopt.tpumlir.lowering fused away, as TPU-MLIR did
@@ -148,6 +154,8 @@ def tensor_aliases(net: Network) -> dict[str, str]:
     for op in net.ops:
         for t in op.outputs:
             out[t] = op.name
+            if t.endswith(PATCHES):  # a patch embedding's conv, whose output the importer renamed: TPU-MLIR names
+                out.setdefault(t[:-len(PATCHES)], op.name)  # its pieces after the conv's own (dynamo's too)
         if any(src.startswith(f"{LOWERED}:") for src in op.sources):  # lgopt.tpumlir.lowering
             out[op.name] = op.name  # named after the TPU-MLIR op it is
     return out
