@@ -289,6 +289,18 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
             "measured": m.total_cycles if m.ok else None}
 
 
+RT_KEY = ["model", "chip", "quantize", "cores", "judge_budget"]
+
+
+def keep_row(path: Path, row: dict[str, Any]) -> None:
+    """Add ``row`` to the round trips' CSV, replacing the one of the same model, setting and judge budget."""
+    old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RT_KEY)
+    if "judge_budget" not in old.columns:
+        old["judge_budget"] = 0
+    same = (old[RT_KEY].astype(str) == pd.Series({k: str(row[k]) for k in RT_KEY})).all(axis=1)
+    pd.concat([old[~same], pd.DataFrame([row])], ignore_index=True).sort_values(RT_KEY).to_csv(path, index=False)
+
+
 def roundtrip_summary(rt: pd.DataFrame) -> str:
     import math
 
@@ -384,21 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n\n" + fit_cores_of(df, a.out, a.calibration, a.fit_cores, ROOT / "lgopt" / "cost" / "models",
                                        "python benchmarks/settings.py --summary-only --fit-cores " + a.fit_cores)
     if a.roundtrip:
-        rows: list[dict[str, Any]] = []
         for folder in sorted(p for p in a.out.iterdir() if (p / "scores" / "opt2.json").exists()):
             model, rest = folder.name.split("_bm", 1)
             chip, q, n = f"bm{rest}".rsplit("_", 2)
             setting = f"{chip}:{q.upper()}:{n.removesuffix('core')}"
             if setting in a.settings.split(",") and model in a.models.split(","):
-                rows.append(roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit, a.judge_budget))
-                print(f"  round trip {model} {setting}: {rows[-1].get('outcome')} {rows[-1].get('measured')}",
-                      file=sys.stderr)
-        key = ["model", "chip", "quantize", "cores", "judge_budget"]
-        new = pd.DataFrame(rows)
-        old = pd.read_csv(a.out / "roundtrip.csv") if (a.out / "roundtrip.csv").exists() else new.iloc[:0]
-        if len(new):
-            old = old[~old.set_index(key).index.isin(new.set_index(key).index)]
-        pd.concat([old, new], ignore_index=True).sort_values(key).to_csv(a.out / "roundtrip.csv", index=False)
+                row = roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit, a.judge_budget)
+                keep_row(a.out / "roundtrip.csv", row)  # at once: a round trip may have taken minutes of compiles
+                print(f"  round trip {model} {setting}: {row.get('outcome')} {row.get('measured')}", file=sys.stderr)
     if (a.out / "roundtrip.csv").exists():
         rt = pd.read_csv(a.out / "roundtrip.csv")
         text += ("\n\n## Round trips\n\n`solve --reference` (cpsat, TPU-MLIR's space) against each model's own "
