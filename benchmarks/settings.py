@@ -370,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT / "settings")
     ap.add_argument("--peer-run", type=Path, help="TPU-MLIR's install (default $PEER_RUN)")
     ap.add_argument("--summary-only", action="store_true", help="no compile: the tables from what OUT holds")
+    ap.add_argument("--results", type=Path, default=RESULTS / "settings.md",
+                    help=f"the results document whose section the tables go to (default {RESULTS / 'settings.md'})")
     ap.add_argument("--no-read", action="store_true", help="do not read the scorings into lgopt")
     ap.add_argument("--roundtrip", action="store_true",
                     help="also solve --reference against each own opt2 of --settings and --models, compile, measure")
@@ -418,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                  "default cost model for that chip and dtype (column `cost model`). *Feasibility agreement*: "
                  "lgopt builds exactly the scorings TPU-MLIR compiles and refuses those it refuses.\n\n"
                  + read_summary(df, read))
-    write_section(RESULTS / "settings.md", "settings", "# INT8 and several cores: TPU-MLIR's groupings measured\n\n"
+    write_section(a.results, "settings", "# INT8 and several cores: TPU-MLIR's groupings measured\n\n"
                   "`benchmarks/settings.py` (issue 34).\n\n" + text)
     print(text)
     return 0
