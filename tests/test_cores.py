@@ -98,3 +98,20 @@ def test_cli_cores(capsys, tmp_path):
     assert code == 2 and "planned for 2 core(s)" in err
     code, out, err = run(capsys, "verify", str(plan), "--model", RESNET)
     assert code == 0, err
+
+
+def test_sweep_and_compare_take_the_cores(capsys, tmp_path):
+    """An architect sweeps the cores a deployment uses like any chip parameter; compare plans on ``--cores``."""
+    import pandas as pd
+
+    out = tmp_path / "sw"
+    code, _, err = run(capsys, "sweep", RESNET, "--chip", "bm1688", "--set", "used_cores=1,2", "--strategies",
+                       "greedy", "-o", str(out))
+    assert code == 0, err
+    df = pd.read_csv(out / "sweep.csv").set_index("used_cores")
+    assert df.loc[2, "cycles"] < df.loc[1, "cycles"]  # the baseline slices groups, and both cores share them
+    code, _, err = run(capsys, "sweep", RESNET, "--chip", "bm1684x", "--set", "used_cores=1,2")
+    assert code == 2 and "has 1 core(s)" in err
+    code, _, err = run(capsys, "compare", RESNET, "--chip", "bm1688", "--cores", "2", "--strategies", "greedy",
+                       "-o", str(tmp_path / "cmp"))
+    assert code == 0, err
