@@ -35,6 +35,8 @@ from common import OUT, RESULTS, write_section
 
 from lgopt.errors import LgoptError
 from lgopt.tpumlir.compiler import deploy, find_toolchain, front_end
+from lgopt.tpumlir.export import read_base_groups
+from lgopt.tpumlir.floor import geomean
 from lgopt.tpumlir.judge import find_judge
 from lgopt.tpumlir.variants import draw
 
@@ -52,6 +54,19 @@ def setting_key(text: str) -> tuple[str, str, int]:
     return chip, q.upper(), int(n)
 
 
+def folder_of(out: Path, model: str, setting: str) -> Path:
+    """Where one model's scorings in one setting go: ``OUT/resnet18_bm1688_int8_2core``."""
+    chip, q, n = setting_key(setting)
+    return out / f"{model}_{chip}_{q.lower()}_{n}core"
+
+
+def setting_of(folder: Path) -> tuple[str, str]:
+    """The model and setting (``bm1688:INT8:2``) of a folder :func:`folder_of` named."""
+    model, rest = folder.name.split("_bm", 1)
+    chip, q, n = f"bm{rest}".rsplit("_", 2)
+    return model, f"{chip}:{q.upper()}:{n.removesuffix('core')}"
+
+
 def own_at_opt(judge: Any, opt: int, tmp: Path) -> dict[str, Any] | None:
     """TPU-MLIR's own cache at ``--opt opt``, or None: a front end of its own in ``tmp`` (the scoring tool's model
     cache is only read: a compile beside it would write through its files) and the scoring tool's INT8 table."""
@@ -65,21 +80,6 @@ def own_at_opt(judge: Any, opt: int, tmp: Path) -> dict[str, Any] | None:
     if c.cache is None:
         return None
     return json.loads(c.cache.read_text())
-
-
-def base_of(mc: Path, ops: dict[str, list[str]]) -> dict[str, list[int]]:
-    """The base group of each op (-1: none), from the scoring tool's ``base_groups.json`` spans."""
-    p = mc / "base_groups.json"
-    spans = json.loads(p.read_text()) if p.exists() and p.stat().st_size > 2 else {}
-    out = {}
-    for sub, names in ops.items():
-        b = [-1] * len(names)
-        for k, (x, y) in enumerate(spans.get(sub, ())):
-            if y > x:
-                for j in range(x, y + 1):
-                    b[j] = k
-        out[sub] = b
-    return out
 
 
 def caches_of(judge: Any, own: Path, folder: Path, limit: int) -> dict[str, tuple[str, str, dict[str, Any]]]:
@@ -100,14 +100,15 @@ def caches_of(judge: Any, own: Path, folder: Path, limit: int) -> dict[str, tupl
             out[f"opt{opt}"] = (f"opt{opt}", f"TPU-MLIR's own grouping at --opt {opt}", json.loads(saved.read_text()))
     ops_json = json.loads((judge.model_cache / "ops.json").read_text())
     ops = {sub: [o["name"] for o in sorted(v, key=lambda o: o["idx"])] for sub, v in ops_json.items()}
-    for v in draw(own_cache, ops, base_of(judge.model_cache, ops), cores=judge.cores, limit=limit):
+    base = judge.base_groups()
+    for v in draw(own_cache, ops, read_base_groups(base) if base else {}, cores=judge.cores, limit=limit):
         out[v.name] = (v.kind, v.description, v.cache)
     return out
 
 
 def run_one(peer: Path, model: str, setting: str, out: Path, limit: int) -> None:
     chip, q, n = setting_key(setting)
-    folder = out / f"{model}_{chip}_{q.lower()}_{n}core"
+    folder = folder_of(out, model, setting)
     (folder / "caches").mkdir(parents=True, exist_ok=True)
     (folder / "scores").mkdir(exist_ok=True)
     judge = find_judge(peer / "models" / f"{model}.onnx", chip, script=SCORE, peer_run=peer, quantize=q, cores=n)
@@ -136,8 +137,8 @@ def totals(out: Path) -> pd.DataFrame:
     """One row per scoring found under ``out``."""
     rows = []
     for folder in sorted(p for p in out.iterdir() if (p / "variants.json").exists()):
-        model, rest = folder.name.split("_bm", 1)
-        chip, q, n = f"bm{rest}".rsplit("_", 2)
+        model, setting = setting_of(folder)
+        chip, q, n = setting_key(setting)
         meta = json.loads((folder / "variants.json").read_text())
         for name, info in meta.items():
             f = folder / "scores" / f"{name}.json"
@@ -145,7 +146,7 @@ def totals(out: Path) -> pd.DataFrame:
                 continue
             r = json.loads(f.read_text())
             per_core = (r.get("profiles") or {}).get("per_core") or []
-            rows.append({"model": model, "chip": chip, "quantize": q.upper(), "cores": int(n.removesuffix("core")),
+            rows.append({"model": model, "chip": chip, "quantize": q, "cores": n,
                          "variant": name, "kind": info["kind"], "description": info["description"],
                          "status": r.get("status"), "honoured": bool(r.get("honoured_exactly", False)),
                          "total_cycles": r.get("total_cycles") if r.get("status") == "ok" else None,
@@ -302,14 +303,12 @@ def keep_row(path: Path, row: dict[str, Any]) -> None:
 
 
 def roundtrip_summary(rt: pd.DataFrame) -> str:
-    import math
-
     lines = ["| setting | models | kept opt2 | compiled | refused | geomean measured / opt2 | worst | best |",
              "|---|---:|---:|---:|---:|---:|---|---|"]
     for (chip, q, n, jb), g in rt.groupby(["chip", "quantize", "cores", "judge_budget"], sort=True):
         ok = g[g.measured.notna() & g.opt2.notna()]
         r = ok.measured / ok.opt2
-        geo = math.exp(sum(math.log(x) for x in r) / len(r)) if len(r) else float("nan")
+        geo = geomean(r) if len(r) else float("nan")
         worst = ok.loc[r.idxmax()] if len(r) else None
         best = ok.loc[r.idxmin()] if len(r) else None
         how = f"judge, {jb} compiles" if jb else "default margin"
@@ -399,9 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "python benchmarks/settings.py --summary-only --fit-cores " + a.fit_cores)
     if a.roundtrip:
         for folder in sorted(p for p in a.out.iterdir() if (p / "scores" / "opt2.json").exists()):
-            model, rest = folder.name.split("_bm", 1)
-            chip, q, n = f"bm{rest}".rsplit("_", 2)
-            setting = f"{chip}:{q.upper()}:{n.removesuffix('core')}"
+            model, setting = setting_of(folder)
             if setting in a.settings.split(",") and model in a.models.split(","):
                 row = roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit, a.judge_budget)
                 keep_row(a.out / "roundtrip.csv", row)  # at once: a round trip may have taken minutes of compiles

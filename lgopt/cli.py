@@ -610,8 +610,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not axes:
         raise LgoptError("sweep needs at least one --set key=v1,v2,...")
     names = [c.strip() for c in (args.chip or "").split(",") if c.strip()]
-    chips = [_with_cores(get_chip(n, {}, args.chip_file), args.cores)
-             for n in (names or [None])]  # type: ignore[list-item]
+    chips = [_with_cores(get_chip(n or None, {}, args.chip_file), args.cores) for n in names or [""]]
     if len({c.name for c in chips}) != len(chips):
         raise LgoptError("a chip is named twice in --chip")
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]

@@ -274,11 +274,7 @@ def group_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupCost:
     core's GDMA slowed by the DDR the busy cores share and each loading the weights it holds
     (:meth:`lgopt.cost.model.CostModel.cores`)."""
     chunks = g.chunks
-    if len(chunks) == 1:
-        pc = pipeline_cells(chip, net, g)
-        return {"cycles": pc.cycles(), "tiu_cycles": sum(t for t, _ in pc.cells.values()),
-                "gdma_cycles": pc.preload + sum(d for _, d in pc.cells.values()), "traffic_bytes": pc.traffic}
-    share, sync = cost_model(chip).cores(chip, len(chunks))
+    share, sync = cost_model(chip).cores(chip, len(chunks))  # (1.0, 0) for one busy core: its cells as they are
     slowest = tiu = dma = traffic = 0
     for span in chunks:
         pc = pipeline_cells(chip, net, g, span)

@@ -37,7 +37,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 Cache = dict[str, Any]
 Secs = tuple[int, int, int, int, int]
-SEARCHED: Secs = (0, 0, 0, 0, 0)
+BaseGroups = Mapping[str, Sequence[tuple[int, int]]]  # per subfunction, each base group's first and last op
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def with_secs(cache: Mapping[str, Any], sub: int, group: int, secs: Sequence[int
 
 def spans_cache(cache: Mapping[str, Any], ops: Mapping[str, Sequence[str]],
                 spans: Mapping[str, Sequence[tuple[int, int, Secs]]]) -> Cache:
-    """A cache of exactly these groups (per subfunction: first and last op index, slice counts; ``SEARCHED`` lets
+    """A cache of exactly these groups (per subfunction: first and last op index, slice counts; ``0,0,0,0,0`` lets
     TPU-MLIR choose them).  No ``GlobalLayer`` list: with one, 1.30.2's loader does not search slice counts."""
     out: Cache = {"opt": cache.get("opt", 2), "total subfunc": cache.get("total subfunc", len(ops))}
     for sub, names in ops.items():
@@ -140,15 +140,13 @@ def _secs(cache: Cache, cores: int, batch: int) -> Iterator[tuple[str, str, Cach
                     with_secs(cache, int(sub.split("_")[1]), k, secs)
 
 
-def _merges(cache: Cache, ops: Mapping[str, Sequence[str]], base: Mapping[str, Sequence[int]]) -> Iterator[
-        tuple[str, str, Cache]]:
+def _merges(cache: Cache, ops: Mapping[str, Sequence[str]], base: BaseGroups) -> Iterator[tuple[str, str, Cache]]:
     spans = own_spans(cache)
     for sub, groups in spans.items():
         groups = sorted(groups)
         for i in range(len(groups) - 1):
             (a, _, _), (_, b, _) = groups[i], groups[i + 1]
-            bases = base.get(sub)
-            if bases is not None and len({bases[j] for j in range(a, b + 1)}) > 1:
+            if sub in base and not any(x <= a and b <= y for x, y in base[sub]):
                 continue  # a group never crosses a base group
             kept = [g for j, g in enumerate(groups) if j not in (i, i + 1)]
             secs = _larger(groups[i][2], groups[i + 1][2])
@@ -156,15 +154,13 @@ def _merges(cache: Cache, ops: Mapping[str, Sequence[str]], base: Mapping[str, S
                 spans_cache(cache, ops, {**spans, sub: [*kept, (a, b, secs)]})
 
 
-def _runs(cache: Cache, ops: Mapping[str, Sequence[str]], base: Mapping[str, Sequence[int]], rng: random.Random,
+def _runs(cache: Cache, ops: Mapping[str, Sequence[str]], base: BaseGroups, rng: random.Random,
           count: int) -> Iterator[tuple[str, str, Cache]]:
-    runs = [(sub, [j for j, b in enumerate(bases) if b == v]) for sub, bases in base.items()
-            for v in sorted(set(bases)) if v >= 0]
-    runs = [(sub, idx) for sub, idx in runs if len(idx) >= 3 and idx == list(range(idx[0], idx[-1] + 1))]
+    runs = [(sub, x, y) for sub, spans in base.items() for x, y in spans if y - x >= 2]  # of three ops or more
     for _ in range(count if runs else 0):
-        sub, idx = runs[rng.randrange(len(runs))]
-        a = rng.randrange(idx[0], idx[-1] - 1)
-        b = rng.randrange(a + 2, idx[-1] + 1) if a + 2 <= idx[-1] else idx[-1]
+        sub, first, last = runs[rng.randrange(len(runs))]
+        a = rng.randrange(first, last - 1)
+        b = rng.randrange(a + 2, last + 1) if a + 2 <= last else last
         spans, secs = own_spans(cache), (1, 1, 1, 1, 1)
         for x, y, own in spans.get(sub, ()):
             if x <= b and a <= y:
@@ -174,13 +170,13 @@ def _runs(cache: Cache, ops: Mapping[str, Sequence[str]], base: Mapping[str, Seq
             spans_cache(cache, ops, {**spans, sub: [*rest, (a, b, secs)]})
 
 
-def draw(cache: Mapping[str, Any], ops: Mapping[str, Sequence[str]], base: Mapping[str, Sequence[int]], *,
+def draw(cache: Mapping[str, Any], ops: Mapping[str, Sequence[str]], base: BaseGroups, *,
          cores: int = 1, batch: int = 1, seed: int = 0, limit: int = 20) -> list[Variant]:
     """Up to ``limit`` distinct variants of ``cache`` (TPU-MLIR's own), in a fixed order for a seed.
 
     ``ops`` lists each subfunction's op names in the pass's order (the scoring tool's ``ops.json``); ``base``
-    its base-group number per op (-1: an op no group may hold), or nothing when unknown (merges then trust the
-    cache, and no random runs are drawn)."""
+    its base groups, first and last op of each (:func:`lgopt.tpumlir.export.read_base_groups`), or nothing when
+    unknown (merges then trust the cache, and no random runs are drawn)."""
     rng = random.Random(seed)
     c = copy.deepcopy(dict(cache))
     kinds = [list(_secs(c, cores, batch)), list(_splits(c, rng)), list(_merges(c, ops, base)),
