@@ -136,3 +136,71 @@ def test_two_linear_pointwise_convs_are_the_one_conv_tpu_mlir_merges_them_into()
     meas = groups[(groups.model == "mnasnet1_0") & (groups.chip == "bm1688") & (groups.variant == "opt2")]
     last = meas.sort_values("group_pos").cycles.iloc[-1]
     assert abs(plan.groups[-1].cost["cycles"] / last - 1) < 0.10
+
+
+def _attention(tmp_path, split: str = "Split"):
+    """x [1, 8, 16] -> timm's attention: qkv MatMul + bias, Reshape [1, 8, 3, 2, 8], Transpose (2, 0, 3, 1, 4),
+    three heads-first [1, 2, 8, 8] picks (a Split and Squeezes, or Gathers), K transposed, Q scaled,
+    Softmax(Q K^T) V, heads back (0, 2, 1, 3), Reshape [1, 8, 16], proj MatMul."""
+    import onnx
+
+    g = G((1, 8, 16), opset=17)
+    qkv = g.n("Add", [g.w([48]), g.n("MatMul", ["x", g.w([16, 48])])])
+    r = g.n("Reshape", [qkv, g.w(None, np.array([1, 8, 3, 2, 8], dtype=np.int64))])
+    p = g.n("Transpose", [r], perm=[2, 0, 3, 1, 4])
+    if split == "Split":
+        parts = g.n("Split", [p, g.w(None, np.array([1, 1, 1], dtype=np.int64))], nout=3, axis=0)
+        ax = g.w(None, np.array([0], dtype=np.int64))
+        q, k, v = (g.n("Squeeze", [t, ax]) for t in parts)
+    else:
+        q, k, v = (g.n("Gather", [p, g.w(None, np.array(i, dtype=np.int64))], axis=0) for i in range(3))
+    kt = g.n("Transpose", [k], perm=[0, 1, 3, 2])
+    qs = g.n("Mul", [q, g.w(None, np.array(0.35, dtype=np.float32))])
+    a = g.n("Softmax", [g.n("MatMul", [qs, kt])], axis=-1)
+    o = g.n("Transpose", [g.n("MatMul", [a, v])], perm=[0, 2, 1, 3])
+    y = g.n("MatMul", [g.n("Reshape", [o, g.w(None, np.array([1, 8, 16], dtype=np.int64))]), g.w([16, 16])])
+    g.out(y)
+    path = tmp_path / f"attn_{split}.onnx"
+    onnx.save(g.model(), str(path))
+    return import_onnx(path, dtype="f16")
+
+
+def _one_group_cache(tmp_path, net, secs=(1, 1, 1, 1, 1)) -> str:
+    """A cache holding every op of ``net`` in one group with slice counts ``secs``, each named after its output
+    as TPU-MLIR names ops (``<tensor>_<Type>``)."""
+    locs = [f"{op.outputs[0]}_{op.type}" for op in net.ops]
+    p = tmp_path / "attn.layer_group_cache.json"
+    p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [
+        {"locs": locs, "shape_secs": list(secs), "func_start_idx": 0, "func_end_idx": len(locs) - 1,
+         "group_cost": 0}], "GlobalLayer": []}}))
+    return str(p)
+
+
+@__import__("pytest").mark.parametrize("split", ["Split", "Gather"])
+def test_an_attention_tpu_mlir_holds_whole_in_one_group_reads_verifies_and_simulates(tmp_path, split):
+    net = _attention(tmp_path, split)
+    moves = [op.name for op in net.ops if not op.local]
+    assert moves and all(net.op(m).type in ("Transpose", "Squeeze", "Slice") for m in moves)
+    plan, info = score(net, get_chip("bm1684x"), _one_group_cache(tmp_path, net))
+    low = network_of(net, plan)
+    assert info["lowered"] and len(plan.groups) == 1 and set(plan.groups[0].ops) == {op.name for op in low.ops}
+    assert all(low.op(m).local and not low.op(m).h_split and not low.op(m).n_split for m in moves)
+    # the heads' tensors held as TPU-MLIR's hdim_is_batch MatMuls hold them: tokens over the lanes
+    scores = next(op for op in low.ops if op.type == "Softmax").outputs[0]
+    assert low.tensor(scores).rows_lanes and low.tensor(scores).lane_shape(1, 8)[1] == 8
+    assert verify(net, plan) == [] and verify_plan(low, plan) == []
+    assert simulate(low, plan).ok
+
+
+def test_a_move_in_a_sliced_group_stays_global_and_the_verifier_rejects_slicing_it(tmp_path):
+    from dataclasses import replace
+
+    from lgopt.tpumlir.grouping import GroupingInfeasible
+
+    net = _attention(tmp_path)
+    with __import__("pytest").raises(GroupingInfeasible, match="can only be a global layer"):
+        score(net, get_chip("bm1684x"), _one_group_cache(tmp_path, net, (1, 1, 1, 2, 1)))
+    plan, _ = score(net, get_chip("bm1684x"), _one_group_cache(tmp_path, net))
+    low = network_of(net, plan)
+    bad = replace(plan, groups=(replace(plan.groups[0], n_slices=1, h_slices=2),))
+    assert any("moves data between lanes" in str(v) for v in verify_plan(low, bad))

@@ -307,6 +307,10 @@ def _run_moved(j: _Job, family: Family | None) -> np.ndarray:
     """Ops that move data without computing: slices (of batches, rows, a row's last axis or channels), a
     Transpose of each lane's planes, reshapes."""
     op, out, oc, xs, n, a, b = j.op, j.out, j.oc, j.xs, j.n, j.a, j.b
+    if family is Family.CHANNEL_SLICE and op.attrs["axis"] == 0 and out.n != op.attrs["end"] - op.attrs["start"]:
+        whole, s, e = j.ins[0], op.attrs["start"], op.attrs["end"]  # batches re-laid: the group holds them whole
+        taken = replace(whole, data=whole.data[s - whole.n0:e - whole.n0], n0=s)
+        return rows(taken, 0, whole.H, np.nan).reshape(out.n, oc, out.h, out.w)[n[0]:n[1], :, a:b]
     if family is Family.CHANNEL_SLICE and op.attrs["axis"] == 0:  # whole batches, re-folded as the output lies
         whole, b0 = j.ins[0], op.attrs["start"] + n[0]
         taken = replace(whole, data=whole.data[b0 - whole.n0:b0 - whole.n0 + n[1] - n[0]], n0=b0)
@@ -319,6 +323,11 @@ def _run_moved(j: _Job, family: Family | None) -> np.ndarray:
         return rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
     if _planes_transposed(op):
         return rows(xs[0], 0, xs[0].H, np.nan).transpose(0, 1, 3, 2)[:, :, a:b]
+    if not op.n_split:  # a move held whole (lgopt.tpumlir.lowering.hold_moves): every batch and row of its input
+        data = rows(j.ins[0], 0, j.ins[0].H, np.nan)
+        if op.type == "Transpose":
+            data = data.reshape(op.attrs["in_dims"]).transpose(op.attrs["perm"])
+        return data.reshape(out.n, oc, out.h, out.w)[n[0]:n[1], :, a:b]
     src = xs[0]  # a reshape, a view: the rows re-split when the shape changes (then never H-sliced)
     return rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, oc, out.w) \
         else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]

@@ -95,6 +95,32 @@ def _mixes_channels(net: Network, op: Op) -> str:
     return ""
 
 
+def _moves_lanes(net: Network, op: Op) -> bool:
+    """Whether ``op`` moves data between lanes or batches: a Transpose changing the order of its axes longer
+    than 1 (other than swapping the last two of a rank-4 tensor, which each lane does on its own planes), or a
+    reshape whose (batches, lanes, elements per lane) in LMEM differ.  A slice of such an op's output reads a
+    scattered part of its input, so a group holds it only whole: the verifier's own rule."""
+    batch_pick = op.type == "Slice" and op.attrs.get("axis") == 0
+    if (op.type not in VIEW_TYPES and not batch_pick) or len(op.inputs) != 1 or len(op.outputs) != 1:
+        return False
+    if op.type == "Transpose":
+        perm, dims = tuple(op.attrs.get("perm", ())), tuple(op.attrs.get("in_dims", ()))
+        if perm == (0, 1, 3, 2) and len(dims) == 4:
+            return False  # each lane transposes its own planes
+        moved = [p for p in perm if p < len(dims) and dims[p] != 1]
+        if moved != sorted(moved):
+            return True
+
+    def form(name: str) -> tuple[int, int, int]:
+        t = net.tensor(name)
+        n, c, h, w = t.lane_shape(t.n, t.h)
+        return n, c, h * w
+    (n_in, *lanes_in), (n_out, *lanes_out) = form(op.inputs[0]), form(op.outputs[0])
+    if batch_pick:  # the batches picked keep their lanes, or they move
+        return lanes_in != lanes_out
+    return (n_in, *lanes_in) != (n_out, *lanes_out)
+
+
 def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: int = 0) -> set[int]:
     """Input rows of operand ``k`` that output ``rows`` read, by enumeration; with ``axis=1`` the same for
     columns (kernel, stride, dilation and leading pad of W: pads are (top, left, bottom, right); a Resize's
@@ -364,6 +390,10 @@ class Verifier:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing N, but n_slices={g.n_slices}")
             if g.c_slices > 1 and op.outputs and (why := _mixes_channels(net, op)):
                 self.fail(where, f"op {op.name} ({op.type}) {why}, but c_slices={g.c_slices}")
+            if max(g.n_slices, g.h_slices, g.w_slices, g.c_slices) > 1 and _moves_lanes(net, op):
+                self.fail(where, f"op {op.name} ({op.type}) moves data between lanes, so its group must hold it "
+                                 f"whole, but slices are n={g.n_slices}, c={g.c_slices}, h={g.h_slices}, "
+                                 f"w={g.w_slices}")
         members = set(g.ops)
         produced = {t for op in ops for t in op.outputs}
         inputs = list(dict.fromkeys(t for op in ops for t in op.inputs if t not in produced))

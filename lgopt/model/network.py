@@ -34,6 +34,9 @@ class Tensor:
     orig_shape: tuple[int, ...] = ()
     channels_last: bool = False  # rows on the lanes: a rank-4 [N, H, W, C] only row ops touch, as [N, H*W, C];
     # a rank-2 [B, K] row taken out of a rank-3 tensor, as [B, 1, K]
+    # rows on the lanes, the folded shape unchanged: an attention's [B, heads, T, D] as TPU-MLIR's hdim_is_batch
+    # MatMuls hold it, tokens over the lanes, heads within each (lgopt.tpumlir.lowering.hold_moves sets it)
+    rows_lanes: bool = False
 
     @property
     def n(self) -> int:
@@ -62,7 +65,7 @@ class Tensor:
         ``(B, 1, M, K)`` so that its rows M are what a group slices as H, but LMEM holds it as TPU-MLIR's
         matmul groups do, ``(B, M, 1, K)`` (row m on lane m mod X, its K elements contiguous); so is a
         channels-last rank-4 one (:func:`lgopt.model.ops.channels_last`)."""
-        return len(self.orig_shape) == 3 or self.channels_last
+        return len(self.orig_shape) == 3 or self.channels_last or self.rows_lanes
 
     def lane_shape(self, n_len: int, h_len: int, w_len: int | None = None, c_len: int | None = None) -> Shape4:
         """The 4-D shape whose aligned layout a window of ``n_len`` batches, ``h_len`` rows, ``w_len``

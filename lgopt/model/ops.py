@@ -250,6 +250,25 @@ def reshape_is_view(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> st
     return f"moves data between lanes or batches: {a} -> {b} as (batches, lanes, per lane)"
 
 
+def lane_move(op_type: str, attrs: Mapping[str, Any], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
+    """Why a Transpose or a reshape moves data between lanes or batches in LMEM (``""`` when it is a view or a
+    lane permute): such an op cannot be cut into slices, since a slice of its output reads a scattered part of
+    its input.  TPU-MLIR still runs the attention's permutes inside groups it holds whole (its canonicalisation
+    folds them into ``hdim_is_batch`` MatMuls, and ViT-Tiny becomes one unsliced group):
+    :func:`lgopt.tpumlir.lowering.lower_like` makes those local, never sliced.
+
+    >>> lane_move("Transpose", {"perm": (0, 2, 1, 3), "in_dims": (1, 197, 3, 64)}, (1, 197, 3, 64), (1, 3, 197, 64))
+    'permutes axes (moves data between lanes)'
+    >>> lane_move("Reshape", {}, (1, 197, 192), (1, 197, 3, 64))
+    ''
+    """
+    if op_type == "Slice" and attrs.get("axis") == 0:  # a batch picked and re-laid (a Gather dropping its axis)
+        return _rank_reason(OP_SPECS[op_type], attrs, [in_shape], [out_shape])
+    if _FAMILY.get(op_type) is not Family.RESHAPE or (op_type == "Transpose" and lane_permute(attrs)):
+        return ""
+    return (_transpose_rule(attrs) if op_type == "Transpose" else "") or reshape_is_view(in_shape, out_shape)
+
+
 def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]],
                  out_shapes: list[tuple[int, ...]]) -> str:
     """Why the operands' ranks keep the op global ("" when they do not)."""
@@ -537,6 +556,9 @@ def channel_reason(net: Network, op: Op) -> str:
         return "a convolution reads every input channel"
     if family in (Family.CONCAT, Family.CHANNEL_SLICE) and op.attrs.get("axis") == 1:
         return "moves channels between lanes"
+    if family is Family.RESHAPE and lane_move(op.type, op.attrs, ins[0].orig_shape or ins[0].shape,
+                                              out.orig_shape or out.shape):
+        return "moves data between lanes"
     broadcast = family is Family.BINARY or family is Family.MATMUL
     if any(t.c != out.c and not (broadcast and t.c == 1) for t in ins):
         return "mixes channels"
@@ -566,9 +588,11 @@ def backward_n(op: Op, k: int, out: Window, in_n: int) -> Window:
     """
     if out[0] >= out[1]:
         return (0, 0)
-    if op.type == "Slice" and op.attrs.get("axis") == 0:
+    if op.type == "Slice" and op.attrs.get("axis") == 0:  # a batch re-laid by the slice: the batches it takes
         start = op.attrs["start"]
-        return (start + out[0], start + out[1])
+        return (start + out[0], min(start + out[1], op.attrs["end"]))
+    if _FAMILY.get(op.type) is Family.RESHAPE and not op.n_split:  # a move held whole reads every batch
+        return (0, in_n)
     if in_n == 1:
         return (0, 1)
     return out

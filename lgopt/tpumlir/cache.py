@@ -176,8 +176,29 @@ def anchor(loc: str, aliases: dict[str, str]) -> str | None:
             return op
 
 
+MOVED = "_r_new_r_permute_for_"
+
+
 def is_cast(loc: str) -> bool:
-    return bool(CAST.search(loc))
+    """Whether TPU-MLIR inserted the op named ``loc``: a cast (``<operand><consumer>_f16``, an INT8 Concat's
+    requantisation) or a permute it moved (:func:`is_moved_permute`); no lgopt op stands for it."""
+    return bool(CAST.search(loc)) or is_moved_permute(loc)
+
+
+def is_moved_permute(loc: str) -> bool:
+    """Whether ``loc`` names a permute TPU-MLIR's canonicalisation moved past the op after it
+    (``<tensor>_<Type>_r_new_r_permute_for_<op>...``: DeiT's head permute after Q's scale, run globally while
+    the scale runs in a group).  The op it moved past is renamed ``<op>_<...>_r_new_r_permute_for_<op>`` and
+    stays that op.
+
+    >>> is_moved_permute("getitem_Squeeze_r_new_r_permute_for_val_58_Mul_val_58_Mul")
+    True
+    >>> is_moved_permute("val_58_Mul_getitem_Squeeze_r_new_r_permute_for_val_58_Mul")
+    False
+    """
+    if MOVED not in loc:
+        return False
+    return not loc.startswith(loc.rsplit(MOVED, 1)[1] + "_")
 
 
 def cast_operands(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
@@ -189,7 +210,7 @@ def cast_operands(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
     aliases = tensor_aliases(net)
     out: list[str] = []
     for loc in locs:
-        if not is_cast(loc):
+        if not is_cast(loc) or is_moved_permute(loc):
             continue
         t = next((x for x in net.inputs if loc.startswith(x) and not loc[len(x):len(x) + 1].isalnum()), None)
         i = 0

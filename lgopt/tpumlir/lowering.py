@@ -30,7 +30,7 @@ from typing import Any
 
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, Op, Tensor, Weight, check_network, network_digest, to_nchw
-from lgopt.tpumlir.cache import LOWERED, Cache, anchor, is_cast, load_cache, tensor_aliases, tpu_mlir_fuses
+from lgopt.tpumlir.cache import LOWERED, Cache, anchor, is_cast, load_cache, map_cache, tensor_aliases, tpu_mlir_fuses
 from lgopt.tpumlir.fusions import Fold, find_fold
 
 PIECE = re.compile(r"_(\d+)(_add_)?$")
@@ -77,7 +77,75 @@ def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
     net, merged = fold_like_tpu_mlir(net, named_ops(net, locs))
     split, notes = _split_chains(net, cache)
-    return split, merged + notes
+    held, moves = hold_moves(split, cache)
+    return held, merged + notes + moves
+
+
+def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
+    """``net`` with every permute or reshape that moves data between lanes (:func:`lgopt.model.ops.lane_move`)
+    and that TPU-MLIR runs inside a group it holds whole (every slice count 1) made a local op that is never
+    sliced, and one line per op.
+
+    TPU-MLIR's canonicalisation folds an attention's head permutes into its MatMuls (``hdim_is_batch``: the
+    heads stay on H, the tokens on the lanes) and the qkv split into three MatMuls, so its caches group whole
+    transformer blocks (ViT-Tiny on BM1684X: one group of 341 ops, slice counts ``[1, 1, 1, 1, 1]``) where
+    lgopt's importer keeps the permutes as global layers.  A move of a whole tensor in LMEM is well defined
+    (every batch and row of its input, laid out as its output), so the group is buildable and verifiable;
+    its cost is one copy on the vector unit.  Groups TPU-MLIR slices keep the moves global: a slice of a
+    permute's output reads a scattered part of its input."""
+    cm = map_cache(net, cache)
+    whole = {o for gi, g in enumerate(cache.groups) if all(s <= 1 for s in g.secs) for o in cm.group_ops[gi]}
+    held: dict[str, Op] = {}
+    for name in sorted(whole, key=net.op_index.__getitem__):
+        op = net.op(name)
+        if op.local or len(op.inputs) != 1 or len(op.outputs) != 1:
+            continue
+        shape_in, shape_out = net.tensor(op.inputs[0]).orig_shape, net.tensor(op.outputs[0]).orig_shape
+        if opsem.lane_move(op.type, op.attrs, shape_in, shape_out):
+            held[name] = replace(op, local=True, h_split=False, n_split=False, reason="",
+                                 sources=op.sources + (f"{LOWERED}:held whole",))
+    if not held:
+        return net, ()
+    ops = tuple(held.get(o.name, o) for o in net.ops)
+    notes = tuple(f"{n}: a {held[n].type} moving data between lanes, run whole in the group TPU-MLIR holds "
+                  f"unsliced" for n in held)
+    net = Network(net.name, net.tensors, ops, net.inputs, net.outputs)
+    flipped = _rows_over_lanes(net, set(held))
+    tensors = {t: replace(v, rows_lanes=True) if t in flipped else v for t, v in net.tensors.items()}
+    return check_network(Network(net.name, tensors, ops, net.inputs, net.outputs)), notes
+
+
+_ROW_FAMILIES = (opsem.Family.RESHAPE, opsem.Family.ROWWISE, opsem.Family.BINARY, opsem.Family.UNARY)
+
+
+def _rows_over_lanes(net: Network, held: set[str]) -> set[str]:
+    """The tensors around the moves ``held`` to hold as TPU-MLIR's ``hdim_is_batch`` MatMuls do: tokens over
+    the lanes, heads within each lane.  Folded NCHW an attention's ``[1, 3, 197, 197]`` puts its 3 heads on 3
+    of 64 lanes (77,618 bytes each in F16); TPU-MLIR holds it as ``[1, 197, 3, 197]`` (4 tokens a lane, 4,728
+    bytes).  A tensor of rank 4 or more is flipped when it has more rows than channels and every op reading or
+    writing it is a move, a MatMul of two activations, a row-wise op, an elementwise op or a batch Slice."""
+    def row_op(op: Op) -> bool:
+        family = opsem.OP_SPECS[op.type].family if op.type in opsem.OP_SPECS else None
+        if family is opsem.Family.MATMUL:
+            return not any(w.role == "filter" for w in op.weights)
+        if family is opsem.Family.CHANNEL_SLICE:
+            return op.attrs.get("axis") == 0
+        return family in _ROW_FAMILIES and op.local
+
+    near = {t for n in held for t in net.op(n).inputs + net.op(n).outputs}
+    out: set[str] = set()
+    todo = list(near)
+    while todo:
+        t = todo.pop()
+        ten = net.tensor(t)
+        if t in out or len(ten.orig_shape) < 4 or ten.h <= ten.c or t in net.inputs or t in net.outputs:
+            continue
+        users = list(net.consumers.get(t, ())) + ([net.producer[t]] if t in net.producer else [])
+        if not all(o.name in held or row_op(o) for o in users):
+            continue
+        out.add(t)
+        todo += [x for o in users for x in o.inputs + o.outputs]
+    return out
 
 
 def fold_like_tpu_mlir(net: Network, named: frozenset[str]) -> tuple[Network, tuple[str, ...]]:
