@@ -204,3 +204,27 @@ def test_a_move_in_a_sliced_group_stays_global_and_the_verifier_rejects_slicing_
     low = network_of(net, plan)
     bad = replace(plan, groups=(replace(plan.groups[0], n_slices=1, h_slices=2),))
     assert any("moves data between lanes" in str(v) for v in verify_plan(low, bad))
+
+
+def test_a_roll_within_the_folded_rows_tpu_mlir_groups_is_held_whole_and_simulates(tmp_path):
+    """Swin's shifted windows: a roll as two Slices and a Concat on an axis inside the folded H of a rank-5
+    tensor; lgopt runs them as global layers, and local, never sliced, in a group TPU-MLIR holds whole."""
+    import onnx
+
+    g = G((1, 2, 3, 4, 5), opset=17)
+    const = lambda v: g.w(None, np.array(v, dtype=np.int64))  # noqa: E731
+    tail = g.n("Slice", ["x", const([1]), const([3]), const([2])])
+    head = g.n("Slice", ["x", const([0]), const([1]), const([2])])
+    rolled = g.n("Concat", [tail, head], axis=2)
+    y = g.n("Relu", [g.n("Reshape", [rolled, const([1, 2, 12, 5])])])
+    g.out(y)
+    path = tmp_path / "roll.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="f16")
+    moves = [op.name for op in net.ops if op.type in ("Slice", "Concat")]
+    assert len(moves) == 3 and not any(net.op(m).local for m in moves)
+    plan, info = score(net, get_chip("bm1684x"), _one_group_cache(tmp_path, net))
+    low = network_of(net, plan)
+    assert info["lowered"] and all(low.op(m).local and not low.op(m).h_split for m in moves)
+    assert verify(net, plan) == [] and verify_plan(low, plan) == []
+    assert simulate(low, plan).ok

@@ -11,6 +11,7 @@ with whole tensors.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -241,7 +242,7 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
     filt = next((weights[w.name] for w in op.weights if w.role == "filter"), None)
     bias = next((weights[w.name] for w in op.weights if w.role == "bias"), None)
     xs = [replace(x, data=_batch(x, *n), n0=n[0]) for x in ins]
-    j = _Job(op, out, oc, ins, xs, weights, n, a, b)
+    j = _Job(op, out, oc, ins, xs, weights, n, a, b, [net.tensor(t).orig_shape for t in op.inputs])
     if family in (Family.CONV, Family.DECONV, Family.POOL, Family.GLOBAL_POOL, Family.RESIZE):
         y = _run_spatial(j, family, filt, bias)
     elif family in (Family.CHANNEL_SLICE, Family.RESHAPE) or _planes_transposed(op):
@@ -276,6 +277,7 @@ class _Job:
     n: tuple[int, int]
     a: int  # output rows [a, b)
     b: int
+    in_shapes: Sequence[tuple[int, ...]] = ()  # the inputs' true shapes
 
 
 def _planes_transposed(op: Op) -> bool:
@@ -315,6 +317,11 @@ def _run_moved(j: _Job, family: Family | None) -> np.ndarray:
         whole, b0 = j.ins[0], op.attrs["start"] + n[0]
         taken = replace(whole, data=whole.data[b0 - whole.n0:b0 - whole.n0 + n[1] - n[0]], n0=b0)
         return rows(taken, 0, whole.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]
+    if family is Family.CHANNEL_SLICE and op.attrs["axis"] not in (-2, -1, 1):  # within the folded H: held whole
+        axis = op.attrs["axis"] % len(j.in_shapes[0])
+        data = np.take(rows(j.ins[0], 0, j.ins[0].H, np.nan).reshape(j.in_shapes[0]),
+                       range(op.attrs["start"], op.attrs["end"]), axis=axis)
+        return data.reshape(out.n, oc, out.h, out.w)[n[0]:n[1], :, a:b]
     if family is Family.CHANNEL_SLICE and op.attrs["axis"] == -2:  # a run of rows (the input whole)
         return rows(xs[0], 0, xs[0].H, np.nan)[:, :, op.attrs["start"]:op.attrs["end"]][:, :, a:b]
     if family is Family.CHANNEL_SLICE and op.attrs["axis"] == -1:  # a run of each row's last axis
@@ -337,6 +344,10 @@ def _run_concat(j: _Job) -> np.ndarray:
     """Concat: of rows (every input whole, constants' rows on every batch, then the slice's rows), or within
     each row or of channels."""
     op, out, xs, n, a, b = j.op, j.out, j.xs, j.n, j.a, j.b
+    if op.attrs["axis"] not in (1, -1, -2):  # within the folded H axis: the group holds it whole
+        parts = [rows(x, 0, x.H, np.nan).reshape(shape) for x, shape in zip(j.ins, j.in_shapes)]
+        data = np.concatenate(parts, axis=op.attrs["axis"] % len(j.in_shapes[0]))
+        return data.reshape(out.n, j.oc, out.h, out.w)[n[0]:n[1], :, a:b]
     if op.attrs["axis"] != -2:
         return np.concatenate([rows(x, a, b, np.nan) for x in xs], axis=3 if op.attrs["axis"] == -1 else 1)
     fixed = iter(_const(j.weights[w.name], out.c) for w in op.weights)  # a constant's rows, on every batch

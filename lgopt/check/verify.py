@@ -101,6 +101,8 @@ def _moves_lanes(net: Network, op: Op) -> bool:
     reshape whose (batches, lanes, elements per lane) in LMEM differ.  A slice of such an op's output reads a
     scattered part of its input, so a group holds it only whole: the verifier's own rule."""
     batch_pick = op.type == "Slice" and op.attrs.get("axis") == 0
+    if op.type in ("Slice", "Concat") and op.attrs.get("axis") not in (0, 1, -1):  # only a rank-3 tensor's rows
+        return op.attrs.get("axis") != -2 or len(net.tensor(op.inputs[0]).orig_shape) != 3
     if (op.type not in VIEW_TYPES and not batch_pick) or len(op.inputs) != 1 or len(op.outputs) != 1:
         return False
     if op.type == "Transpose":

@@ -250,23 +250,29 @@ def reshape_is_view(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> st
     return f"moves data between lanes or batches: {a} -> {b} as (batches, lanes, per lane)"
 
 
-def lane_move(op_type: str, attrs: Mapping[str, Any], in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> str:
+def lane_move(op_type: str, attrs: Mapping[str, Any], in_shapes: Sequence[tuple[int, ...]],
+              out_shape: tuple[int, ...]) -> str:
     """Why a Transpose or a reshape moves data between lanes or batches in LMEM (``""`` when it is a view or a
     lane permute): such an op cannot be cut into slices, since a slice of its output reads a scattered part of
     its input.  TPU-MLIR still runs the attention's permutes inside groups it holds whole (its canonicalisation
     folds them into ``hdim_is_batch`` MatMuls, and ViT-Tiny becomes one unsliced group):
     :func:`lgopt.tpumlir.lowering.lower_like` makes those local, never sliced.
 
-    >>> lane_move("Transpose", {"perm": (0, 2, 1, 3), "in_dims": (1, 197, 3, 64)}, (1, 197, 3, 64), (1, 3, 197, 64))
+    >>> lane_move("Transpose", {"perm": (0, 2, 1, 3), "in_dims": (1, 197, 3, 64)}, [(1, 197, 3, 64)], (1, 3, 197, 64))
     'permutes axes (moves data between lanes)'
-    >>> lane_move("Reshape", {}, (1, 197, 192), (1, 197, 3, 64))
+    >>> lane_move("Reshape", {}, [(1, 197, 192)], (1, 197, 3, 64))
     ''
     """
+    ins = list(in_shapes)
     if op_type == "Slice" and attrs.get("axis") == 0:  # a batch picked and re-laid (a Gather dropping its axis)
-        return _rank_reason(OP_SPECS[op_type], attrs, [in_shape], [out_shape])
-    if _FAMILY.get(op_type) is not Family.RESHAPE or (op_type == "Transpose" and lane_permute(attrs)):
+        return _rank_reason(OP_SPECS[op_type], attrs, ins, [out_shape])
+    if op_type == "Slice" and attrs.get("step", 1) == 1:  # within the folded H axis (Swin's shifted windows)
+        return _slice_rule(attrs) or _rank_reason(OP_SPECS[op_type], attrs, ins, [out_shape])
+    if op_type == "Concat":  # joined within the folded H axis (Swin's shifted windows put back)
+        return _concat_rule(attrs) or _rank_reason(OP_SPECS[op_type], attrs, ins, [out_shape])
+    if _FAMILY.get(op_type) is not Family.RESHAPE or len(ins) != 1 or (op_type == "Transpose" and lane_permute(attrs)):
         return ""
-    return (_transpose_rule(attrs) if op_type == "Transpose" else "") or reshape_is_view(in_shape, out_shape)
+    return (_transpose_rule(attrs) if op_type == "Transpose" else "") or reshape_is_view(ins[0], out_shape)
 
 
 def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]],
@@ -556,7 +562,7 @@ def channel_reason(net: Network, op: Op) -> str:
         return "a convolution reads every input channel"
     if family in (Family.CONCAT, Family.CHANNEL_SLICE) and op.attrs.get("axis") == 1:
         return "moves channels between lanes"
-    if family is Family.RESHAPE and lane_move(op.type, op.attrs, ins[0].orig_shape or ins[0].shape,
+    if family is Family.RESHAPE and lane_move(op.type, op.attrs, [ins[0].orig_shape or ins[0].shape],
                                               out.orig_shape or out.shape):
         return "moves data between lanes"
     broadcast = family is Family.BINARY or family is Family.MATMUL

@@ -98,10 +98,10 @@ def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     held: dict[str, Op] = {}
     for name in sorted(whole, key=net.op_index.__getitem__):
         op = net.op(name)
-        if op.local or len(op.inputs) != 1 or len(op.outputs) != 1:
+        if op.local or not op.inputs or len(op.outputs) != 1 or (op.weights and op.type == "Concat"):
             continue
-        shape_in, shape_out = net.tensor(op.inputs[0]).orig_shape, net.tensor(op.outputs[0]).orig_shape
-        if opsem.lane_move(op.type, op.attrs, shape_in, shape_out):
+        shapes_in = [net.tensor(t).orig_shape for t in op.inputs]
+        if opsem.lane_move(op.type, op.attrs, shapes_in, net.tensor(op.outputs[0]).orig_shape):
             held[name] = replace(op, local=True, h_split=False, n_split=False, reason="",
                                  sources=op.sources + (f"{LOWERED}:held whole",))
     if not held:
