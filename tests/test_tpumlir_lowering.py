@@ -138,15 +138,15 @@ def test_two_linear_pointwise_convs_are_the_one_conv_tpu_mlir_merges_them_into()
     assert abs(plan.groups[-1].cost["cycles"] / last - 1) < 0.10
 
 
-def _attention(tmp_path, split: str = "Split"):
+def _attention(tmp_path, split: str = "Split", batch: int = 1):
     """x [1, 8, 16] -> timm's attention: qkv MatMul + bias, Reshape [1, 8, 3, 2, 8], Transpose (2, 0, 3, 1, 4),
     three heads-first [1, 2, 8, 8] picks (a Split and Squeezes, or Gathers), K transposed, Q scaled,
     Softmax(Q K^T) V, heads back (0, 2, 1, 3), Reshape [1, 8, 16], proj MatMul."""
     import onnx
 
-    g = G((1, 8, 16), opset=17)
+    g = G((batch, 8, 16), opset=17)
     qkv = g.n("Add", [g.w([48]), g.n("MatMul", ["x", g.w([16, 48])])])
-    r = g.n("Reshape", [qkv, g.w(None, np.array([1, 8, 3, 2, 8], dtype=np.int64))])
+    r = g.n("Reshape", [qkv, g.w(None, np.array([batch, 8, 3, 2, 8], dtype=np.int64))])
     p = g.n("Transpose", [r], perm=[2, 0, 3, 1, 4])
     if split == "Split":
         parts = g.n("Split", [p, g.w(None, np.array([1, 1, 1], dtype=np.int64))], nout=3, axis=0)
@@ -158,9 +158,9 @@ def _attention(tmp_path, split: str = "Split"):
     qs = g.n("Mul", [q, g.w(None, np.array(0.35, dtype=np.float32))])
     a = g.n("Softmax", [g.n("MatMul", [qs, kt])], axis=-1)
     o = g.n("Transpose", [g.n("MatMul", [a, v])], perm=[0, 2, 1, 3])
-    y = g.n("MatMul", [g.n("Reshape", [o, g.w(None, np.array([1, 8, 16], dtype=np.int64))]), g.w([16, 16])])
+    y = g.n("MatMul", [g.n("Reshape", [o, g.w(None, np.array([batch, 8, 16], dtype=np.int64))]), g.w([16, 16])])
     g.out(y)
-    path = tmp_path / f"attn_{split}.onnx"
+    path = tmp_path / f"attn_{split}_{batch}.onnx"
     onnx.save(g.model(), str(path))
     return import_onnx(path, dtype="f16")
 
@@ -176,9 +176,11 @@ def _one_group_cache(tmp_path, net, secs=(1, 1, 1, 1, 1)) -> str:
     return str(p)
 
 
-@__import__("pytest").mark.parametrize("split", ["Split", "Gather"])
-def test_an_attention_tpu_mlir_holds_whole_in_one_group_reads_verifies_and_simulates(tmp_path, split):
-    net = _attention(tmp_path, split)
+@__import__("pytest").mark.parametrize("split,batch", [("Split", 1), ("Gather", 1), ("Gather", 2)])
+def test_an_attention_tpu_mlir_holds_whole_in_one_group_reads_verifies_and_simulates(tmp_path, split, batch):
+    """Batch 2 re-lays the batches Q, K and V are picked from (Swin's windows: ``[3, 64, 3, 49, 32]`` picked into
+    ``[64, 3, 49, 32]``): the verifier once wanted batches 2:4 of the 3 there are (zoo, swin_t)."""
+    net = _attention(tmp_path, split, batch)
     moves = [op.name for op in net.ops if not op.local]
     assert moves and all(net.op(m).type in ("Transpose", "Squeeze", "Slice") for m in moves)
     plan, info = score(net, get_chip("bm1684x"), _one_group_cache(tmp_path, net))

@@ -551,7 +551,11 @@ class Verifier:
                     cols = _receptive_rows(op, k, range(c0, c1), it.w, ot.w, axis=1)
                     batches = {0} if it.n == 1 else set(range(n0, n1))
                     if op.type == "Slice" and op.attrs.get("axis") == 0:  # the batches it takes, shifted
-                        batches = set(range(op.attrs["start"] + n0, op.attrs["start"] + n1))
+                        start, end = op.attrs["start"], op.attrs["end"]
+                        batches = set(range(start + n0, start + n1)) if ot.n == end - start \
+                            else set(range(start, end))  # re-laid: every batch it takes, whatever it computes
+                    elif _moves_lanes(net, op):  # a move held whole reads every batch
+                        batches = set(range(it.n))
                     w = g.windows[t][s]
                     x0, x1 = g.cols(t, s, it.w)
                     if not _contains((w[2], w[3]), rows):
