@@ -230,3 +230,23 @@ def test_a_roll_within_the_folded_rows_tpu_mlir_groups_is_held_whole_and_simulat
     assert info["lowered"] and all(low.op(m).local and not low.op(m).h_split for m in moves)
     assert verify(net, plan) == [] and verify_plan(low, plan) == []
     assert simulate(low, plan).ok
+
+
+def test_an_add_of_ranks_the_fold_cannot_broadcast_is_computed_whole_on_the_true_shapes(tmp_path):
+    """Swin's shifted-window mask: ``[1, 4, 3, 5, 5] + [1, 4, 1, 5, 5]`` broadcasts over an axis lgopt's NCHW fold
+    merges into H; held whole in a group TPU-MLIR holds unsliced, it is computed on the true shapes."""
+    import onnx
+
+    g = G((1, 4, 3, 5, 5), opset=17)
+    mask = g.w([1, 4, 1, 5, 5])
+    y = g.n("Reshape", [g.n("Add", ["x", mask]), g.w(None, np.array([1, 4, 15, 5], dtype=np.int64))])
+    g.out(g.n("Relu", [y]))
+    path = tmp_path / "mask.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="f16")
+    add = next(op for op in net.ops if op.type == "Add")
+    assert not add.local and "rank" in add.reason
+    plan, info = score(net, get_chip("bm1684x"), _one_group_cache(tmp_path, net))
+    low = network_of(net, plan)
+    assert low.op(add.name).local and not low.op(add.name).n_split
+    assert verify(net, plan) == [] and verify_plan(low, plan) == [] and simulate(low, plan).ok

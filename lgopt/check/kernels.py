@@ -366,11 +366,18 @@ def _run_concat(j: _Job) -> np.ndarray:
 def _run_binary(j: _Job) -> np.ndarray:
     """Elementwise binary ops, broadcasting: an operand with one row, or a constant, applies to every row."""
     op, out, xs, n, a, b = j.op, j.out, j.xs, j.n, j.a, j.b
+    f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
+         "Min": np.minimum, "Pow": np.power}[op.type]
+    if not op.n_split:  # held whole (ranks the fold cannot broadcast): numpy's broadcast on the true shapes
+        whole = [rows(x, 0, x.H, np.nan).reshape(shape) for x, shape in zip(j.ins, j.in_shapes)]
+        whole += [np.asarray(j.weights[w.name], dtype=float).reshape(w.shape) for w in op.weights]
+        data = whole[0]
+        for z in whole[1:]:
+            data = f(data, z)
+        return np.broadcast_to(data, out.orig_shape).reshape(out.n, j.oc, out.h, out.w)[n[0]:n[1], :, a:b].copy()
     operands = [rows(x, a, b, np.nan) if x.H == out.h else rows(x, 0, 1, np.nan) for x in xs]
     consts = [_const(j.weights[w.name], out.c) for w in op.weights]
     operands += [v[:, :, a:b] if v.shape[2] == out.h else v for v in consts]  # a constant with rows: this slice's
-    f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Max": np.maximum,
-         "Min": np.minimum, "Pow": np.power}[op.type]
     y = operands[0]
     for z in operands[1:]:
         y = f(y, z)

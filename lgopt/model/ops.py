@@ -275,6 +275,22 @@ def lane_move(op_type: str, attrs: Mapping[str, Any], in_shapes: Sequence[tuple[
     return (_transpose_rule(attrs) if op_type == "Transpose" else "") or reshape_is_view(ins[0], out_shape)
 
 
+def whole_only(op_type: str, attrs: Mapping[str, Any], in_shapes: Sequence[tuple[int, ...]],
+               out_shape: tuple[int, ...], has_weights: bool = False) -> str:
+    """Why an op lgopt runs as a global layer is well defined in a group only when the group holds it whole
+    (``""`` when it is not such an op): a move between lanes (:func:`lane_move`), or an elementwise op whose
+    operands' ranks lgopt's NCHW fold cannot express (Swin's shifted-window mask, ``[1, 64, 3, 49, 49]`` plus
+    ``[1, 64, 1, 49, 49]``), computed on the true shapes.  :func:`lgopt.tpumlir.lowering.hold_moves` makes
+    such ops local where TPU-MLIR runs them in an unsliced group."""
+    why = lane_move(op_type, attrs, in_shapes, out_shape)
+    spec = OP_SPECS.get(op_type)
+    if why or spec is None or spec.family not in (Family.BINARY, Family.UNARY):
+        return why
+    if spec.family is Family.UNARY and (has_weights or len(in_shapes) != 1):
+        return ""
+    return _rank_reason(spec, attrs, list(in_shapes), [out_shape])
+
+
 def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[int, ...]],
                  out_shapes: list[tuple[int, ...]]) -> str:
     """Why the operands' ranks keep the op global ("" when they do not)."""

@@ -82,9 +82,10 @@ def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
 
 
 def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
-    """``net`` with every permute or reshape that moves data between lanes (:func:`lgopt.model.ops.lane_move`)
-    and that TPU-MLIR runs inside a group it holds whole (every slice count 1) made a local op that is never
-    sliced, and one line per op.
+    """``net`` with every op that is well defined in a group only held whole (:func:`lgopt.model.ops.whole_only`:
+    a permute, reshape, Slice or Concat that moves data between lanes, an elementwise op of ranks lgopt's fold
+    cannot broadcast) and that TPU-MLIR runs inside a group it holds whole (every slice count 1) made a local
+    op that is never sliced, and one line per op.
 
     TPU-MLIR's canonicalisation folds an attention's head permutes into its MatMuls (``hdim_is_batch``: the
     heads stay on H, the tokens on the lanes) and the qkv split into three MatMuls, so its caches group whole
@@ -101,14 +102,14 @@ def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
         if op.local or not op.inputs or len(op.outputs) != 1 or (op.weights and op.type == "Concat"):
             continue
         shapes_in = [net.tensor(t).orig_shape for t in op.inputs]
-        if opsem.lane_move(op.type, op.attrs, shapes_in, net.tensor(op.outputs[0]).orig_shape):
+        if opsem.whole_only(op.type, op.attrs, shapes_in, net.tensor(op.outputs[0]).orig_shape, bool(op.weights)):
             held[name] = replace(op, local=True, h_split=False, n_split=False, reason="",
                                  sources=op.sources + (f"{LOWERED}:held whole",))
     if not held:
         return net, ()
     ops = tuple(held.get(o.name, o) for o in net.ops)
-    notes = tuple(f"{n}: a {held[n].type} moving data between lanes, run whole in the group TPU-MLIR holds "
-                  f"unsliced" for n in held)
+    notes = tuple(f"{n}: a {held[n].type} lgopt runs globally, run whole in the group TPU-MLIR holds unsliced"
+                  for n in held)
     net = Network(net.name, net.tensors, ops, net.inputs, net.outputs)
     flipped = _rows_over_lanes(net, set(held))
     tensors = {t: replace(v, rows_lanes=True) if t in flipped else v for t, v in net.tensors.items()}
