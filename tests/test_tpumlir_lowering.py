@@ -250,3 +250,26 @@ def test_an_add_of_ranks_the_fold_cannot_broadcast_is_computed_whole_on_the_true
     low = network_of(net, plan)
     assert low.op(add.name).local and not low.op(add.name).n_split
     assert verify(net, plan) == [] and verify_plan(low, plan) == [] and simulate(low, plan).ok
+
+
+@__import__("pytest").mark.parametrize("dtype,cores,reads", [("f16", 1, True), ("int8", 1, False), ("f16", 2, False)])
+def test_hsecs_past_the_outputs_rows_compile_only_in_f16_on_one_core(tmp_path, dtype, cores, reads):
+    """A tail group ending in a global mean, forced to ``hsecs=2``: TPU-MLIR drops the empty section in F16 on one
+    core (one slice) and its allocator refuses it in INT8 or on several cores (benchmarks/settings.py)."""
+    import onnx
+
+    from lgopt.tpumlir.grouping import GroupingInfeasible
+
+    g = G((1, 8, 8, 8), opset=17)
+    g.out(g.n("GlobalAveragePool", [g.n("Relu", [g.conv("x", 8, 8)])]))
+    path = tmp_path / "tail.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype=dtype)
+    cache = _one_group_cache(tmp_path, net, (1, 1, 1, 2, 1))
+    chip = get_chip("bm1688", {"used_cores": cores})
+    if reads:
+        plan, _ = score(net, chip, cache)
+        assert plan.groups[0].h_slices == 1 and verify(net, plan) == []
+    else:
+        with __import__("pytest").raises(GroupingInfeasible, match="drops the empty sections in F16 on one core"):
+            score(net, chip, cache)
