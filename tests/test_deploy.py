@@ -32,10 +32,12 @@ own = json.load(open({ref!r}))
 cache = prefix + ".layer_group_cache.json"
 if os.environ.get("LOAD_TPU_GROUP") == "1":
     mine = json.load(open(cache))
-    if {fail!r}:
+    refuse = {fail!r} is True or ({fail!r} == "first" and not os.path.exists({marker!r}))
+    if refuse:
+        open({marker!r}, "w").write("refused once")
         print("local memory allocate failed for group 0")
         print("LocalMemoryAllocationPass pass failed.")
-    cycles = 591722 if mine == own else {forced}
+    cycles = 591722 if mine == own else ({forced} if not refuse else 400000)
 else:
     json.dump(own, open(cache, "w"))
     cycles = 591722
@@ -44,13 +46,13 @@ open("compiler_profile_0.txt", "w").write("...\\nAPI_END total_cycle:%d|b:1|g:1\
 """
 
 
-def _stand_in(tmp: Path, forced_cycles: int = 500_000, fail: bool = False) -> Path:
+def _stand_in(tmp: Path, forced_cycles: int = 500_000, fail: bool | str = False) -> Path:
     ref = need(FIXTURES / "tpu-mlir" / "resnet18_bm1684x_f16.layer_group_cache.json")
     venv = tmp / "tpu-mlir"
     (venv / "bin").mkdir(parents=True)
     for name, text in (("model_transform", TRANSFORM.format(py=sys.executable)),
                        ("model_deploy", DEPLOY.format(py=sys.executable, ref=str(ref), fail=fail,
-                                                      forced=forced_cycles))):
+                                                      forced=forced_cycles, marker=str(tmp / "refused")))):
         p = venv / "bin" / name
         p.write_text(text)
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
@@ -90,6 +92,20 @@ def test_never_slower_than_tpu_mlir_alone(tmp_path):
         assert (tmp / "out" / "resnet18_weightless_bm1684x_f16.bmodel").read_bytes() == b"bmodel 591722"
         if fail and not r.get("lgopt_kept_reference"):
             assert "local memory allocate failed" in r["lgopt_compile_error"] and r["lgopt_cycles"] is None
+
+
+def test_a_grouping_the_allocator_refuses_is_searched_again_with_more_lmem_left_empty(tmp_path):
+    """TPU-MLIR packs LMEM less tightly than lgopt: after it refuses lgopt's grouping, deploy searches once more
+    with more banks empty and compiles that (here the stand-in compiles it), one more compile only."""
+    code, r = _deploy(tmp_path, _stand_in(tmp_path, forced_cycles=500_000, fail="first"))
+    assert code == 0
+    if r.get("lgopt_kept_reference") and not r.get("lgopt_refused_first"):
+        return  # lgopt's search kept TPU-MLIR's grouping at once: nothing was compiled, nothing refused
+    assert "local memory allocate failed" in r["lgopt_refused_first"]
+    steps = [s["step"] for s in r["steps"]]
+    assert any("again, 4 banks reserved" in s for s in steps)
+    assert r["kept"] == "lgopt" and r["delivered_cycles"] == 500_000 or r.get("lgopt_kept_reference")
+    assert "searched again with 4 LMEM banks left empty" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_deploy_errors_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
