@@ -274,3 +274,28 @@ def test_hsecs_past_the_outputs_rows_are_refused_in_int8_on_one_core(tmp_path, d
     else:
         with __import__("pytest").raises(GroupingInfeasible, match="in INT8 on one core its allocator refused"):
             score(net, chip, cache)
+
+
+def test_an_int8_convtranspose_run_apart_from_its_requantisation_is_cut_the_same_way(tmp_path):
+    """TPU-MLIR's INT8 ConvTranspose writes int32 (``<out>_ConvTranspose_i32``) and a RequantIntAxis makes the
+    int8 output; a cache running the two in different groups reads as a ConvTranspose and a Requant."""
+    import onnx
+
+    g = G((1, 8, 8, 8), opset=17)
+    y = g.n("ConvTranspose", ["x", g.w([8, 4, 2, 2]), g.w([4])], kernel_shape=[2, 2], strides=[2, 2])
+    g.out(g.n("Relu", [y]))
+    path = tmp_path / "up.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="int8")
+    up = next(op for op in net.ops if op.type == "ConvTranspose")
+    out = up.outputs[0]
+    groups = [{"locs": [loc], "shape_secs": [1, 1, 1, 1, 1], "func_start_idx": i, "func_end_idx": i,
+               "group_cost": 0} for i, loc in enumerate((f"{out}_ConvTranspose_i32", f"{out}_ConvTranspose"))]
+    cache = tmp_path / "up.layer_group_cache.json"
+    cache.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": groups, "GlobalLayer": []}}))
+    plan, info = score(net, get_chip("bm1684x"), str(cache))
+    low = network_of(net, plan)
+    assert [low.op(gr.ops[0]).type for gr in plan.groups] == ["ConvTranspose", "Requant"]
+    assert low.tensor(f"{out}_ConvTranspose_i32").dtype == "int32" and low.op(up.name).type == "Requant"
+    assert low.op(up.name).fused == up.fused and low.op(up.name).outputs == up.outputs
+    assert verify(net, plan) == [] and verify_plan(low, plan) == [] and simulate(low, plan).ok

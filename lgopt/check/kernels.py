@@ -201,6 +201,8 @@ def activation(name: str, y: np.ndarray, attrs: dict, prefix: str = "") -> np.nd
         return _ERF(y)
     if name == "Neg":
         return -y
+    if name == "Requant":  # int32 -> int8 with its scale: the value, as lgopt simulates every dtype in float
+        return y
     if name == "Sqrt":
         return np.sqrt(y)
     if name == "Gelu":  # ONNX Gelu: x * Phi(x), or its tanh approximation

@@ -186,6 +186,9 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("Erf", Family.UNARY, eu_ops=8, table=True),
     OpSpec("SiLU", Family.UNARY, eu_ops=7, table=True),
     OpSpec("Neg", Family.UNARY, eu_ops=1),  # rotary embeddings' rotate_half
+    # an INT8 requantisation (int32 -> int8) TPU-MLIR runs apart from a ConvTranspose: made by the lowering
+    # (lgopt.tpumlir.lowering.split_requant), never imported
+    OpSpec("Requant", Family.UNARY, eu_ops=2),
     OpSpec("Sqrt", Family.UNARY, eu_ops=4, table=True),
     OpSpec("Gelu", Family.UNARY, ("approximate",), eu_ops=10, table=True),  # ONNX Gelu: erf or tanh form
     # transformers (issue 16): rows of [.., M, K] operands; K on W.  eu_ops per element of the row

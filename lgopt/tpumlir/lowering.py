@@ -77,8 +77,45 @@ def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
     net, merged = fold_like_tpu_mlir(net, named_ops(net, locs))
     split, notes = _split_chains(net, cache)
+    split, requants = split_requant(split, cache)
     held, moves = hold_moves(split, cache)
-    return held, merged + notes + moves
+    return held, merged + notes + requants + moves
+
+
+I32 = "_i32"  # TPU-MLIR's INT8 ConvTranspose: ``<tensor>_ConvTranspose_i32`` (int32 out), then its requantisation
+
+
+def split_requant(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
+    """``net`` with every ConvTranspose the cache runs apart from its requantisation (INT8: TPU-MLIR lowers it to
+    a deconvolution writing int32, ``<tensor>_ConvTranspose_i32``, and a requantisation to int8 named after the
+    output, and a cache may put the two in different steps) cut the same way: a ConvTranspose named after the
+    ``_i32`` op, writing an int32 tensor of that name, and a ``Requant`` op, the original's name, output and fused
+    activation; one line per op cut."""
+    step: dict[str, int] = {loc: gi for gi, g in enumerate(cache.groups) for loc in g.locs}
+    step.update({loc: -1 for _, _, loc in cache.globals})
+    aliases = tensor_aliases(net)
+    cut: dict[str, tuple[Op, Op, Tensor]] = {}
+    for loc, where in step.items():
+        whole = loc[:-len(I32)]
+        if not loc.endswith(I32) or step.get(whole, where) == where:
+            continue
+        name = anchor(whole, aliases)
+        if name is None or net.op(name).type != "ConvTranspose" or name in cut:
+            continue
+        op = net.op(name)
+        out = net.tensor(op.outputs[0])
+        mid = replace(out, name=loc, dtype="int32")
+        deconv = replace(op, name=loc, outputs=(loc,), fused=(), sources=(f"{LOWERED}:{loc}",) + op.sources)
+        local, h, n, why = opsem.classify("Requant", {}, [out.orig_shape], [out.orig_shape])
+        requant = Op(op.name, "Requant", (loc,), op.outputs, (), {}, op.fused, local, h, n, op.sources, why)
+        cut[name] = (deconv, requant, mid)
+    if not cut:
+        return net, ()
+    ops = tuple(x for o in net.ops for x in (cut[o.name][:2] if o.name in cut else (o,)))
+    tensors = {**net.tensors, **{m.name: m for _, _, m in cut.values()}}
+    notes = tuple(f"{n}: an INT8 ConvTranspose TPU-MLIR runs apart from its requantisation, cut into {d.name} "
+                  f"and the Requant" for n, (d, _, _) in cut.items())
+    return check_network(Network(net.name, tensors, ops, net.inputs, net.outputs)), notes
 
 
 def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
