@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from lgopt.model.network import Network, Op, Tensor, to_nchw
-from lgopt.model.ops import OP_SPECS, Family, resize_coord, resize_source
+from lgopt.model.ops import OP_SPECS, Family, lane_move, resize_coord, resize_source
 
 
 @dataclass(frozen=True)
@@ -332,11 +332,13 @@ def _run_moved(j: _Job, family: Family | None) -> np.ndarray:
         return rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
     if _planes_transposed(op):
         return rows(xs[0], 0, xs[0].H, np.nan).transpose(0, 1, 3, 2)[:, :, a:b]
-    if not op.n_split:  # a move held whole (lgopt.tpumlir.lowering.hold_moves): every batch and row of its input
-        data = rows(j.ins[0], 0, j.ins[0].H, np.nan)
+    if lane_move(op.type, op.attrs, j.in_shapes, out.orig_shape):  # held (lgopt.tpumlir.lowering.hold_moves):
+        x = xs[0] if op.n_split else j.ins[0]  # on the true shapes, the slice's batches or every one
+        data = rows(x, 0, x.H, np.nan)
         if op.type == "Transpose":
-            data = data.reshape(op.attrs["in_dims"]).transpose(op.attrs["perm"])
-        return data.reshape(out.n, oc, out.h, out.w)[n[0]:n[1], :, a:b]
+            data = data.reshape((-1,) + tuple(op.attrs["in_dims"][1:])).transpose(op.attrs["perm"])
+        y = data.reshape(-1, oc, out.h, out.w)
+        return (y if op.n_split else y[n[0]:n[1]])[:, :, a:b]
     src = xs[0]  # a reshape, a view: the rows re-split when the shape changes (then never H-sliced)
     return rows(src, a, b, np.nan) if (src.H, src.data.shape[1], src.data.shape[3]) == (out.h, oc, out.w) \
         else rows(src, 0, src.H, np.nan).reshape(n[1] - n[0], oc, out.h, out.w)[:, :, a:b]

@@ -123,6 +123,17 @@ def _moves_lanes(net: Network, op: Op) -> bool:
     return (n_in, *lanes_in) != (n_out, *lanes_out)
 
 
+def _keeps_batches(net: Network, op: Op) -> bool:
+    """Whether a move keeps each batch's data to itself: one input with the output's leading dimension, moved
+    by a reshape or by a Transpose that leaves axis 0 first (the verifier's own rule)."""
+    if len(op.inputs) != 1 or len(op.outputs) != 1:
+        return False
+    a, b = net.tensor(op.inputs[0]).orig_shape, net.tensor(op.outputs[0]).orig_shape
+    if not a or not b or a[0] != b[0]:
+        return False
+    return op.type in RESHAPE_TYPES or (op.type == "Transpose" and tuple(op.attrs.get("perm", (1,)))[:1] == (0,))
+
+
 def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: int = 0) -> set[int]:
     """Input rows of operand ``k`` that output ``rows`` read, by enumeration; with ``axis=1`` the same for
     columns (kernel, stride, dilation and leading pad of W: pads are (top, left, bottom, right); a Resize's
@@ -392,10 +403,11 @@ class Verifier:
                 self.fail(where, f"op {op.name} ({op.type}) does not allow slicing N, but n_slices={g.n_slices}")
             if g.c_slices > 1 and op.outputs and (why := _mixes_channels(net, op)):
                 self.fail(where, f"op {op.name} ({op.type}) {why}, but c_slices={g.c_slices}")
-            if max(g.n_slices, g.h_slices, g.w_slices, g.c_slices) > 1 and _moves_lanes(net, op):
+            cut = max(g.h_slices, g.w_slices, g.c_slices) > 1 or (g.n_slices > 1 and not _keeps_batches(net, op))
+            if cut and _moves_lanes(net, op):
                 self.fail(where, f"op {op.name} ({op.type}) moves data between lanes, so its group must hold it "
-                                 f"whole, but slices are n={g.n_slices}, c={g.c_slices}, h={g.h_slices}, "
-                                 f"w={g.w_slices}")
+                                 f"whole (batch slices only where it keeps each batch to itself), but slices are "
+                                 f"n={g.n_slices}, c={g.c_slices}, h={g.h_slices}, w={g.w_slices}")
         members = set(g.ops)
         produced = {t for op in ops for t in op.outputs}
         inputs = list(dict.fromkeys(t for op in ops for t in op.inputs if t not in produced))
@@ -554,8 +566,8 @@ class Verifier:
                         start, end = op.attrs["start"], op.attrs["end"]
                         batches = set(range(start + n0, start + n1)) if ot.n == end - start \
                             else set(range(start, end))  # re-laid: every batch it takes, whatever it computes
-                    elif _moves_lanes(net, op):  # a move held whole reads every batch
-                        batches = set(range(it.n))
+                    elif _moves_lanes(net, op) and not (g.n_slices > 1 and _keeps_batches(net, op)):
+                        batches = set(range(it.n))  # a move held whole reads every batch
                     w = g.windows[t][s]
                     x0, x1 = g.cols(t, s, it.w)
                     if not _contains((w[2], w[3]), rows):

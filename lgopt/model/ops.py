@@ -278,6 +278,22 @@ def lane_move(op_type: str, attrs: Mapping[str, Any], in_shapes: Sequence[tuple[
     return (_transpose_rule(attrs) if op_type == "Transpose" else "") or reshape_is_view(ins[0], out_shape)
 
 
+def keeps_batches(op_type: str, attrs: Mapping[str, Any], in_shapes: Sequence[tuple[int, ...]],
+                  out_shape: tuple[int, ...]) -> bool:
+    """Whether a move between lanes keeps each batch's data to itself (a permute leaving axis 0 first, a reshape
+    of the same leading dimension), so a group may still cut it into batch slices (MobileViT's patches as batches,
+    which TPU-MLIR N-slices on BM1688).
+
+    >>> keeps_batches("Transpose", {"perm": (0, 2, 1, 3)}, [(4, 64, 3, 32)], (4, 3, 64, 32))
+    True
+    >>> keeps_batches("Squeeze", {}, [(1, 4, 3, 64, 32)], (4, 3, 64, 32))
+    False
+    """
+    if len(in_shapes) != 1 or not in_shapes[0] or not out_shape or in_shapes[0][0] != out_shape[0]:
+        return False
+    return op_type in RESHAPE_TYPES or (op_type == "Transpose" and tuple(attrs.get("perm", (1,)))[0] == 0)
+
+
 def whole_only(op_type: str, attrs: Mapping[str, Any], in_shapes: Sequence[tuple[int, ...]],
                out_shape: tuple[int, ...], has_weights: bool = False) -> str:
     """Why an op lgopt runs as a global layer is well defined in a group only when the group holds it whole

@@ -122,7 +122,8 @@ def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     """``net`` with every op that is well defined in a group only held whole (:func:`lgopt.model.ops.whole_only`:
     a permute, reshape, Slice or Concat that moves data between lanes, an elementwise op of ranks lgopt's fold
     cannot broadcast) and that TPU-MLIR runs inside a group it holds whole (every slice count 1) made a local
-    op that is never sliced, and one line per op.
+    op that is never sliced, and one line per op.  A permute or reshape that keeps each batch to itself
+    (:func:`lgopt.model.ops.keeps_batches`) may be cut into batch slices, also where TPU-MLIR does so.
 
     TPU-MLIR's canonicalisation folds an attention's head permutes into its MatMuls (``hdim_is_batch``: the
     heads stay on H, the tokens on the lanes) and the qkv split into three MatMuls, so its caches group whole
@@ -132,16 +133,22 @@ def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     its cost is one copy on the vector unit.  Groups TPU-MLIR slices keep the moves global: a slice of a
     permute's output reads a scattered part of its input."""
     cm = map_cache(net, cache)
-    whole = {o for gi, g in enumerate(cache.groups) if all(s <= 1 for s in g.secs) for o in cm.group_ops[gi]}
+    batches = {o: g.secs[0] > 1 for gi, g in enumerate(cache.groups) if all(s <= 1 for s in g.secs[1:])
+               for o in cm.group_ops[gi]}  # ops of groups cut into batch slices at most, and whether they are
     held: dict[str, Op] = {}
-    for name in sorted(whole, key=net.op_index.__getitem__):
+    for name in sorted(batches, key=net.op_index.__getitem__):
         op = net.op(name)
         if op.local or not op.inputs or len(op.outputs) != 1 or (op.weights and op.type == "Concat"):
             continue
         shapes_in = [net.tensor(t).orig_shape for t in op.inputs]
-        if opsem.whole_only(op.type, op.attrs, shapes_in, net.tensor(op.outputs[0]).orig_shape, bool(op.weights)):
-            held[name] = replace(op, local=True, h_split=False, n_split=False, reason="",
-                                 sources=op.sources + (f"{LOWERED}:held whole",))
+        shape_out = net.tensor(op.outputs[0]).orig_shape
+        if not opsem.whole_only(op.type, op.attrs, shapes_in, shape_out, bool(op.weights)):
+            continue
+        per_batch = opsem.keeps_batches(op.type, op.attrs, shapes_in, shape_out)
+        if batches[name] and not per_batch:
+            continue  # TPU-MLIR cuts the group into batches, and this move mixes them
+        held[name] = replace(op, local=True, h_split=False, n_split=per_batch, reason="",
+                             sources=op.sources + (f"{LOWERED}:held whole",))
     if not held:
         return net, ()
     ops = tuple(held.get(o.name, o) for o in net.ops)
