@@ -303,3 +303,25 @@ def test_an_int8_convtranspose_run_apart_from_its_requantisation_is_cut_the_same
     assert low.tensor(f"{out}_ConvTranspose_i32").dtype == "int32" and low.op(up.name).type == "Requant"
     assert low.op(up.name).fused == up.fused and low.op(up.name).outputs == up.outputs
     assert verify(net, plan) == [] and verify_plan(low, plan) == [] and simulate(low, plan).ok
+
+
+def test_a_qkv_projection_tpu_mlir_cuts_in_three_reads_in_batch_slices(tmp_path):
+    """TPU-MLIR cuts the qkv MatMul into Q, K and V MatMuls with a Reshape each (``<qkv>_<Type>_matmul_1|3|5``),
+    so no 5-D permute mixes the batches and it may cut the attention into batch slices (MobileViT on BM1688);
+    read so, the network has three column pieces and (0, 2, 1, 3) Transposes in batch slices."""
+    net = _attention(tmp_path, "Split", batch=2)
+    qkv = next(op for op in net.ops if op.type == "MatMul" and op.weights)
+    locs = [f"{qkv.outputs[0]}_MatMul_{kind}_{k}" for k in (5, 3, 1) for kind in ("matmul", "reshape")]
+    skip = {qkv.name} | {op.name for op in net.ops if op.type in ("Slice", "Squeeze")  # the picks, the 5-D ops
+                         or len(net.tensor(op.outputs[0]).orig_shape) == 5}
+    locs += [f"{op.outputs[0]}_{op.type}" for op in net.ops if op.name not in skip]
+    p = tmp_path / "qkv.layer_group_cache.json"  # listing its global layers (none but the return), as TPU-MLIR's do
+    p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [
+        {"locs": locs, "shape_secs": [2, 1, 1, 1, 1], "func_start_idx": 0, "func_end_idx": len(locs) - 1,
+         "group_cost": 0}], "GlobalLayer": [{"loc": "func.return", "func_idx": len(locs)}]}}))
+    plan, info = score(net, get_chip("bm1688"), str(p))
+    low = network_of(net, plan)
+    assert plan.groups[0].n_slices == 2 and not any(len(op.attrs.get("perm", ())) == 5 for op in low.ops)
+    assert sum(op.type == "MatMul" and bool(op.weights) for op in low.ops) == 4  # Q, K, V and the projection
+    assert any("qkv projection" in note for note in info["lowered"])
+    assert verify(net, plan) == [] and verify_plan(low, plan) == [] and simulate(low, plan).ok

@@ -77,9 +77,121 @@ def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
     net, merged = fold_like_tpu_mlir(net, named_ops(net, locs))
     split, notes = _split_chains(net, cache)
+    split, qkv = split_qkv(split, cache)
+    notes += qkv
     split, requants = split_requant(split, cache)
     held, moves = hold_moves(split, cache)
     return held, merged + notes + requants + moves
+
+
+QKV_PIECE = re.compile(r"_(matmul|reshape)_(\d+)$")
+
+
+def split_qkv(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
+    """``net`` with every attention's qkv projection the cache names in three pieces cut the way TPU-MLIR cuts it.
+
+    timm and torchvision export ``qkv = x W`` (``[B, T, 3C]``), a Reshape to ``[B, T, 3, H, D]``, a Transpose
+    ``(2, 0, 3, 1, 4)`` and three picks of Q, K and V (``[B, H, T, D]``).  TPU-MLIR's canonicalisation makes that
+    three MatMuls on the weight's column thirds, each with a Reshape to ``[B, T, H, D]``
+    (``<qkv>_<Type>_matmul_<1|3|5>``, ``..._reshape_<k>``: Q, K, V), so the 5-D permute, which moves the batch
+    axis and cannot be cut into batch slices, is gone.  Each pick becomes a ``(0, 2, 1, 3)`` Transpose of its
+    piece (named after the pick, its output the pick's), which :func:`hold_moves` may run in a group."""
+    aliases = tensor_aliases(net)
+    named: dict[str, dict[tuple[str, int], str]] = {}
+    for loc in [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]:
+        m = QKV_PIECE.search(loc)
+        name = None if m is None or is_cast(loc) else anchor(loc[:m.start()], aliases)
+        if m is not None and name is not None:
+            named.setdefault(name, {})[(m.group(1), int(m.group(2)))] = loc
+    new_ops: dict[str, list[Op]] = {}
+    dropped: set[str] = set()
+    tensors = dict(net.tensors)
+    for name, pieces in named.items():
+        found = _qkv_pattern(net, name) if {k for kind, k in pieces if kind == "matmul"} == {1, 3, 5} else None
+        if found is None:
+            continue
+        gone, picks = found
+        new_ops[name] = _qkv_ops(net, net.op(name), pieces, picks, tensors)
+        dropped.update(gone)
+    if not new_ops:
+        return net, ()
+    ops = [x for o in net.ops if o.name not in dropped or o.name in new_ops
+           for x in (new_ops[o.name] if o.name in new_ops else [o])]
+    used = {t for o in ops for t in o.inputs + o.outputs} | set(net.inputs) | set(net.outputs)
+    lowered = Network(net.name, {t: v for t, v in tensors.items() if t in used}, tuple(ops), net.inputs, net.outputs)
+    notes = tuple(f"{n}: the qkv projection TPU-MLIR cuts into three MatMuls, each with its Reshape and a (0, 2, 1, "
+                  f"3) Transpose in place of the 5-D permute and the picks" for n in new_ops)
+    return check_network(lowered), notes
+
+
+def _qkv_pattern(net: Network, name: str) -> tuple[set[str], list[Op]] | None:
+    """The ops from MatMul ``name`` to its Q, K and V picks (the MatMul, the 5-D Reshape, the permute, the Slices
+    and Squeezes) and the three ops whose outputs are Q, K and V, or None when the pattern differs."""
+    def only(t: str) -> Op | None:
+        readers = net.consumers.get(t, ())
+        return readers[0] if len(readers) == 1 else None
+
+    op = net.op(name)
+    if op.type != "MatMul" or not any(w.role == "filter" for w in op.weights) or len(op.outputs) != 1:
+        return None
+    r = only(op.outputs[0])
+    if r is None or r.type != "Reshape":
+        return None
+    p = only(r.outputs[0])
+    shape = net.tensor(r.outputs[0]).orig_shape
+    if p is None or p.type != "Transpose" or tuple(p.attrs.get("perm", ())) != (2, 0, 3, 1, 4) \
+            or len(shape) != 5 or shape[2] != 3:
+        return None
+    gone = {name, r.name, p.name}
+    picks: dict[int, Op] = {}
+    for s in net.consumers.get(p.outputs[0], ()):
+        k = s.attrs.get("start", -1)
+        if s.type != "Slice" or s.attrs.get("axis") != 0 or s.attrs.get("end") != k + 1 or k in picks:
+            return None
+        last = s
+        if len(net.tensor(s.outputs[0]).orig_shape) == 5:  # a Split's part, then a Squeeze of the picked axis
+            sq = only(s.outputs[0])
+            if sq is None or sq.type != "Squeeze":
+                return None
+            gone.add(s.name)
+            last = sq
+        gone.add(last.name)
+        picks[k] = last
+    return (gone, [picks[k] for k in range(3)]) if sorted(picks) == [0, 1, 2] else None
+
+
+def _qkv_ops(net: Network, op: Op, pieces: dict[tuple[str, int], str], picks: list[Op],
+             tensors: dict[str, Tensor]) -> list[Op]:
+    """Q, K and V as TPU-MLIR runs them, V's first: a MatMul on the weight's column third, a Reshape to
+    ``[B, T, H, D]`` and a Transpose to the pick's ``[B, H, T, D]``."""
+    b, t, c3 = net.tensor(op.outputs[0]).orig_shape
+    c = c3 // 3
+    dtype = net.tensor(op.outputs[0]).dtype
+
+    def tensor(name: str, shape: tuple[int, ...]) -> str:
+        tensors[name] = Tensor(name, to_nchw(shape), dtype, shape)
+        return name
+
+    def make(name: str, kind: str, ins: tuple[str, ...], out: str, weights: tuple[Weight, ...],
+             attrs: dict[str, Any], sources: tuple[str, ...]) -> Op:
+        local, h, n, why = opsem.classify(kind, attrs, [tensors[x].orig_shape for x in ins], [tensors[out].orig_shape],
+                                          any(w.role == "filter" for w in weights))
+        return Op(name, kind, ins, (out,), weights, attrs, (), local, h, n, sources, why)
+
+    made: list[Op] = []
+    for k in (2, 1, 0):  # TPU-MLIR runs V's piece first
+        mm = pieces[("matmul", 2 * k + 1)]
+        rs = pieces.get(("reshape", 2 * k + 1), f"{mm}#reshape")
+        pick = picks[k]
+        heads, d = net.tensor(pick.outputs[0]).orig_shape[1], net.tensor(pick.outputs[0]).orig_shape[3]
+        ws = tuple(replace(w, name=f"{w.name}#qkv{k}", shape=w.shape[:-1] + (c,)) for w in op.weights)
+        x = tensor(mm, (b, t, c))
+        made.append(make(mm, "MatMul", op.inputs, x, ws, dict(op.attrs), (f"{LOWERED}:{mm}",) + op.sources))
+        y = tensor(rs, (b, t, heads, d))
+        made.append(make(rs, "Reshape", (x,), y, (), {}, (f"{LOWERED}:{rs}",)))
+        made.append(make(pick.name, "Transpose", (y,), pick.outputs[0], (),
+                         {"perm": (0, 2, 1, 3), "in_dims": (b, t, heads, d)}, pick.sources))
+    return made
 
 
 I32 = "_i32"  # TPU-MLIR's INT8 ConvTranspose: ``<tensor>_ConvTranspose_i32`` (int32 out), then its requantisation
