@@ -52,6 +52,14 @@ def test_concat_requant_is_an_inserted_op():
     assert not is_cast("/downs.1/downs.1.5/Relu_output_0_Relu") and not is_cast("/to_out/Conv_output_0_Conv")
 
 
+def test_a_constant_bm1684_casts_is_an_inserted_op_and_an_int32_deconvolution_is_not():
+    """BM1684's INT8 lowering casts a constant as an op of its own (``<weight>_i8``: vit_b_16's position
+    embedding); an INT8 ConvTranspose's int32 half (``..._ConvTranspose_i32``) is a real op
+    (lgopt.tpumlir.lowering.split_requant), not a cast."""
+    assert is_cast("encoder.pos_embedding_i8")
+    assert not is_cast("/ups.0/ConvTranspose_output_0_ConvTranspose_i32")
+
+
 def test_reference_kept_where_no_model_was_fitted(capsys):
     """``--reference`` in a setting no cost model was fitted for (INT8; several cores) keeps TPU-MLIR's grouping:
     the analytic model misses it by a median 22 % (benchmarks/settings.py)."""

@@ -39,8 +39,9 @@ from lgopt.tpumlir.fusions import pointwise_pair, scale_into_conv, scale_into_sc
 # a cast TPU-MLIR inserted: `_<dtype>`, `_<k>` a piece's cast; `_mul_scale`, `_new_cast`: the requantising multiply
 # and second cast its INT8 lowering adds on BM1684 (resnet18: `..._Relu_si8_mul_scale`, `output_Gemm_f32_new_cast`)
 # ``<op>_to_<concat op>``: the MulShift INT8 lowering puts before a Concat to bring an input to its scale (unet_small's
-# skip connections: ``/downs.1/downs.1.5/Relu_output_0_Relu_to_/Concat_1_output_0_Concat``), run next to the Concat
-CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8)(_\d+)?(_mul_scale|_new_cast)?$"
+# skip connections: ``/downs.1/downs.1.5/Relu_output_0_Relu_to_/Concat_1_output_0_Concat``), run next to the Concat;
+# ``<weight>_i8``: a constant BM1684's INT8 lowering casts as an op of its own (vit_b_16's ``encoder.pos_embedding_i8``)
+CAST = re.compile(r"_(f16|f32|bf16|int8|uint8|int16|int32|si8|ui8|i8)(_\d+)?(_mul_scale|_new_cast)?$"
                   r"|_to_\S*_Concat$")
 SECS = ("n", "c", "d", "h", "w")
 NOT_OPS = frozenset({"func.return"})  # listed among global layers, but no op
