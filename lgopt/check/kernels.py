@@ -332,7 +332,7 @@ def _run_moved(j: _Job, family: Family | None) -> np.ndarray:
         return rows(xs[0], a, b, np.nan)[:, op.attrs["start"]:op.attrs["end"]]
     if _planes_transposed(op):
         return rows(xs[0], 0, xs[0].H, np.nan).transpose(0, 1, 3, 2)[:, :, a:b]
-    if lane_move(op.type, op.attrs, j.in_shapes, out.orig_shape):  # held (lgopt.tpumlir.lowering.hold_moves):
+    if lane_move(op.type, op.attrs, j.in_shapes, out.orig_shape):  # held (lgopt.tpumlir.attention.hold_moves):
         x = xs[0] if op.n_split else j.ins[0]  # on the true shapes, the slice's batches or every one
         data = rows(x, 0, x.H, np.nan)
         if op.type == "Transpose":

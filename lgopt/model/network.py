@@ -35,7 +35,7 @@ class Tensor:
     channels_last: bool = False  # rows on the lanes: a rank-4 [N, H, W, C] only row ops touch, as [N, H*W, C];
     # a rank-2 [B, K] row taken out of a rank-3 tensor, as [B, 1, K]
     # rows on the lanes, the folded shape unchanged: an attention's [B, heads, T, D] as TPU-MLIR's hdim_is_batch
-    # MatMuls hold it, tokens over the lanes, heads within each (lgopt.tpumlir.lowering.hold_moves sets it)
+    # MatMuls hold it, tokens over the lanes, heads within each (lgopt.tpumlir.attention.hold_moves sets it)
     rows_lanes: bool = False
 
     @property

@@ -299,7 +299,7 @@ def whole_only(op_type: str, attrs: Mapping[str, Any], in_shapes: Sequence[tuple
     """Why an op lgopt runs as a global layer is well defined in a group only when the group holds it whole
     (``""`` when it is not such an op): a move between lanes (:func:`lane_move`), or an elementwise op whose
     operands' ranks lgopt's NCHW fold cannot express (Swin's shifted-window mask, ``[1, 64, 3, 49, 49]`` plus
-    ``[1, 64, 1, 49, 49]``), computed on the true shapes.  :func:`lgopt.tpumlir.lowering.hold_moves` makes
+    ``[1, 64, 1, 49, 49]``), computed on the true shapes.  :func:`lgopt.tpumlir.attention.hold_moves` makes
     such ops local where TPU-MLIR runs them in an unsliced group."""
     why = lane_move(op_type, attrs, in_shapes, out_shape)
     spec = OP_SPECS.get(op_type)
