@@ -205,3 +205,15 @@ def test_a_sliced_group_whose_weights_fill_lmem_reloads_them_per_slice():
     assert g.cost["traffic_bytes"] > once.cost["traffic_bytes"]  # the weights travel once per slice
     plan = finish(small, net, assemble(net, small, [g], "test", h_ratio=0.5, bank_rule="soft"))
     assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+
+
+def test_an_int8_add_of_rows_over_the_lanes_has_its_int16_scratch_laid_out_so():
+    """An INT8 Add keeps an int16 intermediate of its output twice (reference s6), laid out as the output is: a
+    rank-3 ``[1, 197, 768]`` tensor's rows over the lanes (4 rows a lane), not all 197 rows in one lane (which
+    made vit_b_16's first block need 605,184 bytes a lane on BM1684)."""
+    from lgopt.hw.sizing import scratch_bytes
+
+    tensors = {n: Tensor(n, (1, 1, 197, 768), "int8", (1, 197, 768)) for n in ("a", "b", "y")}
+    net = check_network(Network("s", tensors, (_op("add", "Add", ["a", "b"], ["y"], {}),), ("a", "b"), ("y",)))
+    whole = (1, 197, 768, None)
+    assert scratch_bytes(CHIP, net, net.ops[0], whole, whole) == 2 * 4 * 768 * 2  # 4 rows a lane, int16, twice

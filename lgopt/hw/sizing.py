@@ -142,9 +142,9 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
             copies = 4 if op.type == "Gelu" else 3
             return copies * per_n + coeffs + align_up(10 * dtype_bytes(tin.dtype), chip.eu_bytes)
         return 2 * align_up(per_n, chip.eu_bytes) + coeffs
-    if op.type == "Add" and is_integer(tout.dtype) and dtype_bytes(tout.dtype) == 1:
-        return 2 * activation_lane_bytes((out_slice[0], tout.c, out_slice[1], out_slice[2]), "int16", chip.npu_num,
-                                         chip.eu_bytes)
+    if op.type == "Add" and is_integer(tout.dtype) and dtype_bytes(tout.dtype) == 1:  # laid out as the output is
+        lanes = tout.lane_shape(out_slice[0], out_slice[1], out_slice[2], out_slice[3])  # (a rank-3 one's rows
+        return 2 * activation_lane_bytes(lanes, "int16", chip.npu_num, chip.eu_bytes)  # over the lanes)
     return 0
 
 
