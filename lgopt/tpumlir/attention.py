@@ -34,7 +34,7 @@ def split_qkv(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     piece (named after the pick, its output the pick's), which :func:`hold_moves` may run in a group."""
     aliases = tensor_aliases(net)
     named: dict[str, dict[tuple[str, int], str]] = {}
-    for loc in [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]:
+    for loc in cache.locs:
         m = QKV_PIECE.search(loc)
         name = None if m is None or is_cast(loc) else anchor(loc[:m.start()], aliases)
         if m is not None and name is not None:

@@ -68,6 +68,17 @@ class Cache:
     # every op is grouped; a cache written to force a grouping may not): ``globals`` empty says nothing then
     lists_globals: bool = False
 
+    def steps(self) -> list[tuple[str, int]]:
+        """Every TPU-MLIR op the cache names, with the step it runs in: its group's index, or -1 for a global
+        layer; grouped ops first, in group order."""
+        return [(loc, gi) for gi, g in enumerate(self.groups) for loc in g.locs] + [(loc, -1) for _, _, loc in
+                                                                                     self.globals]
+
+    @property
+    def locs(self) -> list[str]:
+        """Every TPU-MLIR op the cache names (:meth:`steps` without the steps)."""
+        return [loc for loc, _ in self.steps()]
+
 
 @dataclass(frozen=True)
 class Mapping:

@@ -44,10 +44,8 @@ PIECE = re.compile(r"_(\d+)(_add_)?$")
 def _pieces(net: Network, cache: Cache) -> dict[str, list[tuple[str, int, bool, int]]]:
     """lgopt op -> its numbered TPU-MLIR pieces: (loc, k, is the partial sums' Add, step: cache group or -1)."""
     aliases = tensor_aliases(net)
-    steps = [(loc, gi) for gi, g in enumerate(cache.groups) for loc in g.locs]
-    steps += [(loc, -1) for _, _, loc in cache.globals]
     out: dict[str, list[tuple[str, int, bool, int]]] = {}
-    for loc, gi in steps:
+    for loc, gi in cache.steps():
         m = PIECE.search(loc)
         if m is None or is_cast(loc) or is_cast(loc[:m.start()]):  # a piece's cast: ``..._f32_1``
             continue
@@ -79,14 +77,12 @@ def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     Relu after a Concat, a crop of a conv's padding; a LeakyRelu or a Clip not from 0 the importer fused made an
     op again), every MatMul chain the cache cuts into column pieces run in different steps split the same way;
     and one line per change (the network unchanged and no lines when there is none)."""
-    locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
-    net, merged = fold_like_tpu_mlir(net, named_ops(net, locs))
+    net, merged = fold_like_tpu_mlir(net, named_ops(net, cache.locs))
     split, notes = _split_chains(net, cache)
     split, qkv = split_qkv(split, cache)
-    notes += qkv
     split, requants = split_requant(split, cache)
     held, moves = hold_moves(split, cache)
-    return held, merged + notes + requants + moves
+    return held, merged + notes + qkv + requants + moves
 
 
 I32 = "_i32"  # TPU-MLIR's INT8 ConvTranspose: ``<tensor>_ConvTranspose_i32`` (int32 out), then its requantisation
@@ -98,8 +94,7 @@ def split_requant(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]
     output, and a cache may put the two in different steps) cut the same way: a ConvTranspose named after the
     ``_i32`` op, writing an int32 tensor of that name, and a ``Requant`` op, the original's name, output and fused
     activation; one line per op cut."""
-    step: dict[str, int] = {loc: gi for gi, g in enumerate(cache.groups) for loc in g.locs}
-    step.update({loc: -1 for _, _, loc in cache.globals})
+    step = dict(cache.steps())
     aliases = tensor_aliases(net)
     cut: dict[str, tuple[Op, Op, Tensor]] = {}
     for loc, where in step.items():

@@ -149,8 +149,7 @@ def f32_tensors(net: Network, cache: Cache | None) -> frozenset[str]:
     Network inputs and outputs are left out: a group converting them says so itself (``f32_in``, ``f32_out``)."""
     if cache is None:
         return frozenset()
-    locs = [loc for g in cache.groups for loc in g.locs] + [loc for _, _, loc in cache.globals]
-    return frozenset(cast_operands(net, locs)) - set(net.inputs) - set(net.outputs)
+    return frozenset(cast_operands(net, cache.locs)) - set(net.inputs) - set(net.outputs)
 
 
 def _reference_plan(net: Network, chip: Chip, st: SearchSettings, r: ReferenceSpace) -> tuple[Plan | None, str]:
