@@ -61,8 +61,8 @@ def test_a_constant_bm1684_casts_is_an_inserted_op_and_an_int32_deconvolution_is
 
 
 def test_reference_kept_where_no_model_was_fitted(capsys):
-    """``--reference`` in a setting no cost model was fitted for (INT8; several cores) keeps TPU-MLIR's grouping:
-    the analytic model misses it by a median 22 % (benchmarks/settings.py)."""
+    """``--reference`` in a setting no cost model was fitted for (INT8 on two cores: the INT8 constants are one
+    core's) keeps TPU-MLIR's grouping: the analytic core terms miss it by a median 19 % (benchmarks/settings.py)."""
     from test_cli import run
 
     onnx = need(FIXTURES / "onnx" / "resnet18.weightless.onnx")
@@ -70,4 +70,4 @@ def test_reference_kept_where_no_model_was_fitted(capsys):
     code, out, err = run(capsys, "solve", str(onnx), "--chip", "bm1688", "--cores", "2", "--dtype", "int8",
                          "--reference", str(ref), "--time-limit", "5")
     assert code == 0, err
-    assert "fitted on no INT8 deployment" in out and "reference grouping is kept" in out
+    assert "fitted on no deployment over 2 cores" in out and "reference grouping is kept" in out

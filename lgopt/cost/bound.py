@@ -57,7 +57,7 @@ def min_weight_dma(chip: Chip, net: Network, op: Op) -> int:
         return 0
     model = cost_model(chip)
     local = chip.local(op)
-    ws: list[Transfer] = ([(b, r, p, "weight") for b, r, p in weight_transfers(op)] if local
+    ws: list[Transfer] = ([(b, r, p, "weight") for b, r, p in weight_transfers(op, chip=chip)] if local
                           else [(weight_gmem_bytes(op), 1, False, "weight")])
     ws = [t for t in ws if t[0]]
     glob = model.global_dma_cycles(chip, ws)

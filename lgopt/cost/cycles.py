@@ -47,7 +47,7 @@ def weight_dma_cycles(chip: Chip, op: Op, cols: int | None = None) -> int:
 
 @lru_cache(maxsize=1 << 14)
 def _weight_dma(chip: Chip, op: Op, cols: int | None = None) -> int:
-    return sum(gdma_cycles(chip, b, s, "weight", p) for b, s, p in weight_transfers(op, cols))
+    return sum(gdma_cycles(chip, b, s, "weight", p) for b, s, p in weight_transfers(op, cols, chip))
 
 
 

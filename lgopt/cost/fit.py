@@ -141,12 +141,14 @@ def fit_tiu(df: pd.DataFrame) -> tuple[int, dict[str, dict[str, Any]]]:
     for k, x in d.groupby("fam"):
         if k not in raw and k not in PER_TYPE_FAMILIES and x.work.nunique() >= 3:
             raw[str(k)] = x
+    passes = {k: fit_passes(x) for k, x in raw.items()}
+    raw = {k: x.assign(work=x.work + passes[k] * x.passes) if "passes" in x else x for k, x in raw.items()}
     fits = {k: wls(x.work.to_numpy(float), x.cycles.to_numpy(float), 0.0) for k, x in raw.items()}
     issue = max(1, int(min(a for a, _ in fits.values()))) if fits else 1
     tiu: dict[str, dict[str, Any]] = {}
     for k, x in raw.items():
         a, b = wls(x.work.to_numpy(float), x.cycles.to_numpy(float), float(issue))
-        tiu[k] = {"a": math.ceil(a), "b": round(b, 6), "n": int(len(x))}
+        tiu[k] = {"a": math.ceil(a), "b": round(b, 6), "n": int(len(x)), **({"passes": passes[k]} if passes[k] else {})}
     # a type seen at one or two slice sizes only (ConvNeXt's GELU and LayerNorm run at the same shape in every
     # grouping): a pure rate over the issue cost, a line needing more sizes than that
     for k, x in d.groupby("cat"):
@@ -156,6 +158,32 @@ def fit_tiu(df: pd.DataFrame) -> tuple[int, dict[str, dict[str, Any]]]:
     for k in (*PER_TYPE_FAMILIES, "default"):
         tiu.setdefault(k, {"a": issue, "b": 1.0, "n": 0, "note": "not fitted: the analytic work"})
     return issue, tiu
+
+
+MAX_PASSES = 6  # vector passes over an integer conv's int32 output a chip may make after its MACs
+
+
+def fit_passes(x: pd.DataFrame) -> int:
+    """How many passes of :func:`lgopt.cost.fitted.pass_term` a category's slices pay beside their work (0 where
+    they have none: every F16 op): the count whose line ``a + b (W + p P)`` is the least off, in mean relative
+    error capped at 100 %.  Counted, not fitted as a second slope, so the line stays ``a + b W'`` with ``b``
+    the MAC array's rate (BM1684X's INT8 convs: 3, BM1688's: 0).
+
+    >>> d = pd.DataFrame({"work": [100.0, 200.0, 400.0, 800.0], "passes": [40, 20, 60, 10],
+    ...                   "cycles": [220.0, 260.0, 580.0, 830.0]})
+    >>> fit_passes(d)
+    3
+    """
+    if "passes" not in x or not (x.passes > 0).any():
+        return 0
+    y = x.cycles.to_numpy(float)
+
+    def err(p: int) -> float:
+        w = x.work.to_numpy(float) + p * x.passes.to_numpy(float)
+        a, b = wls(w, y, 0.0)
+        return float(np.mean(np.minimum(np.abs((a + b * w) / np.maximum(y, 1.0) - 1), 1.0)))
+
+    return min(range(MAX_PASSES + 1), key=lambda p: (err(p), p))
 
 
 def _fused_pass_rate(d: pd.DataFrame) -> float:

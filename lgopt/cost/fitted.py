@@ -46,18 +46,22 @@ from lgopt.cost.work import (
     gmem_view,
     lane_copy,
     lane_crossing_work,
+    merged_conv,
     output_lanes,
     output_vector_work,
 )
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
+from lgopt.hw.layout import align_up, cdiv, channels_per_lane
 from lgopt.hw.sizing import is_depthwise
 from lgopt.model import ops as opsem
+from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "models"
 MODEL_NAME = "tpu-mlir-1.30"
-FITTED_DTYPES = ("f16",)  # what the constants were measured in (the calibration is F16 on one core)
+FITTED_DTYPES = ("f16", "int8")  # lgopt's constants: F16 (shared/calibration), INT8 (benchmarks/timelines.py)
+INT8_MODEL_NAME = "tpu-mlir-1.30-int8"  # the same form, fitted on TPU-MLIR's INT8 deployment (lgopt/cost/models/int8)
 
 
 def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:
@@ -107,10 +111,51 @@ def scale_key(net: Network, op: Op) -> str:
 
 def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     """The analytic model's TIU cycles of the slice without its issue cost (lane/EU/IC-rounded work); a stem
-    conv's :func:`stem_conv_work`."""
-    if tiu_category(chip, net, op)[0] == "conv_smallic":
+    conv's :func:`stem_conv_work`, an integer conv's :func:`int_conv_work`."""
+    cat = tiu_category(chip, net, op)[0]
+    if cat == "conv_smallic":
         return stem_conv_work(chip, net, op, sl)
+    if cat == "conv" and merged_conv(op):
+        return int_conv_work(chip, net, op, sl)
     return analytic_tiu(chip, net, op, sl, 0)
+
+
+def int_conv_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """An integer conv's MACs: input channels rounded to the IC parallelism, each lane's output pixels to the
+    int32 EU width (its accumulators), not the int8 one.  On BM1688's INT8 timeline every dense conv of UNet
+    costs exactly this (73,728 cycles for a 3 x 3, 32 -> 32 conv of a 128 x 256 map); the analytic work
+    (pixels rounded to whole int8 vectors) was 0.6x-1.75x the cycles on BM1684X, by map size.  What a chip
+    adds per output pixel is :func:`pass_term`'s.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Network, Tensor, Weight
+    >>> x, y = Tensor("x", (1, 64, 128, 256), "int8"), Tensor("y", (1, 32, 128, 256), "int8")
+    >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (32, 64, 3, 3), "int8", "filter"),),
+    ...           {"pads": (1, 1, 1, 1)}, local=True)
+    >>> net = Network("n", {"x": x, "y": y}, (conv,), ("x",), ("y",))
+    >>> int_conv_work(get_chip("bm1684x"), net, conv, SliceShape(1, 128, 130))
+    73728
+    """
+    f = next(w for w in op.weights if w.role == "filter")
+    pixels = _int_conv_pixels(chip, net, op, sl)
+    ic = align_up(f.shape[1], max(1, chip.ic_parallel // dtype_bytes(f.dtype)))
+    return cdiv(pixels * ic * f.shape[2] * f.shape[3], chip.macs_per_lane.get(f.dtype, 1))
+
+
+def pass_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """One pass of the vector unit over an integer conv's int32 output slice (0 for other ops): the unit of the
+    passes a chip makes after the MACs (accumulate, requantise, activate), their count fitted per chip
+    (``passes`` of the ``conv`` category).  BM1684X's INT8 timeline shows 3 (a 3 x 3 conv of UNet's 256-wide
+    maps: 79,872 cycles = 73,728 of MACs + 3 x 2,048), with or without a fused ReLU; BM1688's none."""
+    if not (merged_conv(op) and tiu_category(chip, net, op)[0] == "conv"):
+        return 0
+    return cdiv(_int_conv_pixels(chip, net, op, sl), chip.eu_elems("int32"))
+
+
+def _int_conv_pixels(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
+    """An integer conv's output pixels on one lane, each channel's rounded to the int32 EU width."""
+    _, lc, lh, lw = net.tensor(op.outputs[0]).lane_shape(sl.n, sl.out_h, sl.out_w, sl.out_c)
+    return sl.n * channels_per_lane(lc, chip.npu_num) * align_up(lh * lw, chip.eu_elems("int32"))
 
 
 def stem_conv_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
@@ -152,6 +197,8 @@ def fused_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     costs twice the MACs, go from a third of their measured cycles to two thirds.  0 for other ops."""
     spec = opsem.OP_SPECS.get(op.type)
     if spec is None or spec.family not in (opsem.Family.CONV, opsem.Family.DECONV) or not op.fused:
+        return 0
+    if pass_term(chip, net, op, sl):  # among its int32 passes
         return 0
     return output_vector_work(chip, net, op, sl, sum(opsem.eu_ops(a) for a in op.fused))
 
@@ -231,6 +278,8 @@ class ChipConstants:
     min_slice_rows: int = 0  # activation slices of fewer rows stream slower than the fitted rates (0: unknown)
     cores: dict[str, float] = field(default_factory=dict)  # several cores: "slowdown", "sync" (empty: analytic's)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    dtype: str = "f16"  # the deployment measured: what the network computes in (a file without one is F16's)
+    passes: dict[str, int] = field(default_factory=dict)  # category -> vector passes per pass_term unit (0 if none)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
@@ -247,7 +296,8 @@ class ChipConstants:
                              None if bw is None else float(bw), float(d.get("global_rows", {}).get("share", 1.0)),
                              int(d.get("slice_rows", {}).get("min", 0)),
                              {k: float(v) for k, v in d.get("cores", {}).items() if k in ("slowdown", "sync")},
-                             d.get("source", {}))
+                             d.get("source", {}), str(d.get("dtype", "f16")).lower(),
+                             {k: int(v["passes"]) for k, v in d["tiu"].items() if v.get("passes")})
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -312,10 +362,12 @@ class CalibratedModel:
     f32_io: bool = True  # TPU-MLIR's F16 deployment keeps the graph's inputs and outputs f32 and converts them
 
     def covers(self, chip_name: str, dtype: str) -> bool:
-        """Whether constants were fitted for ``chip_name`` computing in ``dtype`` (the shipped ones are F16:
-        the calibration measured TPU-MLIR's F16 deployment)."""
+        """Whether constants were fitted for ``chip_name`` computing in ``dtype`` (each file states the deployment
+        it measured: the shipped ``models/`` F16, ``models/int8/`` INT8)."""
         d = Path(self.directory) if self.directory else CALIBRATION_DIR
-        return dtype.lower() in FITTED_DTYPES and (d / f"{chip_name.lower()}.json").exists()
+        if not (d / f"{chip_name.lower()}.json").exists():
+            return False
+        return load_constants(chip_name, Path(self.directory) if self.directory else None).dtype == dtype.lower()
 
     def unfitted(self, chip: Chip, net: Network) -> list[str]:
         """The ops of ``net`` the fit saw nothing like, whose figures are the model's guess, not a fit (an
@@ -459,6 +511,7 @@ def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl
     cat, fam = tiu_category(chip, net, op)
     a, b = k.tiu.get(cat) or k.tiu.get(fam) or k.tiu["default"]
     w = work_term(chip, net, op, sl) if op.type in opsem.OP_SPECS else 0
+    w += k.passes.get(cat if cat in k.tiu else fam, 0) * pass_term(chip, net, op, sl)
     return a + int(math.ceil(b * w)) + int(math.ceil(fused_rate(k) * fused_work(chip, net, op, sl)))
 
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from lgopt.cost.analytic import AnalyticModel
-from lgopt.cost.fitted import CalibratedModel
+from lgopt.cost.fitted import CALIBRATION_DIR, INT8_MODEL_NAME, CalibratedModel
 from lgopt.cost.model import CostModel
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip, changes
@@ -30,6 +30,8 @@ def unregister_cost_model(name: str) -> None:
 register_cost_model(AnalyticModel())
 FITTED = CalibratedModel()
 register_cost_model(FITTED)
+FITTED_INT8 = CalibratedModel(name=INT8_MODEL_NAME, directory=str(CALIBRATION_DIR / "int8"))
+register_cost_model(FITTED_INT8)
 
 
 def cost_model(chip: Chip) -> CostModel:
@@ -50,15 +52,16 @@ def min_slice_rows(chip: Chip) -> int:
 def default_cost_model(chip: Chip, dtype: str) -> str:
     """The best model lgopt has for ``chip`` computing in ``dtype``: the one fitted on the compiler's timeline
     where it was fitted for this chip and dtype (the shipped ones: BM1684X and BM1688 in F16, 2-3 % median
-    error on held-out models against the analytic model's 5-18 %, ``docs/cost-model.md``), else the chip's
-    own (the analytic one).  A chip changed from its preset keeps its own: the fit measured the real chip.
+    error on held-out models against the analytic model's 5-18 %, and in INT8, ``docs/cost-model.md``), else
+    the chip's own (the analytic one).  A chip changed from its preset keeps its own: the fit measured the real
+    chip.
 
     >>> from lgopt.hw.chip import get_chip
     >>> default_cost_model(get_chip("bm1684x"), "f16"), default_cost_model(get_chip("bm1684x"), "int8")
-    ('tpu-mlir-1.30', 'analytic')
+    ('tpu-mlir-1.30', 'tpu-mlir-1.30-int8')
     >>> default_cost_model(get_chip("cv181x"), "f16"), default_cost_model(get_chip("bm1684x", {"npu_num": "32"}), "f16")
     ('analytic', 'analytic')
     """
-    if changes(chip) or not FITTED.covers(chip.name, dtype):
+    if changes(chip):
         return chip.cost_model
-    return FITTED.name
+    return next((m.name for m in (FITTED, FITTED_INT8) if m.covers(chip.name, dtype)), chip.cost_model)

@@ -11,9 +11,9 @@ from typing import Literal
 from lgopt.cost.model import DmaKind, SliceShape, Transfer
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane
-from lgopt.hw.sizing import column_shape, is_depthwise
+from lgopt.hw.sizing import column_shape, is_depthwise, weight_bytes
 from lgopt.model import ops as opsem
-from lgopt.model.dtype import dtype_bytes
+from lgopt.model.dtype import dtype_bytes, is_integer
 from lgopt.model.network import Network, Op
 
 
@@ -180,12 +180,14 @@ def weight_gmem_bytes(op: Op, cols: int | None = None) -> int:
 
 
 
-def weight_transfers(op: Op, cols: int | None = None) -> list[tuple[int, int, bool]]:
+def weight_transfers(op: Op, cols: int | None = None, chip: Chip | None = None) -> list[tuple[int, int, bool]]:
     """(bytes, segments, point runs) of each of ``op``'s weight tensors, one transfer each: a filter is stored
     one output channel after another (a run per output channel); a bias or other per-channel vector puts one
     element on each channel's lane (a one-element run each); a matrix a run per row; a 4-D constant a run per
     N x C.  With ``cols`` (a column-sliced MatMul's slice): every constant cut to that many columns of its last
     axis, a run per row of the matrix (each row's columns are contiguous), a one-element run per bias column.
+
+    An integer convolution's coefficients are one tensor (:func:`merged_conv_transfer`, given the ``chip``).
 
     >>> from lgopt.model.network import Weight
     >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (64, 32, 3, 3), "f16", "filter"),
@@ -193,6 +195,8 @@ def weight_transfers(op: Op, cols: int | None = None) -> list[tuple[int, int, bo
     >>> weight_transfers(conv)
     [(36864, 64, False), (256, 64, True)]
     """
+    if chip is not None and merged_conv(op):
+        return [merged_conv_transfer(chip, op)]
     out = []
     for w in op.weights:
         if w.role in ("mean", "var") or not w.shape:
@@ -203,6 +207,26 @@ def weight_transfers(op: Op, cols: int | None = None) -> list[tuple[int, int, bo
         runs = shape[0] if w.role == "filter" or len(shape) <= 2 else shape[0] * shape[1]
         out.append((nbytes, runs, runs == elems))
     return out
+
+
+def merged_conv(op: Op) -> bool:
+    """Whether TPU-MLIR's lowering merges ``op``'s filter, bias and requantisation into one coefficient tensor:
+    an integer (INT8) convolution.  Its timeline loads ``<conv>_merge``, ``[1, lanes, 1, bytes a lane]``, in one
+    transfer of a run per lane (ResNet-18's ``layer3.0.conv2`` on BM1684X: ``1x64x1x9472``, 11,222 cycles),
+    where its F16 lowering loads the reordered filter and the f32 bias apart."""
+    f = next((w for w in op.weights if w.role == "filter"), None)
+    return op.type in ("Conv", "ConvTranspose") and f is not None and is_integer(f.dtype)
+
+
+def merged_conv_transfer(chip: Chip, op: Op) -> tuple[int, int, bool]:
+    """(bytes, runs, point runs) of an integer convolution's merged coefficients: its LMEM coefficient buffer
+    (:func:`lgopt.hw.sizing.weight_bytes`, bias merged in front) on each lane its output channels use, a run per
+    lane."""
+    f = next(w for w in op.weights if w.role == "filter")
+    # ONNX filters: a Conv's [oc, ic/group, kh, kw], a ConvTranspose's [ic, oc/group, kh, kw]
+    oc = f.shape[1] * op.attrs.get("group", 1) if op.type == "ConvTranspose" else f.shape[0]
+    lanes = min(chip.npu_num, oc)
+    return weight_bytes(chip, op) * lanes, lanes, False
 
 
 
@@ -283,7 +307,7 @@ def global_transfers(net: Network, op: Op, chip: Chip) -> list[Transfer]:
     if chip.local(op):
         for names, kind in sides:
             out += [(*activation_transfer(net, t, net.tensor(t).n, net.tensor(t).h), kind) for t in names]
-        out += [(b, runs, point, "weight") for b, runs, point in weight_transfers(op)]
+        out += [(b, runs, point, "weight") for b, runs, point in weight_transfers(op, chip=chip)]
     else:
         for names, kind in sides:
             out += [(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h), 1, False, kind) for t in names]

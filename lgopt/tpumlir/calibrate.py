@@ -84,8 +84,10 @@ def fit_model(opts: FitOptions, say: Callable[[str], None] = lambda _: None) -> 
     command = opts.command(meas.chips, date)
     source = {"compiler": meas.compiler, "data": str(opts.data), "timeline": TIMELINE, "fitted_on": list(train),
               "held_out": list(held), "date": date, "command": command,
-              "op_types_seen": op_types_seen(opts.data, train)}
+              "op_types_seen": op_types_seen(opts.data, train, meas.dtype)}
     constants = {c: _fit_one(c, t) for c, t in per_chip.items()}
+    if meas.dtype != "f16":  # a file says which deployment it measured; an F16 one keeps its bytes without
+        constants = {c: {"dtype": meas.dtype, **k} for c, k in constants.items()}
     docs = {c: constants_document(opts.name, c, k, _counts(source, per_chip[c])) for c, k in constants.items()}
     scales = _global_local(docs, meas, tables, train)
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -97,14 +99,14 @@ def fit_model(opts: FitOptions, say: Callable[[str], None] = lambda _: None) -> 
     return Fit(opts, meas, tables, train, held, tuple(files), command)
 
 
-def op_types_seen(data: Path, models: tuple[str, ...]) -> dict[str, list[str]]:
+def op_types_seen(data: Path, models: tuple[str, ...], dtype: str = "f16") -> dict[str, list[str]]:
     """The op types the fitted-on models run in groups (``local``) and as global layers (``global``), as lgopt
     imports them: what the fit saw.  A model with others is one the fit cannot vouch for
     (:meth:`lgopt.cost.fitted.CalibratedModel.unfitted`)."""
     local: set[str] = set()
     glob: set[str] = set()
     for m in models:
-        net = load_model(str(data / "onnx" / f"{m}.weightless.onnx"), dtype="f16")
+        net = load_model(str(data / "onnx" / f"{m}.weightless.onnx"), dtype=dtype)
         for op in net.ops:
             (local if op.local else glob).add(op.type)
     return {"local": sorted(local), "global": sorted(glob)}

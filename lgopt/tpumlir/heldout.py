@@ -121,7 +121,8 @@ def _fitted_tiu(r: Any, directory: Path | None) -> int:
     """The fitted model's TIU cycles of an op slice from its features (category, work, fused passes)."""
     k = load_constants(r.chip, directory)
     a, b = k.tiu.get(r.cat) or k.tiu.get(r.fam) or k.tiu["default"]
-    return a + math.ceil(b * r.work) + math.ceil(fused_rate(k) * r.fused)
+    w = r.work + k.passes.get(r.cat if r.cat in k.tiu else r.fam, 0) * r.passes
+    return a + math.ceil(b * w) + math.ceil(fused_rate(k) * r.fused)
 
 
 def _priced_globals(rows: pd.DataFrame, nets: dict[str, Network], plain: dict[str, Chip],

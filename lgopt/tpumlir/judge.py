@@ -116,9 +116,11 @@ class Judge:
         assert found is not None
         return found
 
-    def measure(self, cache: Mapping[str, Any], keep: Path | None = None) -> Measurement:
+    def measure(self, cache: Mapping[str, Any], keep: Path | None = None, keep_run: bool = False) -> Measurement:
         """Compile ``cache`` (a layer-group cache as :func:`lgopt.tpumlir.export.export_tpumlir` writes it);
-        ``keep`` receives the scoring tool's whole JSON result (per-group and per-core numbers)."""
+        ``keep`` receives the scoring tool's whole JSON result (per-group and per-core numbers); ``keep_run``
+        keeps the compile's folder too (its ``workdir``: ``final.mlir`` and the timeline, for
+        :mod:`lgopt.tpumlir.timeline`; the caller removes it)."""
         body = cache_body(cache)
         key = cache_digest(body)
         if key in self._memo and keep is None:
@@ -130,7 +132,8 @@ class Judge:
             env = {**os.environ, PEER_ENV: str(self.peer_run)}
             try:
                 p = subprocess.run(["bash", str(self.script), str(self.onnx), self.chip, str(cpath), str(out),
-                                    "--quantize", self.quantize, "--num-core", str(self.cores)],
+                                    "--quantize", self.quantize, "--num-core", str(self.cores),
+                                    *(["--keep"] if keep_run else [])],
                                    capture_output=True, text=True, env=env, timeout=self.timeout)
                 stderr = p.stderr
             except subprocess.TimeoutExpired:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from lgopt.cost.analytic import AnalyticModel
 from lgopt.cost.fit import ChipTables
-from lgopt.cost.fitted import fused_work, global_work, permute_runs, tiu_category, work_term
+from lgopt.cost.fitted import fused_work, global_work, pass_term, permute_runs, tiu_category, work_term
 from lgopt.cost.model import SliceShape
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip, get_chip
@@ -61,6 +61,15 @@ class Measurements:
     ops: pd.DataFrame
     glob: pd.DataFrame
     model_ops: pd.DataFrame
+
+    @property
+    def dtype(self) -> str:
+        """What the measured deployment computes in: ``quantize`` in ``totals.csv`` (F16 where it has none, as
+        the shared calibration)."""
+        q = [str(v) for v in self.totals["quantize"].dropna().unique()] if "quantize" in self.totals else []
+        if len(q) > 1:
+            raise LgoptError(f"{self.path}: totals.csv mixes deployments ({', '.join(q)}): fit one at a time")
+        return q[0].lower() if q else "f16"
 
     @property
     def compiler(self) -> str:
@@ -124,7 +133,7 @@ class FitTables:
 
 def fit_tables(meas: Measurements) -> FitTables:
     """Map every measured op slice, transfer and global layer onto lgopt's ops."""
-    mapped = map_models(meas.path, meas.model_ops, meas.models, meas.chips)
+    mapped = map_models(meas.path, meas.model_ops, meas.models, meas.chips, meas.dtype)
     chips = {c: get_chip(c) for c in meas.chips}
     tiu = tiu_features(tiu_rows(meas.ops, mapped.maps), mapped.nets, chips)
     return FitTables(mapped, tiu, transfers(meas.ops, mapped.maps), global_rows(meas.glob, mapped.maps))
@@ -200,10 +209,11 @@ def lgopt_slice(net: Network, op: Op, n: int, c: int, h: int, w: int) -> SliceSh
 
 def tiu_features(rows: pd.DataFrame, nets: dict[str, Network], chips: dict[str, Chip]) -> pd.DataFrame:
     """:func:`tiu_rows` with what the fit reads of each slice: category and family
-    (:func:`~lgopt.cost.fitted.tiu_category`), work term ``W``, fused passes and the analytic prediction (for
-    the held-out comparison); slices lgopt cannot express (:func:`lgopt_slice`) dropped."""
+    (:func:`~lgopt.cost.fitted.tiu_category`), work term ``W``, fused passes, the unit of an integer conv's
+    passes (:func:`~lgopt.cost.fitted.pass_term`) and the analytic prediction (for the held-out comparison);
+    slices lgopt cannot express (:func:`lgopt_slice`) dropped."""
     amodel = AnalyticModel()
-    feats: list[tuple[str, str, int, int, int]] = []
+    feats: list[tuple[str, str, int, int, int, int]] = []
     keep = []
     for r in rows.itertuples(index=False):
         net = nets[r.model]
@@ -211,14 +221,14 @@ def tiu_features(rows: pd.DataFrame, nets: dict[str, Network], chips: dict[str, 
         sl = lgopt_slice(net, op, int(r.nslice), int(r.cslice), int(r.hslice), int(r.wslice))
         keep.append(sl is not None)
         if sl is None:
-            feats.append(("", "", 0, 0, 0))
+            feats.append(("", "", 0, 0, 0, 0))
             continue
         chip = chips[r.chip]
         cat, fam = tiu_category(chip, net, op)
         feats.append((cat, fam, work_term(chip, net, op, sl), amodel.tiu_cycles(chip, net, op, sl),
-                      fused_work(chip, net, op, sl)))
-    cols: list[list[Any]] = [list(c) for c in zip(*feats)] if feats else [[] for _ in range(5)]
-    df = rows.assign(cat=cols[0], fam=cols[1], work=cols[2], analytic=cols[3], fused=cols[4])
+                      fused_work(chip, net, op, sl), pass_term(chip, net, op, sl)))
+    cols: list[list[Any]] = [list(c) for c in zip(*feats)] if feats else [[] for _ in range(6)]
+    df = rows.assign(cat=cols[0], fam=cols[1], work=cols[2], analytic=cols[3], fused=cols[4], passes=cols[5])
     return df[np.array(keep, dtype=bool)].reset_index(drop=True)
 
 

@@ -105,15 +105,16 @@ class MappedModels:
     maps: dict[tuple[str, str], OpMap]
 
 
-def map_models(data: Path, model_ops: pd.DataFrame, models: Iterable[str], chips: Iterable[str]) -> MappedModels:
-    """Read ``onnx/MODEL.weightless.onnx`` of each model (F16, as measured) and map its TPU-MLIR op names.  The
+def map_models(data: Path, model_ops: pd.DataFrame, models: Iterable[str], chips: Iterable[str], dtype: str = "f16"
+               ) -> MappedModels:
+    """Read ``onnx/MODEL.weightless.onnx`` of each model (in ``dtype``, as measured) and map its TPU-MLIR op names.  The
     ops TPU-MLIR fuses (1x1 convolutions it merges, per-channel scales folded into a conv, ...:
     :func:`~lgopt.tpumlir.lowering.fold_like_tpu_mlir`) are one op on its timeline (the same on every chip), so
     they are one op here too."""
     chips = tuple(chips)
     nets, maps = {}, {}
     for m in models:
-        net = load_model(data / "onnx" / f"{m}.weightless.onnx", dtype="f16")
+        net = load_model(data / "onnx" / f"{m}.weightless.onnx", dtype=dtype)
         nets[m] = fold_like_tpu_mlir(net, named_ops(net, model_ops[model_ops.model == m].name))[0]
         for c in chips:
             sub = model_ops[(model_ops.model == m) & (model_ops.chip == c)]

@@ -210,14 +210,19 @@ def _untrusted(chip: Chip, net: Network, ref: Plan | None, ref_error: str) -> st
 
 def _unmeasured_setting(chip: Chip, net: Network) -> str:
     """Why no cost model of lgopt's was fitted for the setting (dtype, cores) ``net`` runs in on ``chip`` ("" when
-    one was): INT8, and several cores without fitted core terms.  Read from TPU-MLIR's own groupings of the shared
-    models, the analytic model misses INT8 on BM1688 with 2 cores by a median 19 % (``benchmarks/settings.py``),
-    far beyond any margin a search could trust."""
+    one was): INT8 where the chip's model has no INT8 constants (BM1684X and BM1688 have), and several cores
+    without fitted core terms.  Read from TPU-MLIR's own groupings of the shared models, the analytic model misses
+    INT8 on BM1688 with 2 cores by a median 19 % (``benchmarks/settings.py``), far beyond any margin a search
+    could trust."""
     model = cost_model(chip)
     dtypes = {net.tensor(t).dtype for t in net.outputs if t in net.tensors}
-    if dtypes - set(FITTED_DTYPES):
-        return (f"lgopt's cost models were fitted on no {'/'.join(sorted(d.upper() for d in dtypes))} deployment "
-                f"(the {model.name} model's predictions are not TPU-MLIR's there)")
+    def fitted(d: str) -> bool:  # F16 as ever: the analytic model stands where none was fitted
+        return d == "f16" or (d in FITTED_DTYPES and isinstance(model, CalibratedModel) and model.covers(chip.name, d))
+
+    unfitted = sorted(d for d in dtypes if not fitted(d))
+    if unfitted:
+        return (f"lgopt's cost models were fitted on no {'/'.join(d.upper() for d in unfitted)} deployment on "
+                f"{chip.name} (the {model.name} model's predictions are not TPU-MLIR's there)")
     if chip.used_cores > 1 and not (isinstance(model, CalibratedModel) and model.constants(chip).cores):
         return f"the {model.name} cost model was fitted on no deployment over {chip.used_cores} cores"
     return ""

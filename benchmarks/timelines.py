@@ -1,0 +1,158 @@
+"""Calibration data for the settings beyond F16 on one core, made the way ``shared/calibration`` was (issue 34).
+
+Every grouping ``benchmarks/settings.py`` compiled in a one-core setting (INT8 on BM1684X and BM1688 by default) is
+compiled again with the scoring tool's ``--keep`` and its timeline read op by op (:mod:`lgopt.tpumlir.timeline`);
+the kept folder is removed at once (a bmodel each).  Written: one folder per quantisation, every chip's rows in
+it, in the calibration format (``totals.csv``, ``groups.csv``, ``globals.csv``, ``ops.csv.gz``, ``model_ops.csv``,
+``onnx/``, ``caches/``), which ``lgopt fit`` reads (its ``totals.csv`` says INT8: the fit prices the models in
+INT8).  Resumable: each scoring's rows are kept as they are made.
+
+    python benchmarks/timelines.py                     # needs PEER_RUN (TPU-MLIR 1.30.2) and settings.py's output
+    python benchmarks/timelines.py --assemble-only     # the folder from the rows already made
+    lgopt fit benchmarks/out/timelines/int8_1core -o lgopt/cost/models/int8 --chips bm1684x,bm1688 \
+        --holdout mobilenet_v3_small,resnet50,unet_small --name tpu-mlir-1.30-int8   # the shipped INT8 constants
+
+Only one-core settings: on several cores the timeline of core 0 is not the whole compile (``settings.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.settings import SCORE, setting_key, setting_of  # noqa: E402
+from lgopt.tpumlir.judge import find_judge  # noqa: E402
+from lgopt.tpumlir.timeline import read_timeline  # noqa: E402
+
+SETTINGS = ("bm1684x:INT8:1", "bm1688:INT8:1")
+OUT = ROOT / "benchmarks" / "out"
+
+
+def name_of(setting: str) -> str:
+    chip, q, n = setting_key(setting)
+    return f"{chip}_{q.lower()}_{n}core"
+
+
+def make_parts(peer: Path, folder: Path, setting: str, parts: Path) -> None:
+    """Each compiled scoring of one model and setting (``folder``: settings.py's), compiled again kept and read."""
+    model, _ = setting_of(folder)
+    chip, q, n = setting_key(setting)
+    judge = find_judge(peer / "models" / f"{model}.onnx", chip, script=SCORE, peer_run=peer, quantize=q, cores=n)
+    parts.mkdir(parents=True, exist_ok=True)
+    for score in sorted((folder / "scores").glob("*.json")):
+        variant, first = score.stem, json.loads(score.read_text())
+        done = parts / f"{model}__{variant}.json"
+        if first.get("status") != "ok" or done.exists():
+            continue
+        tmp = parts / f"{model}__{variant}.score.json"
+        cache = json.loads((folder / "caches" / f"{variant}.layer_group_cache.json").read_text())
+        m = judge.measure(cache, keep=tmp, keep_run=True)
+        r = json.loads(tmp.read_text()) if tmp.exists() else {}
+        work = Path(r.get("workdir", "")) if r.get("workdir") else None
+        try:
+            if m.status != "ok" or work is None or r.get("total_cycles") != first.get("total_cycles"):
+                why = f"{m.status}, {r.get('total_cycles')} cycles against {first.get('total_cycles')} first"
+                print(f"  {model} {variant}: not read ({why})", file=sys.stderr)
+                continue
+            t = read_timeline(work, r, {"model": model, "chip": chip, "variant": variant})
+            t.ops.to_csv(parts / f"{model}__{variant}.ops.csv.gz", index=False)
+            t.glob.to_csv(parts / f"{model}__{variant}.globals.csv", index=False)
+            done.write_text(json.dumps({"score": r, "uneven": list(t.uneven), "model_cache": str(judge.model_cache)}))
+            print(f"  {model} {variant}: {len(t.ops)} rows, {len(t.uneven)} uneven", file=sys.stderr)
+        finally:
+            if work is not None and work.is_dir():
+                shutil.rmtree(work)
+            tmp.unlink(missing_ok=True)
+
+
+def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onnx: Path) -> Path:
+    """The calibration-format folder of ``settings`` (one quantisation and core count, each chip's) from their
+    parts."""
+    meta_of: dict[Path, dict[str, dict[str, str]]] = {}
+    totals: list[dict[str, object]] = []
+    groups: list[dict[str, object]] = []
+    ops, glob, mops = [], [], []
+    for setting, done in ((st, f) for st in settings for f in sorted((out / "parts" / name_of(st)).glob("*__*.json"))):
+        chip, q, _ = setting_key(setting)
+        parts = done.parent
+        if done.name.endswith(".score.json"):
+            continue
+        model, variant = done.stem.split("__")
+        d = json.loads(done.read_text())
+        r = d["score"]
+        folder = settings_out / f"{model}_{name_of(setting)}"
+        if folder not in meta_of:  # settings.py writes it when a model's scorings are done
+            v = folder / "variants.json"
+            meta_of[folder] = json.loads(v.read_text()) if v.exists() else {}
+        kind = meta_of[folder].get(variant, {}).get("kind", variant.split("_")[-1])
+        cache = dest / "caches" / f"{model}_{chip}" / f"{variant}.layer_group_cache.json"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / "caches" / f"{variant}.layer_group_cache.json", cache)
+        totals.append({"model": model, "chip": chip, "variant": variant, "kind": kind, "status": "ok",
+                       "total_cycles": r["total_cycles"], "tpu_mlir": r.get("tpu_mlir"), "quantize": q,
+                       "uneven_ops": len(d["uneven"]), "cache_file": str(cache.relative_to(dest))})
+        for pos, g in enumerate(r.get("groups", ())):
+            secs = g.get("compiled_secs") or [1] * 5
+            groups.append({"model": model, "chip": chip, "variant": variant, "group_pos": pos,
+                           "func_start_idx": g.get("func_start_idx"), "func_end_idx": g.get("func_end_idx"),
+                           "n_slices": secs[0] * secs[3] * secs[4], "comp_nsecs": secs[0], "comp_hsecs": secs[3],
+                           "cycles": g.get("cycles")})
+        ops.append(pd.read_csv(parts / f"{model}__{variant}.ops.csv.gz"))
+        glob.append(pd.read_csv(parts / f"{model}__{variant}.globals.csv"))
+        if not any(m["model"] == model and m["chip"] == chip for m in mops):
+            listed = json.loads((Path(d["model_cache"]) / "ops.json").read_text())
+            mops += [{"model": model, "chip": chip, "subfunc": sub, "idx": o["idx"], "name": o["name"],
+                      "type": o["type"], "onnx_outputs": ""} for sub, v in listed.items() for o in v]
+    dest.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(totals).to_csv(dest / "totals.csv", index=False)
+    pd.DataFrame(groups).to_csv(dest / "groups.csv", index=False)
+    pd.DataFrame(mops).to_csv(dest / "model_ops.csv", index=False)
+    pd.concat(glob, ignore_index=True).to_csv(dest / "globals.csv", index=False)
+    pd.concat(ops, ignore_index=True).to_csv(dest / "ops.csv.gz", index=False)
+    (dest / "onnx").mkdir(exist_ok=True)
+    for m in sorted({t["model"] for t in totals}):
+        link = dest / "onnx" / f"{m}.weightless.onnx"
+        if not link.exists():
+            shutil.copyfile(onnx / f"{m}.weightless.onnx", link)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="CHIP:QUANTIZE:1, comma-separated")
+    ap.add_argument("--models", default="", help="comma-separated (default: every model settings.py measured)")
+    ap.add_argument("--settings-out", type=Path, default=OUT / "settings", help="benchmarks/settings.py's output")
+    ap.add_argument("--out", type=Path, default=OUT / "timelines")
+    ap.add_argument("--peer-run", type=Path, help="TPU-MLIR's install (default $PEER_RUN)")
+    ap.add_argument("--assemble-only", action="store_true", help="no compile: the folders from the rows made")
+    ap.add_argument("--calibration", type=Path, default=ROOT.parent / "shared" / "calibration",
+                    help="the shared calibration folder (its onnx/ holds the weightless models)")
+    a = ap.parse_args(argv)
+    peer = a.peer_run or Path(os.environ.get("PEER_RUN", ""))
+    settings = a.settings.split(",")
+    for setting in settings:
+        if setting_key(setting)[2] != 1:
+            print(f"{setting}: only one-core settings have a whole timeline in core 0's profile", file=sys.stderr)
+            return 2
+        if not a.assemble_only:
+            for folder in sorted(a.settings_out.glob(f"*_{name_of(setting)}")):
+                if (folder / "scores").is_dir() and (not a.models or setting_of(folder)[0] in a.models.split(",")):
+                    make_parts(peer, folder, setting, a.out / "parts" / name_of(setting))
+    for q in sorted({setting_key(s)[1] for s in settings}):
+        same = [s for s in settings if setting_key(s)[1] == q]
+        dest = assemble(a.settings_out, same, a.out, a.out / f"{q.lower()}_1core", a.calibration / "onnx")
+        print(f"{', '.join(same)}: {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
