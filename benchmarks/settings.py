@@ -242,16 +242,15 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
                   judge_budget: int = 0) -> dict[str, Any]:
     """``solve --reference`` (cpsat, TPU-MLIR's space, the default margin) of one model and setting against its own
     opt2, exported and compiled by the judge: the measured cycles over opt2's, or opt2's when lgopt kept it.  With
-    ``judge_budget`` compiles, ``--judge``: TPU-MLIR measures lgopt's candidates and the best measured is kept."""
+    ``judge_budget`` compiles, ``--judge``: TPU-MLIR measures lgopt's candidates and the best measured is kept.
+    Where TPU-MLIR's allocator refuses the grouping, the search runs once more with banks left empty, as ``lgopt
+    deploy`` does (``first``: what the first search got)."""
     from dataclasses import replace
 
     from lgopt.cost.registry import default_cost_model
     from lgopt.hw.chip import get_chip
     from lgopt.io.problem import load_model
-    from lgopt.report.verdict import verify
-    from lgopt.strategies.cpsat.common import CpsatSettings
-    from lgopt.strategies.registry import StrategyOptions, parse_strategy
-    from lgopt.tpumlir.export import export_tpumlir
+    from lgopt.tpumlir.deploy import RETRY_RESERVE_BANKS
     from lgopt.tpumlir.judged import JudgeSettings as JudgedSettings
     from lgopt.tpumlir.space import REFERENCE_MARGIN, ReferenceSpace
 
@@ -269,6 +268,24 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
         if judge_budget else {}
     space = ReferenceSpace(str(own), margin=REFERENCE_MARGIN, base_groups=str(judge.base_groups() or "") or None,
                            **judged)
+    got = _search_and_compile(net, chip, space, judge, folder, time_limit, {**row, "cost_model": chip.cost_model})
+    if got.get("outcome") != "compile:lg_failed":
+        return got
+    again = _search_and_compile(net, chip, replace(space, reserve_banks=RETRY_RESERVE_BANKS), judge, folder,
+                                time_limit, {**row, "cost_model": chip.cost_model})
+    if again.get("outcome") == "compile:lg_failed":  # deploy delivers TPU-MLIR's own then
+        again = {**again, "outcome": "refused twice, opt2 delivered", "measured": opt2}
+    return {**again, "first": f"{got['outcome']} (predicted {got.get('predicted')})"}
+
+
+def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Path, time_limit: float,
+                        row: dict[str, Any]) -> dict[str, Any]:
+    """One search in ``space``, verified, exported with the space's base groups and compiled (``row`` filled)."""
+    from lgopt.report.verdict import verify
+    from lgopt.strategies.cpsat.common import CpsatSettings
+    from lgopt.strategies.registry import StrategyOptions, parse_strategy
+    from lgopt.tpumlir.export import export_tpumlir
+
     try:
         plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
             cpsat=CpsatSettings(time_limit=time_limit, workers=2), space=space))
@@ -278,12 +295,14 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
     bad = verify(planned, plan)
     if bad:
         return {**row, "outcome": "lgopt:verify", "why": str(bad[0])[:200]}
-    row.update(cost_model=chip.cost_model, predicted=plan.cost["cycles"],
-               reference_predicted=plan.solver.get("reference_cycles"))
+    row = {**row, "predicted": plan.cost["cycles"], "reference_predicted": plan.solver.get("reference_cycles")}
     if plan.solver.get("kept_reference"):
-        return {**row, "outcome": "kept opt2", "why": str(plan.solver["kept_reference"])[:200], "measured": opt2}
+        return {**row, "outcome": "kept opt2", "why": str(plan.solver["kept_reference"])[:200], "measured": row["opt2"]}
     row["judge_compiles"] = (plan.solver.get("judge") or {}).get("compiles")
-    cache = export_tpumlir(plan, planned, own)
+    try:  # with the base groups the search's space was built on: ops TPU-MLIR can run in LMEM
+        cache = export_tpumlir(plan, planned, space.reference, base_groups=space.base_groups)
+    except LgoptError as e:
+        return {**row, "outcome": "export refused", "why": str(e)[:200]}
     m = judge.measure(cache, keep=folder / "scores" / "lgopt.json")
     (folder / "caches" / "lgopt.layer_group_cache.json").write_text(json.dumps(cache, indent=1))
     return {**row, "outcome": "compiled" if m.ok else f"compile:{m.status}", "why": m.error,
@@ -303,8 +322,10 @@ def keep_row(path: Path, row: dict[str, Any]) -> None:
 
 
 def roundtrip_summary(rt: pd.DataFrame) -> str:
-    lines = ["| setting | models | kept opt2 | compiled | refused | geomean measured / opt2 | worst | best |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]
+    """Per setting and mode: what the round trips delivered.  ``refused first``: TPU-MLIR refused the first search's
+    grouping (``lgopt deploy`` then searches again with banks left empty; ``refused twice``: it delivers opt2)."""
+    lines = ["| setting | models | kept opt2 | compiled | refused first | refused twice | geomean measured / opt2 | "
+             "worst | best |", "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for (chip, q, n, jb), g in rt.groupby(["chip", "quantize", "cores", "judge_budget"], sort=True):
         ok = g[g.measured.notna() & g.opt2.notna()]
         r = ok.measured / ok.opt2
@@ -312,8 +333,12 @@ def roundtrip_summary(rt: pd.DataFrame) -> str:
         worst = ok.loc[r.idxmax()] if len(r) else None
         best = ok.loc[r.idxmin()] if len(r) else None
         how = f"judge, {jb} compiles" if jb else "default margin"
+        first = g["first"].fillna("").str.startswith("compile:") if "first" in g else pd.Series(False, index=g.index)
+        refused = g.outcome.str.startswith("compile:")
+        twice = refused | (g.outcome == "refused twice, opt2 delivered")
         lines.append(f"| {chip} {q} {n} core(s), {how} | {len(g)} | {(g.outcome == 'kept opt2').sum()} | "
-                     f"{(g.outcome == 'compiled').sum()} | {g.outcome.str.startswith('compile:').sum()} | {geo:.3f} | "
+                     f"{(g.outcome == 'compiled').sum()} | {int((first | refused).sum())} | {int(twice.sum())} | "
+                     f"{geo:.3f} | "
                      + (f"{worst.model} {worst.measured / worst.opt2:.3f}" if worst is not None else "-") + " | "
                      + (f"{best.model} {best.measured / best.opt2:.3f}" if best is not None else "-") + " |")
     return "\n".join(lines)

@@ -163,3 +163,19 @@ def test_measurements_say_their_deployment(tmp_path):
     pd.concat([tot, tot.assign(quantize="F16")]).to_csv(tmp_path / "totals.csv", index=False)
     with pytest.raises(LgoptError, match="mixes deployments"):
         _ = read_measurements(tmp_path).dtype
+
+
+def test_an_integer_conv_holds_a_requantisation_block_per_output_channel():
+    """TPU-MLIR's INT8 coefficients of a 1 x 1 conv 24 -> 144 on BM1684X are ``1x64x1x384``: per lane, 3 channels
+    of 64 filter bytes (24 rounded to the IC parallelism) and 64 of bias and requantisation each.  The F16 conv
+    merges one 32-bit bias per channel instead."""
+    from lgopt.hw.sizing import weight_bytes
+
+    def conv(dtype: str) -> Op:
+        return Op("c", "Conv", ("x",), ("y",), (Weight("w", (144, 24, 1, 1), dtype, "filter"),
+                                               Weight("b", (144,), dtype, "bias")), local=True)
+
+    bm1684x = get_chip("bm1684x")
+    assert weight_bytes(bm1684x, conv("int8")) == 384
+    assert weight_bytes(bm1684x, conv("f16")) == 3 * 32 * 2 + 64  # 24 channels rounded to 32 f16s, one bias block
+    assert weight_transfers(conv("int8"), chip=bm1684x) == [(384 * 64, 64, False)]

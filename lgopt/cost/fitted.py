@@ -106,7 +106,16 @@ def scale_key(net: Network, op: Op) -> str:
     'Add/rows'
     """
     rows = bool(op.outputs) and net.tensor(op.outputs[0]).rows_on_lanes
-    return f"{op.type}/rows" if rows else op.type
+    kind = "GlobalAveragePool" if spatial_mean(net, op) else op.type
+    return f"{kind}/rows" if rows else kind
+
+
+def spatial_mean(net: Network, op: Op) -> bool:
+    """A ReduceMean over H and W of a 4-D tensor: TPU-MLIR lowers it as it lowers a GlobalAveragePool (one
+    ``Pool2D``; ShuffleNet's and MNASNet's cost what MobileNetV2's pool does on the timeline, 3,740 cycles for
+    1,280 channels in BM1684X's INT8 and 14,428 in BM1688's F16), so the two share a global layer's scale."""
+    return (op.type == "ReduceMean" and bool(op.inputs) and len(net.tensor(op.inputs[0]).shape) == 4
+            and tuple(sorted(op.attrs.get("axes", ()))) == (2, 3))
 
 
 def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
@@ -115,17 +124,22 @@ def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     cat = tiu_category(chip, net, op)[0]
     if cat == "conv_smallic":
         return stem_conv_work(chip, net, op, sl)
-    if cat == "conv" and merged_conv(op):
+    if cat in INT_CONV_CATEGORIES and merged_conv(op):
         return int_conv_work(chip, net, op, sl)
     return analytic_tiu(chip, net, op, sl, 0)
+
+
+INT_CONV_CATEGORIES = ("conv", "conv_dw", "conv_dw_s2")  # integer convs worked out on int32 pixels
 
 
 def int_conv_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     """An integer conv's MACs: input channels rounded to the IC parallelism, each lane's output pixels to the
     int32 EU width (its accumulators), not the int8 one.  On BM1688's INT8 timeline every dense conv of UNet
-    costs exactly this (73,728 cycles for a 3 x 3, 32 -> 32 conv of a 128 x 256 map); the analytic work
-    (pixels rounded to whole int8 vectors) was 0.6x-1.75x the cycles on BM1684X, by map size.  What a chip
-    adds per output pixel is :func:`pass_term`'s.
+    costs exactly this (73,728 cycles for a 3 x 3, 32 -> 32 conv of a 128 x 256 map); the analytic work (pixels
+    rounded to whole int8 vectors) was 0.6x-1.75x the cycles on BM1684X, by map size.  A depthwise conv's work is
+    a pass per kernel tap over those pixels (BM1684X's timeline: taps + 1 passes at stride 1, the one its fitted
+    pass, and 3 taps + 1 at stride 2; BM1688's a quarter of a pass per tap, at its int8 width).  What a chip adds
+    per output pixel is :func:`pass_term`'s.
 
     >>> from lgopt.hw.chip import get_chip
     >>> from lgopt.model.network import Network, Tensor, Weight
@@ -138,16 +152,18 @@ def int_conv_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     """
     f = next(w for w in op.weights if w.role == "filter")
     pixels = _int_conv_pixels(chip, net, op, sl)
+    if is_depthwise(op):  # a vector pass per kernel tap: BM1684X's at the int32 width, BM1688's a quarter of it
+        return f.shape[2] * f.shape[3] * cdiv(pixels, chip.eu_elems("int32"))
     ic = align_up(f.shape[1], max(1, chip.ic_parallel // dtype_bytes(f.dtype)))
     return cdiv(pixels * ic * f.shape[2] * f.shape[3], chip.macs_per_lane.get(f.dtype, 1))
 
 
 def pass_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
-    """One pass of the vector unit over an integer conv's int32 output slice (0 for other ops): the unit of the
-    passes a chip makes after the MACs (accumulate, requantise, activate), their count fitted per chip
-    (``passes`` of the ``conv`` category).  BM1684X's INT8 timeline shows 3 (a 3 x 3 conv of UNet's 256-wide
+    """One pass of the vector unit over an integer conv's (dense or depthwise) int32 output slice (0 for other
+    ops): the unit of the passes a chip makes after the MACs (accumulate, requantise, activate), their count
+    fitted per chip and category (``passes``).  BM1684X's INT8 timeline shows 3 (a 3 x 3 conv of UNet's 256-wide
     maps: 79,872 cycles = 73,728 of MACs + 3 x 2,048), with or without a fused ReLU; BM1688's none."""
-    if not (merged_conv(op) and tiu_category(chip, net, op)[0] == "conv"):
+    if not (merged_conv(op) and tiu_category(chip, net, op)[0] in INT_CONV_CATEGORIES):
         return 0
     return cdiv(_int_conv_pixels(chip, net, op, sl), chip.eu_elems("int32"))
 

@@ -61,6 +61,19 @@ def column_shape(shape: tuple[int, ...], cols: int | None) -> tuple[int, ...]:
     return shape if cols is None else tuple(shape[:-1]) + (cols,)
 
 
+def int_requant_lane_bytes(chip: Chip, oc: int) -> int:
+    """Bytes a lane holds of an integer conv's bias and requantisation: one EU-aligned block per output channel
+    on it.  TPU-MLIR's INT8 coefficients (``<conv>_merge``) on BM1684X: a 1 x 1 conv of 144 output channels
+    from 24 holds 384 bytes a lane, 3 x (64 of filter + 64), where one 32-bit bias for the lane's 3 channels
+    would have been 256; a depthwise 3 x 3 one of 384 channels 410 (6 x 9 of filter + 356).
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> int_requant_lane_bytes(get_chip("bm1684x"), 144)
+    192
+    """
+    return channels_per_lane(oc, chip.npu_num) * chip.eu_bytes
+
+
 @lru_cache(maxsize=1 << 14)
 def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
     """One merged coefficient buffer per op (0 when it has no weights); with ``cols``, the buffer of a run of
@@ -81,6 +94,8 @@ def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
             filt = depthwise_filter_lane_bytes(oc, kh, kw, f.dtype, chip.npu_num)
         else:
             filt = conv_filter_lane_bytes(oc, icg, kh, kw, f.dtype, chip.npu_num, chip.ic_parallel)
+        if is_integer(f.dtype):  # requantisation per output channel, each an EU-aligned block (with the bias)
+            return merged_coeff_lane_bytes(filt, int_requant_lane_bytes(chip, oc), chip.eu_bytes)
         bias = bias_lane_bytes(oc, chip.npu_num, 4) if has_bias else 0
         return merged_coeff_lane_bytes(filt, bias, chip.eu_bytes)
     # per-channel parameters (BN scale/bias, PRelu slope), broadcast constants (shaped like the activation

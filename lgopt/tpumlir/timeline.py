@@ -145,11 +145,11 @@ def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str
     profile = next(iter(sorted(workdir.glob("compiler_profile_0.txt")) or sorted(workdir.glob("_0.dat"))))
     lines, weights = read_lines(final), weight_values(final)
     spans = [(int(a), int(b)) for a, b in (g.get("final_mlir_lines") or (-1, -1) for g in score.get("groups", ()))]
-    by_line: dict[tuple[int, bool], list[Command]] = {}
+    by_line: dict[tuple[int, bool, int], list[Command]] = {}  # a global op's transfers both ways apart
     for cmd in read_commands(profile):
-        by_line.setdefault((cmd.line, cmd.gdma), []).append(cmd)
+        by_line.setdefault((cmd.line, cmd.gdma, cmd.direction or 0), []).append(cmd)
     rows, uneven = [], []
-    for (no, dma), cmds in sorted(by_line.items()):
+    for (no, dma, _), cmds in sorted(by_line.items()):
         ln = lines.get(no)
         if ln is None:
             continue
