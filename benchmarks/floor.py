@@ -1,6 +1,7 @@
 """What TPU-MLIR's own timeline says any grouping can gain: every op's cheapest measured cost, summed.
 
     python benchmarks/floor.py                       # batch 1, from ../shared/calibration (seconds)
+    python benchmarks/floor.py --int8                # and INT8 on one core beside it (benchmarks/timelines.py's data)
     PEER_RUN=/path/to/tpu-mlir-run python benchmarks/floor.py --batch 4 [--models M,..] [--chips C,..]
                                                      # also batch 4, by compiling (a few minutes)
 
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                                                      "BM1688, ResNet-18 and MobileNetV2: issue 13's cases)")
     ap.add_argument("--chips", default="bm1684x,bm1688")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "calibration" / "floor.csv")
+    ap.add_argument("--int8", type=Path, nargs="?", const=ROOT / "benchmarks" / "out" / "timelines" / "int8_1core",
+                    help="also INT8 on one core beside F16, from benchmarks/timelines.py's folder (default path)")
+    ap.add_argument("--int8-out", type=Path, default=ROOT / "benchmarks" / "calibration" / "floor_int8.csv")
     a = ap.parse_args(argv)
     if not (CAL / "ops.csv.gz").exists():
         print(f"no calibration data at {CAL}", file=sys.stderr)
@@ -142,7 +146,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the cases issue 13's 8 % target names ({len(n)}): the measured floor is {g:.3f} of opt2 in geometric "
           f"mean (a grouping saves at most {100 * (1 - g):.1f} %); "
           + ", ".join(f"{r.model} {r.chip} b{r.batch} {r.floor_over_opt2:.3f}" for r in n.itertuples()))
+    if a.int8 is not None:
+        print(int8_beside_f16(a.int8, df, a.int8_out))
     return 0
+
+
+def int8_beside_f16(data: Path, f16: pd.DataFrame, out: Path) -> str:
+    """The batch-1 floors of INT8 on one core (a calibration-format folder of ``benchmarks/timelines.py``) beside
+    F16's, each the larger of the TIU and the GDMA floor (``lgopt.tpumlir.floor.calibration_rows``)."""
+    if not (data / "ops.csv.gz").exists():
+        return f"no INT8 timelines at {data} (python benchmarks/timelines.py)"
+    int8 = floor.floor_table(floor.calibration_rows(data))
+    f16_rows = floor.floor_table(floor.calibration_rows(CAL))
+    both = f16_rows.merge(int8, on=["model", "chip"], how="right", suffixes=("_f16", "_int8"))
+    write_table(int8, out, f"cycles measured by {SOURCE}, INT8 on one core")
+    lines = ["| model | chip | F16 opt2 | F16 floor / opt2 (TIU, GDMA) | INT8 opt2 | INT8 floor / opt2 (TIU, GDMA) |",
+             "|---|---|---:|---|---:|---|"]
+    def cell(m: float, t: float, d: float) -> str:
+        return "-" if pd.isna(m) else f"{max(t, d) / m:.3f} ({t / m:.3f}, {d / m:.3f})"
+
+    for r in both.itertuples():
+        f16_opt2 = "-" if pd.isna(r.opt2_measured_f16) else f"{int(r.opt2_measured_f16):,}"
+        f16_cell = cell(r.opt2_measured_f16, r.floor_f16, r.floor_gdma_f16)
+        int8_cell = cell(r.opt2_measured_int8, r.floor_int8, r.floor_gdma_int8)
+        int8_opt2 = f"{int(r.opt2_measured_int8):,}"
+        lines.append(f"| {r.model} | {r.chip} | {f16_opt2} | {f16_cell} | {int8_opt2} | {int8_cell} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,25 @@ def test_calibration_floor_bounds_every_compiled_grouping():
     for r in rows:
         assert 0 < r["floor"] <= r["opt2_op_sum"] <= r["opt2_measured"], r
         assert r["floor"] <= best[(r["model"], r["chip"])], r
+        assert 0 < r["floor_gdma"] <= best[(r["model"], r["chip"])], r  # the GDMA engine's floor bounds them too
+
+
+def test_the_gdma_floor_takes_each_ops_coefficient_loads_or_its_global_segment(tmp_path: Path):
+    """An op's GDMA term: its coefficient loads where a group ran it (INT8's merged tensor, F16's reordered filter;
+    an F16 bias, named after no op, is left out), its segment where it ran as a global layer."""
+    pd.DataFrame([["m", "c", "opt2", "ok", 100], ["m", "c", "v1", "ok", 120]],
+                 columns=["model", "chip", "variant", "status", "total_cycles"]).to_csv(tmp_path / "totals.csv")
+    ops = [["m", "c", "opt2", 0, "load_a_Conv_merge", "GDMA", 1, 30], ["m", "c", "opt2", 0, "load_b_filter_reorderd",
+           "GDMA", 1, 20], ["m", "c", "opt2", 0, "load_onnx::Conv_7", "GDMA", 1, 5],
+           ["m", "c", "opt2", 0, "load_x", "GDMA", 0, 50], ["m", "c", "v1", 0, "load_b_filter_reorderd", "GDMA", 1, 25]]
+    pd.DataFrame(ops, columns=["model", "chip", "variant", "group_pos", "op_name", "engine", "is_weight", "cycles"]
+                 ).to_csv(tmp_path / "ops.csv.gz", index=False)
+    pd.DataFrame([["m", "c", "v1", "a_Conv", "tpu.Conv2D", 12]], columns=["model", "chip", "variant", "name", "type",
+                                                                          "cycles"]).to_csv(tmp_path / "globals.csv")
+    costs = floor.weight_gdma_costs(tmp_path)
+    got = {(r.key, r.op): r.cycles for r in costs.itertuples()}
+    assert got == {("opt2", "a_Conv"): 30, ("opt2", "b"): 20, ("v1", "b"): 25, ("v1", "a_Conv"): 12}
+    assert floor.floor_of(costs, "opt2")["floor"] == 12 + 20  # a_Conv cheapest as a global layer, b in opt2
 
 
 @needs_reader

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -74,18 +75,41 @@ def calibration_costs(cal: Path) -> pd.DataFrame:
     return op_costs(loc.rename(columns={"variant": "key", "op_name": "op"}), glob)
 
 
+WEIGHT_LOAD = re.compile(r"^load_(.+?)_(?:merge|filter_reorderd)$")  # an op's coefficients: INT8's merged, F16's filter
+
+
+def weight_gdma_costs(cal: Path) -> pd.DataFrame:
+    """Per-op GDMA costs (``model``, ``chip``, ``key``, ``op``, ``cycles``) of every compiled grouping: a local op's
+    coefficient loads (its merged INT8 tensor, its F16 filter; a load named otherwise, an F16 bias, is left out,
+    which only lowers the floor), a global op's segment.  The GDMA engine runs one transfer at a time and a global
+    op has the timeline to itself, so a grouping's total is at least their sum, as it is the TIU one's."""
+    ok = pd.read_csv(cal / "totals.csv").query("status == 'ok'")[["model", "chip", "variant"]]
+    ops = pd.read_csv(cal / "ops.csv.gz").merge(ok, on=["model", "chip", "variant"])
+    w = ops[(ops.engine == "GDMA") & (ops.group_pos >= 0) & (ops.is_weight == 1)]
+    w = w.assign(op=w.op_name.str.extract(WEIGHT_LOAD, expand=False)).dropna(subset=["op"])
+    loc = w.groupby(["model", "chip", "variant", "op"]).cycles.sum().reset_index()
+    glob = pd.read_csv(cal / "globals.csv").merge(ok, on=["model", "chip", "variant"])
+    glob = glob.rename(columns={"variant": "key", "name": "op"})[["model", "chip", "key", "op", "type", "cycles"]]
+    return op_costs(loc.rename(columns={"variant": "key"}), glob)
+
+
 def calibration_rows(cal: Path) -> list[dict[str, Any]]:
-    """Batch-1 floors, one row per model and chip whose opt2 compiled, from the calibration data at ``cal``."""
+    """Batch-1 floors, one row per model and chip whose opt2 compiled, from the calibration data at ``cal``:
+    ``floor`` the TIU one; ``floor_gdma`` the same over the GDMA engine (:func:`weight_gdma_costs`), the one that
+    binds a weight-bound network."""
     tot = pd.read_csv(cal / "totals.csv")
     groups = pd.read_csv(cal / "groups.csv")
+    gdma = weight_gdma_costs(cal)
     rows = []
     for (model, chip), c in calibration_costs(cal).groupby(["model", "chip"]):
         o2 = tot[(tot.model == model) & (tot.chip == chip) & (tot.variant == "opt2")]
         if o2.empty or o2.status.iloc[0] != "ok":
             continue
         n_groups = int(((groups.model == model) & (groups.chip == chip) & (groups.variant == "opt2")).sum())
+        g = gdma[(gdma.model == model) & (gdma.chip == chip)]
         rows.append({"model": model, "chip": chip, "batch": 1, "groups": n_groups,
-                     "opt2_measured": int(o2.total_cycles.iloc[0]), **floor_of(c, "opt2")})
+                     "opt2_measured": int(o2.total_cycles.iloc[0]), **floor_of(c, "opt2"),
+                     "floor_gdma": floor_of(g, "opt2")["floor"] if len(g) else 0})
     return rows
 
 
