@@ -194,13 +194,15 @@ def read_rows(df: pd.DataFrame, out: Path, cal: Path) -> pd.DataFrame:
 HELD_OUT = ("mobilenet_v3_small", "resnet50", "unet_small")  # held out of every fit (lgopt/cost/models, models/int8)
 
 
-def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, models_dir: Path, command: str) -> str:
-    """Fit the several-core terms of the fitted model for ``setting`` (an F16 one: the one-core constants are F16's)
-    on its compiled scorings, holding out :data:`HELD_OUT`, and write them into ``models_dir/CHIP.json``."""
+def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: str) -> str:
+    """Fit the several-core terms of the fitted model of ``setting``'s chip and dtype (its one-core constants: F16's,
+    or INT8's) on its compiled scorings, holding out :data:`HELD_OUT`, and write them into that model's
+    ``CHIP.json``."""
     import datetime as dt
     from dataclasses import replace
 
-    from lgopt.cost.registry import FITTED
+    from lgopt.cost.fitted import CALIBRATION_DIR
+    from lgopt.cost.registry import FITTED, FITTED_INT8
     from lgopt.hw.chip import get_chip
     from lgopt.io.problem import load_model
     from lgopt.tpumlir.corefit import Measured, fit_cores
@@ -208,20 +210,23 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, models_di
     from lgopt.tpumlir.lowering import network_of
 
     chip_name, q, n = setting_key(setting)
-    if q != "F16" or n < 2:
-        raise SystemExit(f"--fit-cores {setting}: an F16 setting on several cores (the one-core fit is F16's)")
-    chip = replace(get_chip(chip_name, {"used_cores": n}), cost_model=FITTED.name)
+    dtype = q.lower()
+    base = next((m for m in (FITTED, FITTED_INT8) if m.covers(chip_name, dtype)), None)
+    if base is None or n < 2:
+        raise SystemExit(f"--fit-cores {setting}: a setting on several cores whose one-core constants were fitted")
+    models_dir = Path(base.directory) if base.directory else CALIBRATION_DIR
+    chip = replace(get_chip(chip_name, {"used_cores": n}), cost_model=base.name)
     rows, nets = [], {}
     sel = df[(df.chip == chip_name) & (df.quantize == q) & (df.cores == n) & (df.status == "ok") & df.honoured]
     for r in sel.itertuples():
         if r.model not in nets:
-            nets[r.model] = load_model(str(cal / "onnx" / f"{r.model}.weightless.onnx"), dtype="f16")
+            nets[r.model] = load_model(str(cal / "onnx" / f"{r.model}.weightless.onnx"), dtype=dtype)
         try:
             plan, _ = score(nets[r.model], chip, str(out / r.cache_file))
         except LgoptError:
             continue
         rows.append(Measured(r.model, network_of(nets[r.model], plan), plan, int(r.total_cycles)))
-    f = fit_cores(chip, FITTED, rows, HELD_OUT)
+    f = fit_cores(chip, base, rows, HELD_OUT)
     path = models_dir / f"{chip_name}.json"
     doc = json.loads(path.read_text())
     doc["cores"] = {"slowdown": f.slowdown, "sync": f.sync, "source": {
@@ -233,7 +238,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, models_di
         "date": dt.date.today().isoformat(), "command": command}}
     path.write_text(json.dumps(doc, indent=1) + "\n")
     held = "-" if f.held_error is None else f"{f.held_error:.1%} (before: {f.before_held_error:.1%})"
-    return (f"Several-core terms of `{FITTED.name}` for {chip_name}, fitted on {setting} (`{command}`): slowdown "
+    return (f"Several-core terms of `{base.name}` for {chip_name}, fitted on {setting} (`{command}`): slowdown "
             f"{f.slowdown}, sync {f.sync:,} cycles; median \\|pred/meas - 1\\| {f.train_error:.1%} over "
             f"{f.n_train} training groupings, held out ({', '.join(HELD_OUT)}; {f.n_held} groupings): {held}.")
 
@@ -404,9 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=30.0, help="the round trips' search (default 30 s)")
     ap.add_argument("--judge-budget", type=int, default=0,
                     help="round trips with --judge: TPU-MLIR compiles this many of lgopt's candidates (default 0)")
-    ap.add_argument("--fit-cores", metavar="CHIP:F16:N",
+    ap.add_argument("--fit-cores", metavar="CHIP:QUANTIZE:N",
                     help="fit the fitted model's several-core terms on that setting's scorings and write them into "
-                         "lgopt/cost/models/CHIP.json (before the reading, which then uses them)")
+                         "the fitted model's CHIP.json, F16's or INT8's (before the reading, which then uses them)")
     ap.add_argument("--calibration", type=Path, default=ROOT.parent / "shared" / "calibration",
                     help="the shared calibration folder (its onnx/ holds the weightless models lgopt reads)")
     a = ap.parse_args(argv)
@@ -421,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     df.to_csv(a.out / "totals.csv", index=False)
     text = summary(df)
     if a.fit_cores:
-        text += "\n\n" + fit_cores_of(df, a.out, a.calibration, a.fit_cores, ROOT / "lgopt" / "cost" / "models",
+        text += "\n\n" + fit_cores_of(df, a.out, a.calibration, a.fit_cores,
                                        "python benchmarks/settings.py --summary-only --fit-cores " + a.fit_cores)
     if a.roundtrip:
         for folder in sorted(p for p in a.out.iterdir() if (p / "scores" / "opt2.json").exists()):

@@ -138,6 +138,17 @@ def _role(op_type: str) -> str:
     return {"Load": "load", "Store": "store"}.get(op_type, "compute")
 
 
+def _row(ln: Line, pos: int, dma: bool, run: list[Command], i: int, n: int, weight: bool) -> dict[str, Any]:
+    """The columns of one op's slice ``i`` of ``n`` on one engine (``run``: its commands) but the key and shape."""
+    moves = ln.type in ("Load", "Store")
+    return {"group_pos": pos, "op_name": ln.name, "op_type": ln.type, "role": _role(ln.type) if pos >= 0 else "global",
+            "tensor": ln.name.removeprefix("load_").removeprefix("store_") if moves else None,
+            "is_weight": float(weight) if ln.type == "Load" else None, "engine": "GDMA" if dma else "TIU",
+            "slice_idx": i, "n_slices": n, "n_cmds": len(run), "cycles": sum(c.cycles for c in run),
+            "bytes": sum(c.nbytes or 0 for c in run) if dma else None, "dir": run[0].direction if dma else None,
+            "out_shape": ln.shape}
+
+
 def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str]) -> Timeline:
     """The calibration rows of one kept compile in ``workdir`` (its score JSON ``score``); ``key`` (``model``,
     ``chip``, ``variant``) is put on every row."""
@@ -148,7 +159,8 @@ def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str
     by_line: dict[tuple[int, bool, int], list[Command]] = {}  # a global op's transfers both ways apart
     for cmd in read_commands(profile):
         by_line.setdefault((cmd.line, cmd.gdma, cmd.direction or 0), []).append(cmd)
-    rows, uneven = [], []
+    rows: list[dict[str, Any]] = []
+    uneven = []
     for (no, dma, _), cmds in sorted(by_line.items()):
         ln = lines.get(no)
         if ln is None:
@@ -159,16 +171,9 @@ def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str
         if runs is None:
             uneven.append(ln.name)
             continue
-        for i, (run, (sn, sc, sh, sw)) in enumerate(zip(runs, slices)):
-            nbytes = sum(cmd.nbytes or 0 for cmd in run) if dma else None
-            rows.append({**key, "group_pos": pos, "op_name": ln.name, "op_type": ln.type,
-                         "role": _role(ln.type) if pos >= 0 else "global",
-                         "tensor": ln.name.removeprefix("load_").removeprefix("store_") if ln.type in ("Load", "Store")
-                         else None, "is_weight": float(ln.operand in weights) if ln.type == "Load" else None,
-                         "engine": "GDMA" if dma else "TIU", "slice_idx": i, "n_slices": len(slices),
-                         "n_cmds": len(run), "cycles": sum(cmd.cycles for cmd in run), "bytes": nbytes,
-                         "dir": run[0].direction if dma else None, "out_shape": ln.shape,
-                         **({"nslice": sn, "cslice": sc, "hslice": sh, "wslice": sw} if pos >= 0 else {})})
+        rows += [{**key, **_row(ln, pos, dma, run, i, len(slices), ln.operand in weights),
+                  **({"nslice": sn, "cslice": sc, "hslice": sh, "wslice": sw} if pos >= 0 else {})}
+                 for i, (run, (sn, sc, sh, sw)) in enumerate(zip(runs, slices))]
     ops = pd.DataFrame(rows, columns=OPS_COLUMNS)
     return Timeline(ops, _globals(ops, score, lines, key), tuple(uneven))
 
