@@ -191,9 +191,14 @@ class Evaluator:
             self._pool_size = processes
         return self._pool
 
-    def close(self) -> None:
-        """Stop the worker processes, if any."""
+    def close(self, interrupted: bool = False) -> None:
+        """Stop the worker processes, if any.  ``interrupted`` (a Ctrl-C or SIGTERM in the search): batches may be
+        in flight, where multiprocessing's terminate can hang for good, so each worker is killed first (they hold
+        nothing to save: the best plan is the parent's)."""
         if self._pool is not None:
+            if interrupted:
+                for worker in getattr(self._pool, "_pool", ()):  # the pool's processes (CPython's Pool keeps them so)
+                    worker.kill()
             self._pool.terminate()
             self._pool.join()
             self._pool = None
@@ -201,8 +206,8 @@ class Evaluator:
     def __enter__(self) -> Evaluator:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(interrupted=kind is not None and issubclass(kind, KeyboardInterrupt))
 
     def _full_in_time(self, full: bool, deadline: float | None) -> bool:
         """A full evaluation only if one as slow as the slowest so far ends before ``deadline``: a time
