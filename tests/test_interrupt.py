@@ -16,13 +16,20 @@ from lgopt.io.problem import load_problem
 from lgopt.report.verdict import verify
 
 
+def _interruptible() -> None:
+    """The solve as a terminal runs it: Ctrl-C delivered.  A suite started in the background by a non-interactive
+    shell (``bash script &``) runs with SIGINT ignored, and a child inheriting that would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_solve_keeps_its_best_plan(tmp_path, sig):
     plan = tmp_path / "p.json"
     model = PROBLEMS / "yolov5s.json"
     proc = subprocess.Popen([sys.executable, "-m", "lgopt.cli", "solve", str(model), "--chip", "bm1688",
                              "--strategy", "cpsat", "--time-limit", "120", "--workers", "2", "-o", str(plan)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     try:
         for _ in range(600):  # the greedy plan is the first incumbent, written before the search starts
             if plan.exists() or proc.poll() is not None:
