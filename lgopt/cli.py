@@ -928,13 +928,15 @@ def _add_chips(sub: Any) -> None:
     s.set_defaults(func=cmd_chips)
 
 
-FIT_HELP = """Fit the constants of the fitted cost model (lgopt.cost.fitted, shipped as tpu-mlir-1.30) on
-measured TPU-MLIR timelines in the calibration format (shared/calibration/README.md: totals.csv, groups.csv,
-globals.csv, ops.csv.gz, model_ops.csv, onnx/, caches/), on every model but the held-out ones, then print its
-error on those next to the analytic model's.  Writes OUT_DIR/<chip>.json for every chip: the folder layout the
-fitted model reads (lgopt/cost/models is the shipped one; elsewhere, register CalibratedModel(name=...,
-directory=OUT_DIR) in a plugin, docs/cost-model.md).  Each file records its data, models, date and the command
-that makes it again (source.command): the same measurements and options give the same constants."""
+FIT_HELP = """Fit the constants of the fitted cost model (lgopt.cost.fitted, shipped as tpu-mlir-1.30 for F16 and
+tpu-mlir-1.30-int8 for INT8) on measured TPU-MLIR timelines in the calibration format (shared/calibration/README.md:
+totals.csv, groups.csv, globals.csv, ops.csv.gz, model_ops.csv, onnx/, caches/; a quantize column in totals.csv
+says the deployment, F16 without one; benchmarks/timelines.py makes INT8's), on every model but the held-out
+ones, then print its error on those next to the analytic model's.  Writes OUT_DIR/<chip>.json for every chip:
+the folder layout the fitted model reads (lgopt/cost/models and models/int8 are the shipped ones; elsewhere,
+register CalibratedModel(name=..., directory=OUT_DIR) in a plugin, docs/cost-model.md).  Each file records its
+data, models, date and the command that makes it again (source.command): the same measurements and options give
+the same constants."""
 
 
 def _add_fit(sub: Any) -> None:
