@@ -46,21 +46,19 @@ from lgopt.cost.work import (
     gmem_view,
     lane_copy,
     lane_crossing_work,
-    merged_conv,
     output_lanes,
     output_vector_work,
 )
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane
-from lgopt.hw.sizing import is_depthwise
+from lgopt.hw.sizing import is_depthwise, merged_conv
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "models"
 MODEL_NAME = "tpu-mlir-1.30"
-FITTED_DTYPES = ("f16", "int8")  # lgopt's constants: F16 (shared/calibration), INT8 (benchmarks/timelines.py)
 INT8_MODEL_NAME = "tpu-mlir-1.30-int8"  # the same form, fitted on TPU-MLIR's INT8 deployment (lgopt/cost/models/int8)
 
 
@@ -121,15 +119,19 @@ def spatial_mean(net: Network, op: Op) -> bool:
 def work_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     """The analytic model's TIU cycles of the slice without its issue cost (lane/EU/IC-rounded work); a stem
     conv's :func:`stem_conv_work`, an integer conv's :func:`int_conv_work`."""
-    cat = tiu_category(chip, net, op)[0]
-    if cat == "conv_smallic":
+    if tiu_category(chip, net, op)[0] == "conv_smallic":
         return stem_conv_work(chip, net, op, sl)
-    if cat in INT_CONV_CATEGORIES and merged_conv(op):
+    if int_conv(chip, net, op):
         return int_conv_work(chip, net, op, sl)
     return analytic_tiu(chip, net, op, sl, 0)
 
 
 INT_CONV_CATEGORIES = ("conv", "conv_dw", "conv_dw_s2")  # integer convs worked out on int32 pixels
+
+
+def int_conv(chip: Chip, net: Network, op: Op) -> bool:
+    """An integer conv whose work is :func:`int_conv_work`'s and :func:`pass_term`'s (a stem keeps its own)."""
+    return merged_conv(op) and tiu_category(chip, net, op)[0] in INT_CONV_CATEGORIES
 
 
 def int_conv_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
@@ -163,7 +165,7 @@ def pass_term(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     ops): the unit of the passes a chip makes after the MACs (accumulate, requantise, activate), their count
     fitted per chip and category (``passes``).  BM1684X's INT8 timeline shows 3 (a 3 x 3 conv of UNet's 256-wide
     maps: 79,872 cycles = 73,728 of MACs + 3 x 2,048), with or without a fused ReLU; BM1688's none."""
-    if not (merged_conv(op) and tiu_category(chip, net, op)[0] in INT_CONV_CATEGORIES):
+    if not int_conv(chip, net, op):
         return 0
     return cdiv(_int_conv_pixels(chip, net, op, sl), chip.eu_elems("int32"))
 
@@ -214,7 +216,7 @@ def fused_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     spec = opsem.OP_SPECS.get(op.type)
     if spec is None or spec.family not in (opsem.Family.CONV, opsem.Family.DECONV) or not op.fused:
         return 0
-    if pass_term(chip, net, op, sl):  # among its int32 passes
+    if int_conv(chip, net, op):  # among its int32 passes
         return 0
     return output_vector_work(chip, net, op, sl, sum(opsem.eu_ops(a) for a in op.fused))
 
@@ -525,10 +527,16 @@ def _min_issue(directory: str | None) -> int:
 def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
     k = model.constants(chip)
     cat, fam = tiu_category(chip, net, op)
-    a, b = k.tiu.get(cat) or k.tiu.get(fam) or k.tiu["default"]
     w = work_term(chip, net, op, sl) if op.type in opsem.OP_SPECS else 0
-    w += k.passes.get(cat if cat in k.tiu else fam, 0) * pass_term(chip, net, op, sl)
-    return a + int(math.ceil(b * w)) + int(math.ceil(fused_rate(k) * fused_work(chip, net, op, sl)))
+    return tiu_price(k, cat, fam, w, pass_term(chip, net, op, sl), fused_work(chip, net, op, sl))
+
+
+def tiu_price(k: ChipConstants, cat: str, fam: str, work: int, passes: int, fused: int) -> int:
+    """An op slice's fitted TIU cycles from its features: its category's (else family's, else the default) line
+    over its work and its counted passes, and its fused activations at the fused-pass rate."""
+    a, b = k.tiu.get(cat) or k.tiu.get(fam) or k.tiu["default"]
+    w = work + k.passes.get(cat if cat in k.tiu else fam, 0) * passes
+    return a + int(math.ceil(b * w)) + int(math.ceil(fused_rate(k) * fused))
 
 
 @lru_cache(maxsize=1 << 16)

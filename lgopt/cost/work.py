@@ -11,9 +11,9 @@ from typing import Literal
 from lgopt.cost.model import DmaKind, SliceShape, Transfer
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane
-from lgopt.hw.sizing import column_shape, is_depthwise, weight_bytes
+from lgopt.hw.sizing import column_shape, is_depthwise, merged_conv, weight_bytes
 from lgopt.model import ops as opsem
-from lgopt.model.dtype import dtype_bytes, is_integer
+from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
 
 
@@ -207,15 +207,6 @@ def weight_transfers(op: Op, cols: int | None = None, chip: Chip | None = None) 
         runs = shape[0] if w.role == "filter" or len(shape) <= 2 else shape[0] * shape[1]
         out.append((nbytes, runs, runs == elems))
     return out
-
-
-def merged_conv(op: Op) -> bool:
-    """Whether TPU-MLIR's lowering merges ``op``'s filter, bias and requantisation into one coefficient tensor:
-    an integer (INT8) convolution.  Its timeline loads ``<conv>_merge``, ``[1, lanes, 1, bytes a lane]``, in one
-    transfer of a run per lane (ResNet-18's ``layer3.0.conv2`` on BM1684X: ``1x64x1x9472``, 11,222 cycles),
-    where its F16 lowering loads the reordered filter and the f32 bias apart."""
-    f = next((w for w in op.weights if w.role == "filter"), None)
-    return op.type in ("Conv", "ConvTranspose") and f is not None and is_integer(f.dtype)
 
 
 def merged_conv_transfer(chip: Chip, op: Op) -> tuple[int, int, bool]:

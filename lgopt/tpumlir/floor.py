@@ -66,13 +66,19 @@ def floor_of(costs: pd.DataFrame, own: str) -> dict[str, int]:
 def calibration_costs(cal: Path) -> pd.DataFrame:
     """Per-op costs (``model``, ``chip``, ``key``, ``op``, ``cycles``) of every grouping TPU-MLIR compiled in the
     calibration data at ``cal`` (``ops.csv.gz``: each local op's TIU commands; ``globals.csv``: global layers)."""
-    ok = pd.read_csv(cal / "totals.csv").query("status == 'ok'")[["model", "chip", "variant"]]
-    ops = pd.read_csv(cal / "ops.csv.gz").merge(ok, on=["model", "chip", "variant"])
+    ops, glob = _compiled(cal)
     loc = (ops[(ops.engine == "TIU") & (ops.group_pos >= 0)].groupby(["model", "chip", "variant", "op_name"])
            .cycles.sum().reset_index())
-    glob = pd.read_csv(cal / "globals.csv").merge(ok, on=["model", "chip", "variant"])
-    glob = glob.rename(columns={"variant": "key", "name": "op"})[["model", "chip", "key", "op", "type", "cycles"]]
     return op_costs(loc.rename(columns={"variant": "key", "op_name": "op"}), glob)
+
+
+def _compiled(cal: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The op rows (``ops.csv.gz``) and the global layers' segments (``globals.csv``: ``model``, ``chip``, ``key``,
+    ``op``, ``type``, ``cycles``) of the groupings TPU-MLIR compiled in the calibration data at ``cal``."""
+    ok = pd.read_csv(cal / "totals.csv").query("status == 'ok'")[["model", "chip", "variant"]]
+    ops = pd.read_csv(cal / "ops.csv.gz").merge(ok, on=["model", "chip", "variant"])
+    glob = pd.read_csv(cal / "globals.csv").merge(ok, on=["model", "chip", "variant"])
+    return ops, glob.rename(columns={"variant": "key", "name": "op"})[["model", "chip", "key", "op", "type", "cycles"]]
 
 
 WEIGHT_LOAD = re.compile(r"^load_(.+?)_(?:merge|filter_reorderd)$")  # an op's coefficients: INT8's merged, F16's filter
@@ -83,13 +89,10 @@ def weight_gdma_costs(cal: Path) -> pd.DataFrame:
     coefficient loads (its merged INT8 tensor, its F16 filter; a load named otherwise, an F16 bias, is left out,
     which only lowers the floor), a global op's segment.  The GDMA engine runs one transfer at a time and a global
     op has the timeline to itself, so a grouping's total is at least their sum, as it is the TIU one's."""
-    ok = pd.read_csv(cal / "totals.csv").query("status == 'ok'")[["model", "chip", "variant"]]
-    ops = pd.read_csv(cal / "ops.csv.gz").merge(ok, on=["model", "chip", "variant"])
+    ops, glob = _compiled(cal)
     w = ops[(ops.engine == "GDMA") & (ops.group_pos >= 0) & (ops.is_weight == 1)]
     w = w.assign(op=w.op_name.str.extract(WEIGHT_LOAD, expand=False)).dropna(subset=["op"])
     loc = w.groupby(["model", "chip", "variant", "op"]).cycles.sum().reset_index()
-    glob = pd.read_csv(cal / "globals.csv").merge(ok, on=["model", "chip", "variant"])
-    glob = glob.rename(columns={"variant": "key", "name": "op"})[["model", "chip", "key", "op", "type", "cycles"]]
     return op_costs(loc.rename(columns={"variant": "key"}), glob)
 
 

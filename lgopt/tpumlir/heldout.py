@@ -8,7 +8,6 @@ two through lgopt's reader of TPU-MLIR's caches (:func:`run_one`), as a plan rea
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ import pandas as pd
 
 from lgopt.cost.analytic import AnalyticModel
 from lgopt.cost.cycles import global_layer_cost
-from lgopt.cost.fitted import CalibratedModel, fused_rate, load_constants
+from lgopt.cost.fitted import CalibratedModel, load_constants, tiu_price
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip, get_chip
 from lgopt.model.network import Network
@@ -119,10 +118,7 @@ def evaluate(meas: Measurements, tables: FitTables, model: CalibratedModel, fitt
 
 def _fitted_tiu(r: Any, directory: Path | None) -> int:
     """The fitted model's TIU cycles of an op slice from its features (category, work, fused passes)."""
-    k = load_constants(r.chip, directory)
-    a, b = k.tiu.get(r.cat) or k.tiu.get(r.fam) or k.tiu["default"]
-    w = r.work + k.passes.get(r.cat if r.cat in k.tiu else r.fam, 0) * r.passes
-    return a + math.ceil(b * w) + math.ceil(fused_rate(k) * r.fused)
+    return tiu_price(load_constants(r.chip, directory), r.cat, r.fam, r.work, r.passes, r.fused)
 
 
 def _priced_globals(rows: pd.DataFrame, nets: dict[str, Network], plain: dict[str, Chip],

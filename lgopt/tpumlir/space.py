@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lgopt.cost.cycles import io_cast_cost
-from lgopt.cost.fitted import FITTED_DTYPES, CalibratedModel
+from lgopt.cost.fitted import CalibratedModel
 from lgopt.cost.registry import cost_model, min_slice_rows
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
@@ -217,7 +217,7 @@ def _unmeasured_setting(chip: Chip, net: Network) -> str:
     model = cost_model(chip)
     dtypes = {net.tensor(t).dtype for t in net.outputs if t in net.tensors}
     def fitted(d: str) -> bool:  # F16 as ever: the analytic model stands where none was fitted
-        return d == "f16" or (d in FITTED_DTYPES and isinstance(model, CalibratedModel) and model.covers(chip.name, d))
+        return d == "f16" or (isinstance(model, CalibratedModel) and model.covers(chip.name, d))
 
     unfitted = sorted(d for d in dtypes if not fitted(d))
     if unfitted:
