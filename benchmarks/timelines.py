@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -74,6 +75,13 @@ def make_parts(peer: Path, folder: Path, setting: str, parts: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def version_of(text: str | None) -> str | None:
+    """The version in the scoring tool's ``tpu_mlir`` line (``... for TPU v1.30.2-gecc9dd6-20260831``), as the shared
+    calibration records it."""
+    m = re.search(r"v\d[\w.-]*", text or "")
+    return m.group(0) if m else text
+
+
 def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onnx: Path) -> Path:
     """The calibration-format folder of ``settings`` (one quantisation and core count, each chip's) from their
     parts."""
@@ -98,7 +106,7 @@ def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onn
         cache.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(folder / "caches" / f"{variant}.layer_group_cache.json", cache)
         totals.append({"model": model, "chip": chip, "variant": variant, "kind": kind, "status": "ok",
-                       "total_cycles": r["total_cycles"], "tpu_mlir": r.get("tpu_mlir"), "quantize": q,
+                       "total_cycles": r["total_cycles"], "tpu_mlir": version_of(r.get("tpu_mlir")), "quantize": q,
                        "uneven_ops": len(d["uneven"]), "cache_file": str(cache.relative_to(dest))})
         for pos, g in enumerate(r.get("groups", ())):
             secs = g.get("compiled_secs") or [1] * 5
