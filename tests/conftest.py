@@ -10,6 +10,7 @@ PROBLEMS = ROOT / "problems"
 SHARED = ROOT.parent / "shared"  # beside the checkout: tests that need it skip, saying so, when it is absent
 FIXTURES = SHARED / "fixtures"
 CAL = SHARED / "calibration"
+collect_ignore_glob = ["data/*"]  # test data and the scripts that made them (which need torch, TPU-MLIR)
 
 
 def need(p: Path) -> Path:

@@ -70,6 +70,9 @@ def _one_op(op_type: str) -> Network:
         attrs = {"axis": -1, "epsilon": 1e-5}
         if op_type == "LayerNormalization":
             weights = [Weight(f"op.{r}", (1, 1, 1, W), "f16", r) for r in ("scale", "bias")]
+    elif spec.family is Family.GROUP_NORM:  # 4 groups of 2 channels, a per-channel scale and bias
+        attrs = {"num_groups": 4, "epsilon": 1e-5}
+        weights = [Weight(f"op.{r}", (1, C, 1, 1), "f16", r) for r in ("scale", "bias")]
     elif op_type == "Transpose":  # layout-only: moves no axis longer than 1
         attrs = {"perm": (0, 1, 2, 3), "in_dims": (1, C, H, W)}
     elif op_type == "Gelu":

@@ -233,6 +233,19 @@ def rowwise(op: Op, x: np.ndarray, weights: dict[str, np.ndarray]) -> np.ndarray
     return y * p.get("scale", 1.0) + p.get("bias", 0.0)
 
 
+def group_norm(op: Op, x: np.ndarray, weights: dict[str, np.ndarray]) -> np.ndarray:
+    """GroupNormalization of whole ``[N, C, H, W]`` planes: each batch's ``num_groups`` runs of channels
+    normalised over their channels, H and W (ONNX semantics; a per-channel scale and bias when given)."""
+    n, c, h, w = x.shape
+    g = int(op.attrs["num_groups"])
+    xg = x.reshape(n, g, -1)
+    mean = xg.mean(axis=2, keepdims=True)
+    var = ((xg - mean) ** 2).mean(axis=2, keepdims=True)
+    y = ((xg - mean) / np.sqrt(var + op.attrs.get("epsilon", 1e-5))).reshape(n, c, h, w)
+    p = {wt.role: np.asarray(weights[wt.name], dtype=np.float64).reshape(1, c, 1, 1) for wt in op.weights}
+    return y * p.get("scale", 1.0) + p.get("bias", 0.0)
+
+
 def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarray], n: tuple[int, int],
               a: int, b: int, c_len: int | None = None) -> np.ndarray:
     """Output rows [a, b) and batches ``n`` of a local op from its input windows; ``c_len``: the output channels
@@ -255,6 +268,8 @@ def run_local(net: Network, op: Op, ins: list[Win], weights: dict[str, np.ndarra
             y = y + _const(bias, out.c)
     elif family is Family.ROWWISE:
         y = rowwise(op, rows(xs[0], a, b, np.nan), weights)
+    elif family is Family.GROUP_NORM:
+        y = group_norm(op, rows(xs[0], 0, xs[0].H, np.nan), weights)[:, :, a:b]
     elif family is Family.CONCAT:
         y = _run_concat(j)
     elif family is Family.BINARY:

@@ -83,6 +83,8 @@ def _mixes_channels(net: Network, op: Op) -> str:
         return "a convolution reads every input channel"
     if op.type in ("Concat", "Slice") and op.attrs.get("axis") == 1:
         return "moves channels between lanes"
+    if op.type == "GroupNormalization":
+        return "normalises each group of channels together"
     if out.rows_on_lanes or any(t.rows_on_lanes for t in ins):
         return "its rows lie over the lanes"
     for t in ins:
@@ -153,7 +155,8 @@ def _receptive_rows(op: Op, k: int, rows: range, in_h: int, out_h: int, axis: in
         need.update(i for i in range(in_h) if any(i * s - p + j * d in outs for j in range(kh)))
     elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") and in_h == out_h:  # reduces each row's W
         need.update(rows)
-    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean") or (t in VIEW_TYPES and in_h != out_h) \
+    elif t in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "GroupNormalization") \
+            or (t in VIEW_TYPES and in_h != out_h) \
             or (t == "Transpose" and tuple(a.get("perm", ()))[-2:] == (3, 2)) \
             or (t in ROW_NORMALISERS and axis == 1) \
             or (t == "MatMul" and (k == 1 or axis == 1)):  # B's rows and A's columns are the contracted K
@@ -675,8 +678,9 @@ class Verifier:
         self._check_causality(where, g, ev)
         bufs = self._check_buffer_sizes(where, g, ops, tensors)
         self._check_lifetimes(where, g, bufs, ev, op_time)
-        self._check_placement(where, g)
-        self.check_banks(where, g, ops, bufs, op_time)
+        inplace = self._inplace(g, op_time)
+        self._check_placement(where, g, inplace)
+        self.check_banks(where, g, ops, bufs, op_time, inplace)
 
     def _table_events(self, where: str, g: GroupPlan, ops: list[Op]
                       ) -> tuple[dict[tuple[str, str], list[tuple[int, str]]], dict[str, int]]:
@@ -885,8 +889,32 @@ class Verifier:
                 self.fail(where, f"buffer {b.id} ({kind} {name}) is freed before row {r} where it is still needed "
                                  f"(lifetime {b.start}..{b.end})")
 
-    def _check_placement(self, where: str, g: GroupPlan) -> None:
-        """Offsets aligned, inside LMEM, and no two buffers live in one row share a byte."""
+    def _inplace(self, g: GroupPlan, op_time: dict[str, int]) -> set[frozenset[int]]:
+        """Buffer pairs that may share bytes (plan-format "In-place"): the output of an Add, Sub, Mul, Div, Min
+        or Max and an operand of it that only this op reads, the group does not store, of the output's dtype
+        and window in every slice and at least its size, neither resident, at one offset, whose lifetimes meet
+        in the op's row alone (the operand's last, the output's first)."""
+        T = len(g.rows)
+        acts = {b.name: b for b in g.buffers if b.kind == "activation" and not b.resident}
+        out: set[frozenset[int]] = set()
+        for name, r in op_time.items():
+            op = self.net.op(name)
+            if op.type not in ("Add", "Sub", "Mul", "Div", "Min", "Max") or len(op.outputs) != 1:
+                continue
+            y = acts.get(op.outputs[0])
+            for t in set(op.inputs):
+                x = acts.get(t)
+                if (y is None or x is None or x.offset != y.offset or x.size < y.size or t in g.stores
+                        or len(self.net.consumers.get(t, ())) != 1
+                        or self.net.tensor(t).dtype != self.net.tensor(y.name).dtype
+                        or g.windows.get(t) != g.windows.get(y.name)):
+                    continue
+                if x.end == r and y.start == r and x.rows(T) & y.rows(T) == {r}:
+                    out.add(frozenset((x.id, y.id)))
+        return out
+
+    def _check_placement(self, where: str, g: GroupPlan, inplace: set[frozenset[int]]) -> None:
+        """Offsets aligned, inside LMEM, and no two buffers live in one row share a byte (but an in-place pair)."""
         chip = self.chip
         T = len(g.rows)
         align = chip.align_bytes
@@ -903,13 +931,14 @@ class Verifier:
         rows = {b.id: b.rows(T) for b in blist}
         for i, a in enumerate(blist):  # every overlapping pair is reported (verify --all lists them)
             for b in blist[i + 1:]:
-                if rows[a.id] & rows[b.id] and a.offset < b.offset + b.size and b.offset < a.offset + a.size:
+                if (rows[a.id] & rows[b.id] and a.offset < b.offset + b.size and b.offset < a.offset + a.size
+                        and frozenset((a.id, b.id)) not in inplace):
                     r = min(rows[a.id] & rows[b.id])
                     self.fail(where, f"buffers {a.id} ({a.name}) and {b.id} ({b.name}) overlap in LMEM at row {r} "
                                      f"([{a.offset}, {a.offset + a.size}) vs [{b.offset}, {b.offset + b.size}))")
 
     def check_banks(self, where: str, g: GroupPlan, ops: list[Op], bufs: dict[tuple[str, str], Buffer],
-                    op_time: dict[str, int]) -> None:
+                    op_time: dict[str, int], inplace: set[frozenset[int]]) -> None:
         rule = self.plan.bank_rule
         if rule == "off":
             return
@@ -932,7 +961,7 @@ class Verifier:
             dma = {bufs[(t.kind, t.name)].id for t in row.loads + row.stores if (t.kind, t.name) in bufs}
             pairs |= {frozenset((a, b)) for a in npu for b in npu | dma if a != b}
         by_id = {b.id: b for b in g.buffers}
-        conflicts = [p for p in pairs if banks(by_id[min(p)]) & banks(by_id[max(p)])]
+        conflicts = [p for p in pairs - inplace if banks(by_id[min(p)]) & banks(by_id[max(p)])]
         if rule == "hard" and conflicts:
             a, b = sorted(min(conflicts, key=sorted))
             self.fail(where, f"bank conflict: buffers {a} ({by_id[a].name}) and {b} ({by_id[b].name}) share a bank "

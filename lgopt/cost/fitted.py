@@ -82,7 +82,7 @@ def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:
         return op.type, fam.value
     if fam is opsem.Family.MATMUL:  # no matmul group was fitted: the MAC array's constants, the conv's
         return "matmul", "conv"
-    if fam is opsem.Family.ROWWISE:  # vector work per element, as an activation's
+    if fam in (opsem.Family.ROWWISE, opsem.Family.GROUP_NORM):  # vector work per element, as an activation's
         return op.type, "unary"
     if fam in (opsem.Family.CONCAT, opsem.Family.CHANNEL_SLICE):
         kind = lane_copy(chip, net, op)

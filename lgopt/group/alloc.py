@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from lgopt.group.inplace import inplace_pairs
 from lgopt.group.pack import PackItem, pack
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up
@@ -115,11 +116,17 @@ def greedy_allocate(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "so
 
 
 def count_bank_conflicts(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, int]) -> int:
-    """Conflicting buffer pairs that share a bank at these offsets."""
+    """Conflicting buffer pairs that share a bank at these offsets; an in-place pair at one offset is not one
+    (the op reads and writes the same bytes by design: :mod:`lgopt.group.inplace`)."""
     size = {b.id: b.size for b in g.buffers}
+    pairs: dict[int, int] | None = None  # only an in-place pair puts two buffers of one row at one offset
     n = 0
     for p in conflict_pairs(net, g):
         a, b = tuple(p)
+        if offsets[a] == offsets[b]:
+            pairs = inplace_pairs(net, g) if pairs is None else pairs
+            if pairs.get(a) == b or pairs.get(b) == a:
+                continue
         if set(banks_of(offsets[a], size[a], chip.bank_bytes)) & set(banks_of(offsets[b], size[b], chip.bank_bytes)):
             n += 1
     return n

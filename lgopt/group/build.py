@@ -21,6 +21,7 @@ from lgopt.group.alloc import (
     polish_banks,
 )
 from lgopt.group.handover import kept_buffers, pin_below, pin_kept, without_kept
+from lgopt.group.inplace import inplace_pairs, merged, unmerged
 from lgopt.group.slicing import DEFAULT_H_RATIO, SliceError, group_io, slice_group
 from lgopt.group.timestep import schedule_group
 from lgopt.hw.chip import Chip
@@ -199,26 +200,41 @@ EXACT_PACK_SECONDS = 5.0  # the exact packer's effort for one group (search node
 def allocate_thorough(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft"
                       ) -> tuple[Allocation | None, str]:
     """Offsets by the greedy orders, else by the exact packer; (None, why) says whether no packing exists
-    (the live bytes of some row exceed LMEM, or the packer proved it) or none was found in time."""
+    (the live bytes of some row exceed LMEM, or the packer proved it) or none was found in time.  When nothing
+    packs, in-place elementwise outputs over their dying operands (:mod:`lgopt.group.inplace`, as TPU-MLIR's
+    allocator places them) are tried before the verdict."""
     alloc = multi_start_allocate(net, chip, g, bank_rule)
     if alloc is not None:
         return alloc, ""
-    T = len(g.rows)
-    live = max(sum(align_up(b.size, chip.align_bytes) for b in g.buffers if b.resident or r in b.rows(T))
+    pairs = inplace_pairs(net, g)
+    table = merged(g, pairs) if pairs else g
+    if pairs:
+        alloc = multi_start_allocate(net, chip, table, bank_rule)
+        if alloc is not None:
+            return _unmerge(net, chip, g, alloc.offsets, pairs, bank_rule), ""
+    T = len(table.rows)
+    live = max(sum(align_up(b.size, chip.align_bytes) for b in table.buffers if b.resident or r in b.rows(T))
                for r in range(T))
     if live > chip.lmem_bytes:
         return None, f"LMEM allocation failed: {live} bytes live in one row, LMEM has {chip.lmem_bytes}"
-    offs = exact_pack(net, chip, g, "off" if bank_rule == "soft" else bank_rule, time_limit=EXACT_PACK_SECONDS)
+    offs = exact_pack(net, chip, table, "off" if bank_rule == "soft" else bank_rule, time_limit=EXACT_PACK_SECONDS)
     if offs is None:
         return None, "LMEM allocation failed: no packing exists (proved by the exact packer)"
     if offs == "unknown":
         return None, f"LMEM allocation failed: no packing found in {EXACT_PACK_SECONDS:g} units of exact search"
     assert isinstance(offs, dict)
     if bank_rule == "soft":
-        offs = polish_banks(net, chip, g, offs)
+        offs = polish_banks(net, chip, table, offs)
+    return _unmerge(net, chip, g, offs, pairs, bank_rule), ""
+
+
+def _unmerge(net: Network, chip: Chip, g: GroupPlan, offsets: Mapping[int, int], pairs: dict[int, int],
+             bank_rule: str) -> Allocation:
+    """An allocation of ``g`` from offsets of its :func:`lgopt.group.inplace.merged` table."""
+    offs = unmerged(dict(offsets), pairs)
     peak = max(offs[b.id] + b.size for b in g.buffers)
     conf = count_bank_conflicts(net, chip, g, offs) if bank_rule != "off" else 0
-    return Allocation(offs, peak, conf), ""
+    return Allocation(offs, peak, conf)
 
 
 def assemble(net: Network, chip: Chip, groups: Sequence[GroupPlan], strategy: str, *, h_ratio: float | None,

@@ -144,7 +144,10 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
     * depthwise conv on narrow types: an int32 copy of the output;
     * table activations (Sigmoid, SiLU, Tanh, ...): two EU-aligned copies of the input slice
       plus a 32-entry table;
-    * int8 Add: an int16 intermediate of the output, twice.
+    * int8 Add: an int16 intermediate of the output, twice;
+    * GroupNormalization: ``8 * n * c_per_lane * (align_up(h * w, E) + E)``, ``E = eu_bytes / 4`` (two f32
+      copies of the slice and two f32 statistics blocks, as TPU-MLIR 1.30 sizes its buffer: 7,424 and 6,144
+      bytes for ``[1, 64, 30, 30]`` and ``[1, 192, 15, 15]`` on BM1684X, 14,464 and 11,136 on BM1688).
     """
     if not op.inputs or not op.outputs:
         return 0
@@ -166,6 +169,10 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
             copies = 4 if op.type == "Gelu" else 3
             return copies * per_n + coeffs + align_up(10 * dtype_bytes(tin.dtype), chip.eu_bytes)
         return 2 * align_up(per_n, chip.eu_bytes) + coeffs
+    if op.type == "GroupNormalization":  # TPU-MLIR 1.30: two f32 copies of the slice, two f32 statistics blocks
+        e = chip.eu_bytes // 4
+        hw = in_slice[1] * (in_slice[2] if in_slice[2] is not None else tin.w)
+        return 8 * in_slice[0] * channels_per_lane(tin.c, chip.npu_num) * (align_up(hw, e) + e)
     if op.type == "Add" and is_integer(tout.dtype) and dtype_bytes(tout.dtype) == 1:  # laid out as the output is
         lanes = tout.lane_shape(out_slice[0], out_slice[1], out_slice[2], out_slice[3])  # (a rank-3 one's rows
         return 2 * activation_lane_bytes(lanes, "int16", chip.npu_num, chip.eu_bytes)  # over the lanes)

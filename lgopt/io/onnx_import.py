@@ -83,13 +83,28 @@ def _dims(vi: onnx.ValueInfoProto) -> tuple[Any, ...] | None:
     return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
 
 
+SHAPE_KEEPING = ("GroupNormalization",)  # function ops ONNX's inference leaves unknown: their output is input 0's
+
+
 def _infer(model: onnx.ModelProto, path: str) -> onnx.ModelProto:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as e:
-        raise LgoptError(f"{path}: ONNX shape inference failed ({str(e).splitlines()[0][:160]})") from None
+    """ONNX's shape inference; where it stops at an op that keeps its input's shape but whose schema it does not
+    expand (GroupNormalization, a function op), that shape is given and inference runs on past it."""
+    for _ in range(1 + sum(n.op_type in SHAPE_KEEPING for n in model.graph.node)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        except Exception as e:
+            raise LgoptError(f"{path}: ONNX shape inference failed ({str(e).splitlines()[0][:160]})") from None
+        g = model.graph
+        known = {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
+        given = [onnx.ValueInfoProto(name=n.output[0], type=known[n.input[0]]) for n in g.node
+                 if n.op_type in SHAPE_KEEPING and n.input and _static(known.get(n.input[0])) is not None
+                 and n.output and _static(known.get(n.output[0])) is None]
+        if not given:
+            break
+        g.value_info.extend(given)
+    return model
 
 
 def _set_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -910,6 +925,8 @@ class _Builder:
             return True
         if t == "Transpose" and self._patch_embedding(node, ins, outs):
             return True
+        if t == "Reshape" and self._group_norm(node, ins, outs):
+            return True
         if t in ("Mul", "Add") and self._affine_into(node, t, ins, outs):
             return True
         if not ins or not ins[0] or ins[0] in self.inits:
@@ -1051,6 +1068,59 @@ class _Builder:
                     aliases=gone))
         return True
 
+    def _group_norm(self, node: onnx.NodeProto, ins: list[str], outs: list[str]) -> bool:
+        """torch's GroupNorm below opset 18 -- ``x`` reshaped to ``[N, G, -1]``, InstanceNormalization (its scale
+        ones, its bias zeros), reshaped back to ``x``'s shape -- as one GroupNormalization op: TPU-MLIR's front
+        end makes it one ``tpu.GroupNorm`` (named after the InstanceNormalization's output) and groups it, where
+        the two reshapes alone move data between lanes.  The per-channel Mul and Add after it stay ops of their
+        own (TPU-MLIR makes them one Scale)."""
+        if not ins or ins[0] in self.inits or not self.single_use(ins[0]):
+            return False
+        ii = self.producer.get(ins[0])
+        inorm = self.ops[ii] if ii is not None else None
+        if inorm is None or inorm.type != "InstanceNormalization" or len(inorm.inputs) != 1 \
+                or not self.single_use(inorm.inputs[0]):
+            return False
+        ri = self.producer.get(inorm.inputs[0])
+        if ri is None or self.ops[ri].type != "Reshape" or len(self.ops[ri].inputs) != 1:
+            return False
+        x = self.ops[ri].inputs[0]
+        xs, mid, ys = tuple(self.shape(x)), tuple(self.shape(inorm.inputs[0])), tuple(self.shape(outs[0]))
+        if len(xs) != 4 or ys != xs or len(mid) != 3 or mid[0] != xs[0] or xs[1] % mid[1]:
+            return False
+        if not all(self._const_all(w.name, 1.0 if k == 0 else 0.0) for k, w in enumerate(inorm.weights)):
+            return False  # a per-group affine: not torch's GroupNorm
+        made = self.made_by.get(inorm.outputs[0])
+        attrs = {"num_groups": int(mid[1]), "epsilon": float(_attr(made, "epsilon", 1e-5)) if made else 1e-5}
+        local, h, n, why = opsem.classify("GroupNormalization", attrs, [xs], [ys])
+        sources = self.ops[ri].sources + inorm.sources + ((node.name or outs[0]),)
+        assert ii is not None  # inorm is self.ops[ii]
+        gone = self._tombstones([ri, ii])
+        self.add(Op(node.name or outs[0], "GroupNormalization", (x,), (outs[0],), (), attrs, (), local, h, n,
+                    sources, why, aliases=gone))
+        return True
+
+    def _const_all(self, name: str, value: float) -> bool:
+        """Whether every element of constant ``name`` is ``value`` (true of a weightless file's missing data:
+        the exporter wrote a constant it did not strip only where it is data the graph needs)."""
+        init = self.inits.get(name)
+        if init is None or not _has_data(init):
+            return True
+        return bool(np.all(np.abs(numpy_helper.to_array(init).astype(np.float64) - value) < 1e-6))
+
+    def _form_group_norm(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
+                         outs: list[str]) -> _Form | _Global:
+        """ONNX GroupNormalization: ``num_groups``, ``epsilon``, its scale and bias as per-channel weights (one
+        value per channel, opset 21's form; opset 18's per-group ones only where groups are channels)."""
+        attrs = {"num_groups": int(_attr(node, "num_groups", 0)), "epsilon": float(_attr(node, "epsilon", 1e-5))}
+        c = self.shape(acts[0])[1] if acts and len(self.shape(acts[0])) == 4 else 0
+        if len(acts) != 1 or len(consts) != 2 or not c:
+            return _Global(acts, consts, outs, "GroupNormalization with a computed scale or bias")
+        if any(int(np.prod(self.inits[k].dims)) != c for k in consts):
+            return _Global(acts, consts, outs, "GroupNormalization with a scale or bias per group")
+        weights = [replace(self.weight(k, role), shape=(1, c, 1, 1)) for k, role in zip(consts, ("scale", "bias"))]
+        return _Form("GroupNormalization", attrs, weights, acts, [], outs)
+
     def _has(self, weights: tuple[Weight, ...]) -> bool:
         return bool(weights) and all(w.name in self.inits and _has_data(self.inits[w.name]) for w in weights)
 
@@ -1173,6 +1243,7 @@ _FORMS: dict[str, _FormHandler] = {
     "Gemm": _Builder._form_row_gemm,
     "MatMul": _Builder._form_matmul,
     "Softmax": _Builder._form_row_norm, "LayerNormalization": _Builder._form_row_norm,
+    "GroupNormalization": _Builder._form_group_norm,
     **{t: _Builder._form_binary for t in (*opsem.BINARY_TYPES, "PRelu")},
 }
 """Per op type, how :meth:`_Builder._form` reads a node (GlobalAveragePool, GlobalMaxPool and the unary ops

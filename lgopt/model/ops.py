@@ -36,6 +36,7 @@ class Family(Enum):
     # a rank-3 tensor's rows (ViT's class token) or of whole batches (ViT's Q, K and V out of one [3, T, 1, D])
     MATMUL = "matmul"  # rows x [K, N] (a weight) or x a batch of [K, N] matrices: row m reads its own row of A
     ROWWISE = "rowwise"  # normalises each row over its last axis (Softmax, LayerNormalization): rows independent
+    GROUP_NORM = "group_norm"  # normalises each batch's groups of channels over H and W: reads its whole input
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class OpSpec:
     def h_split(self) -> bool:
         """Whether the op may be sliced along H (a reshape only when it keeps H, a reduction only when it
         keeps the rows: :func:`classify`)."""
-        return self.family is not Family.GLOBAL_POOL
+        return self.family not in (Family.GLOBAL_POOL, Family.GROUP_NORM)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -195,6 +196,9 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
     OpSpec("MatMul", Family.MATMUL),
     OpSpec("Softmax", Family.ROWWISE, ("axis",), eu_ops=8, table=True, rule=_last_axis_rule),
     OpSpec("LayerNormalization", Family.ROWWISE, ("axis", "epsilon"), eu_ops=7, table=True, rule=_last_axis_rule),
+    # torch's GroupNorm (Reshape, InstanceNormalization, Reshape) or ONNX's, as TPU-MLIR's front end makes it one
+    # tpu.GroupNorm: ~16 vector passes an element (a synthetic two-GroupNorm model, docs/cost-model.md)
+    OpSpec("GroupNormalization", Family.GROUP_NORM, ("num_groups", "epsilon"), eu_ops=16),
     # a view in LMEM (each lane keeps its channels' bytes, in order), one copy on the vector unit in TPU-MLIR
     *(OpSpec(t, Family.RESHAPE) for t in RESHAPE_TYPES),
     OpSpec("Transpose", Family.RESHAPE, ("perm", "in_dims"), rule=_transpose_rule),
@@ -554,6 +558,8 @@ def _backward_axis(op: Op, k: int, out: Window, in_size: int, out_size: int, axi
                             a["pads"][axis], in_size)
     if family is Family.GLOBAL_POOL and in_size != out_size:  # over H and W (a last-axis reduction keeps rows)
         return (0, in_size)
+    if family is Family.GROUP_NORM:  # every output element needs its group's statistics over the whole plane
+        return (0, in_size)
     if family is Family.MATMUL and (k == 1 or axis == 1):  # B's rows are the contracted K; A's columns are K
         return (0, in_size)
     if family is Family.RESHAPE and (in_size != out_size or (op.type == "Transpose" and lane_permute(a))):
@@ -597,6 +603,8 @@ def channel_reason(net: Network, op: Op) -> str:
         return "a convolution reads every input channel"
     if family in (Family.CONCAT, Family.CHANNEL_SLICE) and op.attrs.get("axis") == 1:
         return "moves channels between lanes"
+    if family is Family.GROUP_NORM:
+        return "normalises groups of channels, on several lanes, together"
     if family is Family.RESHAPE and lane_move(op.type, op.attrs, [ins[0].orig_shape or ins[0].shape],
                                               out.orig_shape or out.shape):
         return "moves data between lanes"
