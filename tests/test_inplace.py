@@ -41,7 +41,7 @@ def _tight(resnet):
     pairs = inplace_pairs(resnet, g)
     need = _live_peak(big, merged(g, pairs))
     assert need < _live_peak(big, g), "the block must need less LMEM in place"
-    return replace(big, lmem_bytes=align_up(need, big.bank_bytes)), g, pairs
+    return replace(big, lmem_bytes=align_up(need, big.lmem_banks * big.align_bytes)), g, pairs
 
 
 def test_the_residual_add_writes_over_the_operand_it_reads_last(resnet):
@@ -63,7 +63,9 @@ def test_a_grouping_that_fits_only_in_place_is_read_and_verifies(resnet):
     chip, _, _ = _tight(resnet)
     greedy, why = try_group(resnet, chip, OPS, 1, H, None)
     assert greedy is None and "LMEM" in why, "a search's greedy allocator does not count on in-place"
-    g, why = try_group(resnet, chip, OPS, 1, H, None, thorough=True)
+    searched, why = try_group(resnet, chip, OPS, 1, H, None, thorough=True)
+    assert searched is None and "LMEM" in why, "nor a search of slice counts for a compiler's group"
+    g, why = try_group(resnet, chip, OPS, 1, H, None, thorough=True, inplace=True)
     assert g is not None, why
     by_id = {b.id: b for b in g.buffers}
     (o, i), = inplace_pairs(resnet, g).items()
@@ -73,7 +75,7 @@ def test_a_grouping_that_fits_only_in_place_is_read_and_verifies(resnet):
 
 def test_the_verifier_refuses_an_overlap_that_is_not_in_place(resnet):
     chip, _, _ = _tight(resnet)
-    g, why = try_group(resnet, chip, OPS, 1, H, None, thorough=True)
+    g, why = try_group(resnet, chip, OPS, 1, H, None, thorough=True, inplace=True)
     assert g is not None, why
     out = next(b for b in g.buffers if b.name == "/Relu_35_output_0")
     weights = next(b for b in g.buffers if b.kind == "weight" and b.resident and b.size >= out.size)

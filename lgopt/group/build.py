@@ -164,14 +164,16 @@ Packing = Callable[[GroupPlan], tuple[Chip | None, GroupPlan]]
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
               h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False,
               w_slices: int = 1, f32_copies: tuple[str, ...] = (), reload_columns: bool = True,
-              c_slices: int = 1, packing: Packing | None = None) -> tuple[GroupPlan | None, str]:
+              c_slices: int = 1, packing: Packing | None = None, inplace: bool = False
+              ) -> tuple[GroupPlan | None, str]:
     """A placed group, or (None, why not).  ``packing`` gives the (LMEM, table) its buffers must pack into
     (default: ``chip``'s and its own; :func:`lgopt.strategies.settings.packing` asks more of a group the
     compiler is not known to compile); the group keeps its own table and costs.
 
     The greedy allocator alone judges a candidate of a search (it is fast and searches try thousands);
     ``thorough`` is for a grouping given from outside (a compiler's cache), where "infeasible" is a
-    verdict: the greedy orders are retried and then the exact packer decides (:func:`allocate_thorough`).
+    verdict: the greedy orders are retried and then the exact packer decides (:func:`allocate_thorough`, with
+    ``inplace``: elementwise outputs over dying operands where nothing packs otherwise).
     ``reload_columns=False`` builds such a grouping's W slices with whole weights, as the compiler does.
     """
     try:
@@ -183,7 +185,7 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
     if room is None:
         return None, "LMEM allocation failed: no room left"
     if thorough:
-        alloc, why = allocate_thorough(net, room, table, bank_rule)
+        alloc, why = allocate_thorough(net, room, table, bank_rule, inplace)
     else:
         alloc, why = greedy_allocate(net, room, table, bank_rule), "LMEM allocation failed"
     if alloc is None:
@@ -197,16 +199,18 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
 EXACT_PACK_SECONDS = 5.0  # the exact packer's effort for one group (search nodes and CP-SAT deterministic time)
 
 
-def allocate_thorough(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft"
+def allocate_thorough(net: Network, chip: Chip, g: GroupPlan, bank_rule: str = "soft", inplace: bool = False
                       ) -> tuple[Allocation | None, str]:
     """Offsets by the greedy orders, else by the exact packer; (None, why) says whether no packing exists
-    (the live bytes of some row exceed LMEM, or the packer proved it) or none was found in time.  When nothing
-    packs, in-place elementwise outputs over their dying operands (:mod:`lgopt.group.inplace`, as TPU-MLIR's
-    allocator places them) are tried before the verdict."""
+    (the live bytes of some row exceed LMEM, or the packer proved it) or none was found in time.  With
+    ``inplace``, when nothing packs, in-place elementwise outputs over their dying operands
+    (:mod:`lgopt.group.inplace`, as TPU-MLIR's allocator places them) are tried before the verdict: for a
+    grouping whose slice counts the compiler gave, not for a search of them (TPU-MLIR's quick search of a
+    resnet50 group on BM1688 stopped at 7 H slices where 1 fits only in place)."""
     alloc = multi_start_allocate(net, chip, g, bank_rule)
     if alloc is not None:
         return alloc, ""
-    pairs = inplace_pairs(net, g)
+    pairs = inplace_pairs(net, g) if inplace else {}
     table = merged(g, pairs) if pairs else g
     if pairs:
         alloc = multi_start_allocate(net, chip, table, bank_rule)

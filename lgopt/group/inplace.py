@@ -7,8 +7,9 @@ Groups it compiles rely on it: retinanet's FPN top-down Add and resnet50's resid
 issue 37) fit 128 KiB only with the Add's output over an input; built without it they need 138,496 and
 145,088 bytes in one row.
 
-lgopt uses the rule only to read a grouping a compiler gives (:func:`lgopt.group.build.allocate_thorough`,
-when nothing packs without it), so its own searches never count on a sharing TPU-MLIR might not make.  A pair
+lgopt uses the rule only to read a grouping a compiler gives with its slice counts
+(:func:`lgopt.group.build.allocate_thorough`, when nothing packs without it), so its own searches never count on
+a sharing TPU-MLIR might not make.  A pair
 shares one offset; the verifier (:mod:`lgopt.check.verify`) accepts two buffers overlapping in LMEM only when
 they form such a pair by its own reading of the rule (docs/plan-format.md "In-place").
 """

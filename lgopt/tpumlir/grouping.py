@@ -168,7 +168,8 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     gp = None
     if not why:
         gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
-                            f32_copies=f32, reload_columns=False, c_slices=c)  # TPU-MLIR holds weights whole
+                            f32_copies=f32, reload_columns=False, c_slices=c,  # TPU-MLIR holds weights whole
+                            inplace=True)
     if gp is None:
         why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
     return gp, (n, h, w), why, note
