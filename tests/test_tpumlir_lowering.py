@@ -3,10 +3,12 @@ different steps become ops of their own, computing what the whole ops compute, a
 verifies and simulates on it."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 from onnx_graphs import G
 
+from lgopt.check.kernels import group_norm, rowwise
 from lgopt.check.simulate import _whole, make_inputs, make_weights, simulate
 from lgopt.check.verify import verify_plan
 from lgopt.hw.chip import get_chip
@@ -325,3 +327,44 @@ def test_a_qkv_projection_tpu_mlir_cuts_in_three_reads_in_batch_slices(tmp_path)
     assert sum(op.type == "MatMul" and bool(op.weights) for op in low.ops) == 4  # Q, K, V and the projection
     assert any("qkv projection" in note for note in info["lowered"])
     assert verify(net, plan) == [] and verify_plan(low, plan) == [] and simulate(low, plan).ok
+
+
+def test_a_layernorm_tpu_mlir_runs_as_a_groupnorm_between_reshapes_reads_and_simulates(tmp_path):
+    """BM1684 INT8: TPU-MLIR lowers a LayerNorm over the last axis of ``[N, H, W, C]`` to a reshape to
+    ``[N, H*W, C, 1]`` (global), a GroupNorm of ``H*W`` one-channel groups, a reshape back (global), a Mul by
+    its scale and an Add of its bias named after the LayerNorm (``<tensor>_LayerNormalization``).  A cache
+    naming them reads as those ops; the lowered network computes the LayerNorm's values."""
+    import onnx
+
+    g = G((1, 8, 6, 6), opset=17)
+    x = g.n("Transpose", [g.conv("x", 8, 8, 3)], perm=[0, 2, 3, 1])
+    y = g.n("LayerNormalization", [x, g.w([8]), g.w([8])], axis=-1, epsilon=1e-6)
+    g.out(g.n("MatMul", [y, g.w([8, 4])]))
+    path = tmp_path / "ln.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="int8")
+    ln = next(op for op in net.ops if op.type == "LayerNormalization")
+    base = f"{ln.outputs[0]}_LayerNormalization"
+    steps = [(f"{base}_reshape_1", -1), (f"{base}_reshape_1{base}_convert_to_group_norm_f32", 0),
+             (f"{base}_convert_to_group_norm", 0), (f"{base}_reshape_2", -1), (f"{base}_mul_weights", 1), (base, 1)]
+    at = {gi: [k for k, (_, s) in enumerate(steps) if s == gi] for gi in (0, 1)}  # func_idx: the order above
+    groups = [{"locs": [steps[k][0] for k in at[gi]], "shape_secs": [1, 1, 1, 1, 1], "func_start_idx": at[gi][0],
+               "func_end_idx": at[gi][-1], "group_cost": 0} for gi in (0, 1)]
+    globs = [{"loc": loc, "func_idx": k} for k, (loc, s) in enumerate(steps) if s < 0]
+    cache = tmp_path / "ln.layer_group_cache.json"
+    cache.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": groups, "GlobalLayer": globs}}))
+    plan, info = score(net, get_chip("bm1684"), str(cache))
+    low = network_of(net, plan)
+    assert [[low.op(o).type for o in gr.ops] for gr in plan.groups] == [["GroupNormalization"], ["Mul", "Add"]]
+    norm = low.op(f"{base}_convert_to_group_norm")
+    assert norm.attrs["num_groups"] == 36 and low.tensor(norm.outputs[0]).orig_shape == (1, 36, 8, 1)
+    assert low.op(base).outputs == ln.outputs and low.op(base).type == "Add"
+    assert verify(net, plan) == []
+    # the simulator does not model BM1684's 4N storage: the same cache read on BM1684X runs
+    plan_x, _ = score(net, get_chip("bm1684x"), str(cache))
+    assert simulate(network_of(net, plan_x), plan_x).ok
+    # what the pieces compute is the LayerNorm: rows of [N, H*W, C] normalised over C
+    x4 = np.random.default_rng(0).normal(size=(1, 6, 6, 8))
+    want = rowwise(replace(ln, weights=()), x4.reshape(1, 1, 36, 8), {})  # before its scale and bias
+    got = group_norm(norm, x4.reshape(1, 36, 8, 1), {})
+    assert np.allclose(want.reshape(-1), got.reshape(-1), rtol=1e-9, atol=1e-9)

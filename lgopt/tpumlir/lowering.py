@@ -81,8 +81,78 @@ def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
     split, notes = _split_chains(net, cache)
     split, qkv = split_qkv(split, cache)
     split, requants = split_requant(split, cache)
+    split, norms = split_layernorm(split, cache)
     held, moves = hold_moves(split, cache)
-    return held, merged + notes + qkv + requants + moves
+    return held, merged + notes + qkv + requants + norms + moves
+
+
+GROUP_NORM = "_convert_to_group_norm"  # ``<tensor>_LayerNormalization_convert_to_group_norm``: TPU-MLIR's GroupNorm
+
+
+def split_layernorm(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
+    """``net`` with every LayerNormalization the cache runs as TPU-MLIR's GroupNorm lowering cut the same way.
+
+    On BM1684 in INT8, TPU-MLIR 1.30 lowers a LayerNorm over the last axis of ``[N, ..., C]`` (ConvNeXt's and
+    ViT's) to a reshape to ``[N, M, C, 1]`` (``<ln>_reshape_1``, M the rows), a GroupNorm of M groups of one
+    channel each -- each row normalised over its C values (``<ln>_convert_to_group_norm``) --, a reshape back
+    (``<ln>_reshape_2``), a Mul by the scale (``<ln>_mul_weights``) and an Add of the bias named after the
+    LayerNorm itself, and its caches run the reshapes as global layers between groups (``<ln>`` is
+    ``<tensor>_LayerNormalization``); one line per op cut."""
+    aliases = tensor_aliases(net)
+    cut: dict[str, tuple[list[Op], list[Tensor]]] = {}
+    for loc, _ in cache.steps():
+        if not loc.endswith(GROUP_NORM):
+            continue
+        base = loc[:-len(GROUP_NORM)]
+        name = anchor(base, aliases)
+        if name is None or name in cut or net.op(name).type != "LayerNormalization":
+            continue
+        made = _layernorm_pieces(net, net.op(name), base)
+        if made is not None:
+            cut[name] = made
+    if not cut:
+        return net, ()
+    ops = tuple(x for o in net.ops for x in (cut[o.name][0] if o.name in cut else [o]))
+    tensors = {**net.tensors, **{t.name: t for _, ts in cut.values() for t in ts}}
+    notes = tuple(f"{n}: a LayerNormalization TPU-MLIR runs as a GroupNorm between two reshapes, then its scale and "
+                  f"bias, cut into {', '.join(o.name for o in made)}" for n, (made, _) in cut.items())
+    return check_network(Network(net.name, tensors, ops, net.inputs, net.outputs)), notes
+
+
+def _layernorm_pieces(net: Network, ln: Op, base: str) -> tuple[list[Op], list[Tensor]] | None:
+    """The ops and new tensors of :func:`split_layernorm` for LayerNorm ``ln`` (named ``base`` by TPU-MLIR)."""
+    x, y = net.tensor(ln.inputs[0]), net.tensor(ln.outputs[0])
+    shape = x.orig_shape or x.shape
+    if len(shape) < 3:
+        return None
+    rows = 1
+    for d in shape[1:-1]:
+        rows *= d
+    grouped = (shape[0], rows, shape[-1], 1)
+    t1 = Tensor(f"{base}_reshape_1", grouped, x.dtype, grouped)
+    t2 = Tensor(f"{base}{GROUP_NORM}", grouped, x.dtype, grouped)
+    t3 = replace(y, name=f"{base}_reshape_2")
+    scale = [replace(w, role="const") for w in ln.weights if w.role == "scale"]
+    bias = [replace(w, role="const") for w in ln.weights if w.role == "bias"]
+    t4 = replace(y, name=f"{base}_mul_weights")
+    tensors = [t1, t2, t3] + ([t4] if scale and bias else [])
+    attrs = {"num_groups": rows, "epsilon": ln.attrs.get("epsilon", 1e-5)}
+    steps: list[tuple[str, str, str, str, list[Weight], dict[str, Any], tuple[str, ...]]] = [
+        (t1.name, "Reshape", x.name, t1.name, [], {}, ()),
+        (t2.name, "GroupNormalization", t1.name, t2.name, [], attrs, ()),
+        (t3.name, "Reshape", t2.name, t3.name if scale or bias else y.name, [], {}, () if scale or bias else ln.fused)]
+    if scale:
+        steps.append((t4.name if bias else base, "Mul", t3.name, t4.name if bias else y.name, scale, {},
+                      () if bias else ln.fused))
+    if bias:
+        steps.append((base, "Add", t4.name if scale else t3.name, y.name, bias, {}, ln.fused))
+    shapes = {t.name: t.orig_shape for t in (x, y, *tensors)}
+    made = []
+    for loc, typ, src, dst, ws, at, fused in steps:
+        local, h, n, why = opsem.classify(typ, at, [shapes[src]], [shapes[dst]])
+        made.append(Op(loc, typ, (src,), (dst,), tuple(ws), at, fused, local, h, n, (f"{LOWERED}:{loc}",) + ln.sources,
+                       why))
+    return made, tensors
 
 
 I32 = "_i32"  # TPU-MLIR's INT8 ConvTranspose: ``<tensor>_ConvTranspose_i32`` (int32 out), then its requantisation
