@@ -1,7 +1,7 @@
 """The zoo in the loop (issue 37): every exported model through lgopt's import, TPU-MLIR's own grouping read
 into lgopt, and the cpsat round trip in the compiled space; one table, every failure classified by cause.
 
-    python benchmarks/zoo/run.py EXPORT_DIR [-o OUT] [--chips bm1684x,bm1688] [--only a,b] [--redo]
+    python benchmarks/zoo/run.py EXPORT_DIR [-o OUT] [--chips bm1684x,bm1688] [--only a,b] [--redo | --reread]
         [--time-limit 60] [--workers 2] [--tpu-mlir VENV] [--summary benchmarks/results/zoo.md] [--summary-only]
 
 ``EXPORT_DIR`` is what ``export.py`` wrote (``manifest.csv``, ``ID.onnx``, ``ID.weightless.onnx``).  For each
@@ -19,7 +19,9 @@ c. **the cpsat round trip**: exactly ``lgopt deploy`` (``lgopt.tpumlir.deploy.ru
    each case and chip costs one front end and two ``model_deploy`` runs.
 
 A row per case and chip is appended to ``OUT/zoo.csv`` (default ``EXPORT_DIR/run``) as soon as it is done; a
-run skips the rows already there (``--redo`` runs them again), so it can be stopped and resumed.  The work
+run skips the rows already there (``--redo`` runs them again), so it can be stopped and resumed.  ``--reread``
+compiles nothing: it reads each row's kept TPU-MLIR grouping again with the lgopt checked out (a new rule of the
+reader, a cost-model change) and appends the row with its reading columns replaced and ``read_commit`` set.  The work
 folders stay in ``OUT/work/ID/CHIP`` without their bmodels and weight files (``--keep-work`` keeps them).
 The summary (``--summary``, default ``benchmarks/results/zoo.md``) is written from the whole CSV at the end,
 or alone with ``--summary-only``: one table of the tuning part of the zoo, one of the held-out part
@@ -83,7 +85,7 @@ FIELDS = ("id", "model", "family", "held_out", "variant", "opset_written", "chip
           "ops", "opt2_cycles", "cost_model", "predicted_cycles", "predicted_over_measured", "read", "verify",
           "lgopt_cycles", "lgopt_over_opt2", "kept", "kept_why", "roundtrip", "roundtrip_cost_model", "failure",
           "detail", "import_s", "front_end_s", "opt2_compile_s", "read_s", "search_s", "lgopt_compile_s", "total_s",
-          "lgopt_commit", "date")
+          "lgopt_commit", "date", "read_commit")
 
 
 def lgopt_commit() -> str:
@@ -360,6 +362,30 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
         w.writerow(row)
 
 
+READ_FIELDS = ("cost_model", "predicted_cycles", "predicted_over_measured", "read", "verify", "read_s")
+
+
+def reread(row: dict[str, str], export_dir: Path, out: Path) -> dict[str, str] | None:
+    """``row`` with TPU-MLIR's own grouping read again, by the lgopt checked out now, from the compile the row's run
+    kept (``OUT/work/ID/CHIP/work/tpu-mlir``): its reading columns and read classes replaced, ``read_commit`` set;
+    the round trip's columns (and ``lgopt_commit``, the commit that ran them) as they were.  None without that
+    compile."""
+    own = out / "work" / row["id"] / row["chip"] / "work" / "tpu-mlir"
+    if not row.get("opt2_cycles") or row.get("import_full") != "ok" or not own.is_dir():
+        return None
+    res = own_reading(export_dir / f"{row['id']}.onnx", row["chip"], own)
+    new = {**row, **{k: "" for k in READ_FIELDS}, **{k: v for k, v in res.items() if k in READ_FIELDS}}
+    if res.get("predicted_cycles"):
+        new["predicted_over_measured"] = str(round(res["predicted_cycles"] / float(row["opt2_cycles"]), 4))
+    kept = [f for f in (row.get("failure") or "").split(";") if f and not f.startswith("read:") and f != "verify"]
+    failures = ([res["failure"]] if res.get("failure") else []) + kept
+    new["failure"] = ";".join(dict.fromkeys(failures))
+    details = [d for d in (row.get("detail") or "").split(" | ") if d and not d.startswith(("read:", "verify:"))]
+    new["detail"] = " | ".join(([res["detail"]] if res.get("detail") else []) + details)[:600]
+    new["read_commit"] = lgopt_commit()
+    return new
+
+
 def latest(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """The last row of each (id, chip): a redone row replaces the earlier one."""
     by: dict[tuple[str, str], dict[str, str]] = {}
@@ -474,6 +500,7 @@ def summary(rows: list[dict[str, str]], chips_asked: list[str]) -> str:
                                                                         if r.get("roundtrip_cost_model")}
     chips = ", ".join(sorted({r["chip"] for r in rows}) or chips_asked)
     commits = ", ".join(sorted({r.get("lgopt_commit") or "unknown" for r in rows})) or "-"
+    rereads = ", ".join(sorted({r["read_commit"] for r in rows if r.get("read_commit")}))
     dates = sorted(r["date"] for r in rows if r.get("date"))
     when = f", {dates[0]} to {dates[-1]}" if dates else ""
     counts: dict[str, int] = {}
@@ -485,7 +512,8 @@ def summary(rows: list[dict[str, str]], chips_asked: list[str]) -> str:
         "",
         f"`benchmarks/zoo/run.py` on the exports of `benchmarks/zoo/export.py` (TPU-MLIR 1.30.2, F16, one core). "
         f"This run: {len(ran)} of the zoo's {len(all_cases)} cases ({len(ZOO)} architectures, "
-        f"{sum(e.held_out for e in ZOO)} held out), chips {chips}; lgopt at {commits}{when}.",
+        f"{sum(e.held_out for e in ZOO)} held out), chips {chips}; lgopt at {commits}{when}"
+        + (f"; TPU-MLIR's groupings read again (`--reread`, no compile) at {rereads}." if rereads else "."),
         "",
         "Columns: *opt2 cycles* is TPU-MLIR's own grouping (`model_deploy`, its default `--opt 2`) measured on "
         "codegen's timeline; *predicted / measured* is lgopt's price of that same grouping read from its cache "
@@ -552,6 +580,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-work", action="store_true", help="keep the bmodels and weight files of the work folders")
     ap.add_argument("--summary", type=Path, default=SUMMARY, help=f"results document (default {SUMMARY})")
     ap.add_argument("--summary-only", action="store_true", help="write the summary from zoo.csv and stop")
+    ap.add_argument("--reread", action="store_true",
+                    help="read each row's kept TPU-MLIR grouping again with this lgopt (no compile: the predictions "
+                         "and read classes of a rule or cost change), then write the summary")
     args = ap.parse_args(argv)
     out = args.out or args.export_dir / "run"
     out.mkdir(parents=True, exist_ok=True)
@@ -578,6 +609,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {row.get('failure') or 'ok'}: opt2 {_cyc(row.get('opt2_cycles'))}, predicted/measured "
                       f"{_ratio(row.get('predicted_over_measured'))}, lgopt/opt2 {_ratio(row.get('lgopt_over_opt2'))}"
                       f", kept {row.get('kept') or '-'} [{row.get('total_s', 0)} s]", flush=True)
+    if args.reread:
+        want = {w.strip() for w in (args.only or "").split(",") if w.strip()}
+        for r in latest(read_rows(csv_path)):
+            if r["chip"] in chips and (not want or r["id"] in want or r["model"] in want):
+                new = reread(r, args.export_dir, out)
+                if new is not None:
+                    append_row(csv_path, new)
+                    print(f"{r['id']} on {r['chip']}: predicted/measured {_ratio(r.get('predicted_over_measured'))}"
+                          f" -> {_ratio(new.get('predicted_over_measured'))}", flush=True)
     rows = read_rows(csv_path)
     write_section(args.summary, "zoo", summary(rows, chips))
     print(f"{len(latest(rows))} rows in {csv_path}; summary in {args.summary}")
