@@ -588,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "zoo.csv"
     chips = [c.strip() for c in args.chips.split(",") if c.strip()]
-    if not args.summary_only:
+    if not args.summary_only and not args.reread:
         manifest = {r["id"]: r for r in read_rows(args.export_dir / "manifest.csv")}
         if not manifest:
             ap.error(f"{args.export_dir}/manifest.csv: no exports (run export.py first)")
