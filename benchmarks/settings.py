@@ -393,6 +393,31 @@ def summary(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def cores_summary(df: pd.DataFrame, cal: Path) -> str:
+    """Per several-core setting and model, how TPU-MLIR's own grouping (opt2) uses the cores: each core's TIU and GDMA
+    busy cycles over the total (core 0 first; the scoring tool's per-core profiles), and the speed-up over the same
+    model on one core (this benchmark's INT8 scorings, the shared calibration's F16 ones).  A group of one slice runs
+    on core 0 alone, so the other cores' shares say how much of the model opt2's slicing gave them."""
+    one = {(r.model, r.chip, r.quantize): r.total_cycles for r in df.itertuples()
+           if r.cores == 1 and r.variant == "opt2" and r.status == "ok"}
+    if (cal / "totals.csv").exists():
+        f16 = pd.read_csv(cal / "totals.csv")
+        one.update({(r.model, r.chip, "F16"): r.total_cycles for r in f16.itertuples()
+                    if r.variant == "opt2" and r.status == "ok"})
+    lines = ["| setting | model | opt2 cycles | vs 1 core | TIU busy / total, per core | GDMA busy / total, per core |",
+             "|---|---|---:|---:|---|---|"]
+    rows = df[(df.cores > 1) & (df.variant == "opt2") & (df.status == "ok") & df.total_cycles.notna()]
+    for r in rows.sort_values(["chip", "quantize", "cores", "model"]).itertuples():
+        def shares(col: str, total: float = float(r.total_cycles)) -> str:
+            vals = [float(v) for v in str(col).split(";") if v not in ("", "None", "nan")]
+            return " / ".join(f"{v / total:.2f}" for v in vals) or "-"
+        single = one.get((r.model, r.chip, r.quantize))
+        speed = f"{single / r.total_cycles:.2f}x" if single else "-"
+        lines.append(f"| {r.chip} {r.quantize} {r.cores} cores | {r.model} | {int(r.total_cycles):,} | {speed} | "
+                     f"{shares(r.tiu_busy_per_core)} | {shares(r.gdma_busy_per_core)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--settings", default=",".join(SETTINGS), help="CHIP:QUANTIZE:CORES, comma-separated")
@@ -425,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     df = totals(a.out)
     df.to_csv(a.out / "totals.csv", index=False)
     text = summary(df)
+    if (df.cores > 1).any():
+        text += ("\n\n## How opt2 uses the cores\n\nTPU-MLIR's own grouping on several cores, each core's engines busy "
+                 "over the compile's total (its per-core timelines), and the speed-up over one core of the same chip "
+                 "and dtype.\n\n" + cores_summary(df, a.calibration))
     if a.fit_cores:
         text += "\n\n" + fit_cores_of(df, a.out, a.calibration, a.fit_cores,
                                        "python benchmarks/settings.py --summary-only --fit-cores " + a.fit_cores)
