@@ -617,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
                 if new is not None:
                     append_row(csv_path, new)
                     print(f"{r['id']} on {r['chip']}: predicted/measured {_ratio(r.get('predicted_over_measured'))}"
-                          f" -> {_ratio(new.get('predicted_over_measured'))}", flush=True)
+                          f" ({r.get('cost_model') or '-'}) -> {_ratio(new.get('predicted_over_measured'))}"
+                          f" ({new.get('cost_model') or '-'})", flush=True)
     rows = read_rows(csv_path)
     write_section(args.summary, "zoo", summary(rows, chips))
     print(f"{len(latest(rows))} rows in {csv_path}; summary in {args.summary}")

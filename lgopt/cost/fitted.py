@@ -382,10 +382,10 @@ class CalibratedModel:
     def covers(self, chip_name: str, dtype: str) -> bool:
         """Whether constants were fitted for ``chip_name`` computing in ``dtype`` (each file states the deployment
         it measured: the shipped ``models/`` F16, ``models/int8/`` INT8)."""
-        d = Path(self.directory) if self.directory else CALIBRATION_DIR
-        if not (d / f"{chip_name.lower()}.json").exists():
+        d = Path(self.directory) if self.directory else None
+        if not ((d or CALIBRATION_DIR) / f"{chip_name.lower()}.json").exists():
             return False
-        return load_constants(chip_name, Path(self.directory) if self.directory else None).dtype == dtype.lower()
+        return load_constants(chip_name, d).dtype == dtype.lower()
 
     def unfitted(self, chip: Chip, net: Network) -> list[str]:
         """The ops of ``net`` the fit saw nothing like, whose figures are the model's guess, not a fit (an

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from lgopt.group.inplace import inplace_pairs
+from lgopt.group.inplace import inplace_pairs, paired
 from lgopt.group.pack import PackItem, pack
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up
@@ -125,7 +125,7 @@ def count_bank_conflicts(net: Network, chip: Chip, g: GroupPlan, offsets: Mappin
         a, b = tuple(p)
         if offsets[a] == offsets[b]:
             pairs = inplace_pairs(net, g) if pairs is None else pairs
-            if pairs.get(a) == b or pairs.get(b) == a:
+            if paired(pairs, a, b):
                 continue
         if set(banks_of(offsets[a], size[a], chip.bank_bytes)) & set(banks_of(offsets[b], size[b], chip.bank_bytes)):
             n += 1

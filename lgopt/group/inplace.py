@@ -9,9 +9,9 @@ issue 37) fit 128 KiB only with the Add's output over an input; built without it
 
 lgopt uses the rule only to read a grouping a compiler gives with its slice counts
 (:func:`lgopt.group.build.allocate_thorough`, when nothing packs without it), so its own searches never count on
-a sharing TPU-MLIR might not make.  A pair
-shares one offset; the verifier (:mod:`lgopt.check.verify`) accepts two buffers overlapping in LMEM only when
-they form such a pair by its own reading of the rule (docs/plan-format.md "In-place").
+a sharing TPU-MLIR might not make.  A pair shares one offset; the verifier (:mod:`lgopt.check.verify`) accepts
+two buffers overlapping in LMEM only when they form such a pair by its own reading of the rule
+(docs/plan-format.md "In-place").
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ def merged(g: GroupPlan, pairs: dict[int, int]) -> GroupPlan:
     """``g`` with every in-place chain one buffer: from the first operand's start to the last output's end,
     as large as the largest of them (the operand, by the rule).  Packing it packs the pairs at one offset."""
     roots = _roots(pairs)
+    operands = set(pairs.values())
     by_id = {b.id: b for b in g.buffers}
     chains: dict[int, list[Buffer]] = {}
     for i, rt in roots.items():
@@ -81,17 +82,10 @@ def merged(g: GroupPlan, pairs: dict[int, int]) -> GroupPlan:
         if b.id in roots:
             continue
         if b.id in chains:
-            last = max(chains[b.id], key=lambda x: _depth(x.id, pairs))
+            last = next(x for x in chains[b.id] if x.id not in operands)  # the output no op writes over
             b = replace(b, end=last.end, size=max([b.size] + [x.size for x in chains[b.id]]))
         keep.append(b)
     return replace(g, buffers=tuple(keep))
-
-
-def _depth(i: int, pairs: dict[int, int]) -> int:
-    d = 0
-    while i in pairs:
-        i, d = pairs[i], d + 1
-    return d
 
 
 def unmerged(offsets: dict[int, int], pairs: dict[int, int]) -> dict[int, int]:
@@ -100,6 +94,6 @@ def unmerged(offsets: dict[int, int], pairs: dict[int, int]) -> dict[int, int]:
     return {**offsets, **{i: offsets[rt] for i, rt in roots.items()}}
 
 
-def shares(a: Buffer, b: Buffer, pairs: dict[int, int]) -> bool:
-    """Whether ``a`` and ``b`` are an in-place pair placed at one offset."""
-    return a.offset == b.offset and (pairs.get(a.id) == b.id or pairs.get(b.id) == a.id)
+def paired(pairs: dict[int, int], a: int, b: int) -> bool:
+    """Whether buffers ``a`` and ``b`` are an in-place pair of ``pairs`` (:func:`inplace_pairs`), either way."""
+    return pairs.get(a) == b or pairs.get(b) == a

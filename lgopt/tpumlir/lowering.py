@@ -120,7 +120,8 @@ def split_layernorm(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...
 
 
 def _layernorm_pieces(net: Network, ln: Op, base: str) -> tuple[list[Op], list[Tensor]] | None:
-    """The ops and new tensors of :func:`split_layernorm` for LayerNorm ``ln`` (named ``base`` by TPU-MLIR)."""
+    """The ops and new tensors of :func:`split_layernorm` for LayerNorm ``ln`` (named ``base`` by TPU-MLIR): one
+    chain, each piece writing a tensor of its own name, the last the LayerNorm's output with its fused activation."""
     x, y = net.tensor(ln.inputs[0]), net.tensor(ln.outputs[0])
     shape = x.orig_shape or x.shape
     if len(shape) < 3:
@@ -129,29 +130,29 @@ def _layernorm_pieces(net: Network, ln: Op, base: str) -> tuple[list[Op], list[T
     for d in shape[1:-1]:
         rows *= d
     grouped = (shape[0], rows, shape[-1], 1)
-    t1 = Tensor(f"{base}_reshape_1", grouped, x.dtype, grouped)
-    t2 = Tensor(f"{base}{GROUP_NORM}", grouped, x.dtype, grouped)
-    t3 = replace(y, name=f"{base}_reshape_2")
-    scale = [replace(w, role="const") for w in ln.weights if w.role == "scale"]
-    bias = [replace(w, role="const") for w in ln.weights if w.role == "bias"]
-    t4 = replace(y, name=f"{base}_mul_weights")
-    tensors = [t1, t2, t3] + ([t4] if scale and bias else [])
+    scale = tuple(replace(w, role="const") for w in ln.weights if w.role == "scale")
+    bias = tuple(replace(w, role="const") for w in ln.weights if w.role == "bias")
     attrs = {"num_groups": rows, "epsilon": ln.attrs.get("epsilon", 1e-5)}
-    steps: list[tuple[str, str, str, str, list[Weight], dict[str, Any], tuple[str, ...]]] = [
-        (t1.name, "Reshape", x.name, t1.name, [], {}, ()),
-        (t2.name, "GroupNormalization", t1.name, t2.name, [], attrs, ()),
-        (t3.name, "Reshape", t2.name, t3.name if scale or bias else y.name, [], {}, () if scale or bias else ln.fused)]
+    pieces: list[tuple[str, str, tuple[Weight, ...], dict[str, Any], bool]] = [  # ..., laid out as [N, M, C, 1]
+        (f"{base}_reshape_1", "Reshape", (), {}, True),
+        (f"{base}{GROUP_NORM}", "GroupNormalization", (), attrs, True),
+        (f"{base}_reshape_2", "Reshape", (), {}, False)]
     if scale:
-        steps.append((t4.name if bias else base, "Mul", t3.name, t4.name if bias else y.name, scale, {},
-                      () if bias else ln.fused))
+        pieces.append((f"{base}_mul_weights" if bias else base, "Mul", scale, {}, False))
     if bias:
-        steps.append((base, "Add", t4.name if scale else t3.name, y.name, bias, {}, ln.fused))
-    shapes = {t.name: t.orig_shape for t in (x, y, *tensors)}
-    made = []
-    for loc, typ, src, dst, ws, at, fused in steps:
-        local, h, n, why = opsem.classify(typ, at, [shapes[src]], [shapes[dst]])
-        made.append(Op(loc, typ, (src,), (dst,), tuple(ws), at, fused, local, h, n, (f"{LOWERED}:{loc}",) + ln.sources,
-                       why))
+        pieces.append((base, "Add", bias, {}, False))
+    made: list[Op] = []
+    tensors: list[Tensor] = []
+    src = x
+    for k, (loc, typ, ws, at, rows_grouped) in enumerate(pieces):
+        last = k == len(pieces) - 1
+        dst = y if last else Tensor(loc, grouped, x.dtype, grouped) if rows_grouped else replace(y, name=loc)
+        local, h, n, why = opsem.classify(typ, at, [src.orig_shape], [dst.orig_shape])
+        made.append(Op(loc, typ, (src.name,), (dst.name,), ws, at, ln.fused if last else (), local, h, n,
+                       (f"{LOWERED}:{loc}",) + ln.sources, why))
+        if not last:
+            tensors.append(dst)
+        src = dst
     return made, tensors
 
 
