@@ -7,6 +7,7 @@ of a model with one: FCOS's heads).  ``tests/data/groupnorm``: a small model mad
 the legacy exporter, opset 13; weights stripped) and TPU-MLIR 1.30.2's own grouping of it in F16 on BM1684X
 and BM1688 (``model_transform`` then ``model_deploy --quantize F16``)."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +42,10 @@ def test_torchs_groupnorm_is_one_local_op(gn):
     assert [op.type for op in gn.ops if op.inputs == norms[0].outputs] == ["Mul"]  # the affine stays apart
 
 
-def _onnx_group_norm(tmp_path, scale_len: int, opset: int = 21):
+def _onnx_group_norm(tmp_path, scale_len: int, opset: int = 21, groups: int = 4):
     g = G((1, 8, 6, 6), opset=opset)
     x = g.conv("x", 8, 12, 3)
-    y = g.n("GroupNormalization", [x, g.w([scale_len]), g.w([scale_len])], num_groups=4, epsilon=1e-5)
+    y = g.n("GroupNormalization", [x, g.w([scale_len]), g.w([scale_len])], num_groups=groups, epsilon=1e-5)
     g.out(g.conv(y, 12, 4, 1))
     path = tmp_path / "gn.onnx"
     import onnx
@@ -96,3 +97,28 @@ def test_a_groupnorm_plan_simulates_exactly_and_the_kernel_is_onnxs(tmp_path):
     verdict = check_with_onnxruntime(net, str(path))
     assert not verdict.startswith(("MISMATCH", "onnxruntime could not")), verdict
     assert np.isfinite(res.compared) and res.compared >= 1
+
+
+@pytest.mark.parametrize("groups, needle", [(5, "does not divide its 12 channels"), (0, "not a positive count")])
+def test_a_group_count_onnx_forbids_is_one_line_and_exit_2(tmp_path, capsys, groups, needle):
+    """It once imported, solved and verified, then crashed the simulator (exit 3)."""
+    from lgopt.cli import main
+
+    path = _onnx_group_norm(tmp_path, 12, groups=groups)
+    assert main(["solve", str(path), "--chip", "bm1684x", "--time-limit", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lgopt: error:") and needle in err, err
+
+
+def test_a_problem_file_with_a_group_count_that_does_not_divide_is_refused(gn, tmp_path):
+    from lgopt.errors import LgoptError
+    from lgopt.io.problem import load_problem, save_problem
+
+    save_problem(gn, tmp_path / "gn.json")
+    d = json.loads((tmp_path / "gn.json").read_text())
+    for o in d["ops"]:
+        if o["type"] == "GroupNormalization":
+            o["attrs"]["num_groups"] = 7
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(LgoptError, match="num_groups 7 does not divide its 64 channels"):
+        load_problem(tmp_path / "bad.json")

@@ -1114,6 +1114,8 @@ class _Builder:
         value per channel, opset 21's form; opset 18's per-group ones only where groups are channels)."""
         attrs = {"num_groups": int(_attr(node, "num_groups", 0)), "epsilon": float(_attr(node, "epsilon", 1e-5))}
         c = self.shape(acts[0])[1] if acts and len(self.shape(acts[0])) == 4 else 0
+        if c and (why := opsem.group_count_error(attrs, c)):
+            raise LgoptError(f"{self.path}: GroupNormalization {node.name or outs[0]}: {why}")
         if len(acts) != 1 or len(consts) != 2 or not c:
             return _Global(acts, consts, outs, "GroupNormalization with a computed scale or bias")
         if any(int(np.prod(self.inits[k].dims)) != c for k in consts):

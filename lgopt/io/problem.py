@@ -71,6 +71,9 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
         op_type = _req(o, "type", w)
         if op_type in opsem.OP_SPECS and not o.get("global_reason"):  # a layer-group type: its attributes, first
             _check_attrs(op_type, attrs, weights, w)
+        if op_type == "GroupNormalization" and ins and (why := opsem.group_count_error(
+                attrs, to_nchw(tensors[ins[0]].orig_shape)[1])):
+            raise LgoptError(f"{w}: GroupNormalization {why}")
         local, h_split, n_split, reason = opsem.classify(
             op_type, attrs, [tensors[t].orig_shape for t in ins], [tensors[t].orig_shape for t in outs],
             any(x.role == "filter" for x in weights))

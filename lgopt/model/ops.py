@@ -211,6 +211,19 @@ OP_SPECS: dict[str, OpSpec] = {s.type: s for s in (
 )}
 
 
+def group_count_error(attrs: Mapping[str, Any], channels: int) -> str:
+    """Why a GroupNormalization's ``num_groups`` is not a valid one for ``channels`` input channels ("" when it is):
+    ONNX asks for a positive count that divides them.
+
+    >>> group_count_error({"num_groups": 5}, 12), group_count_error({"num_groups": 4}, 12)
+    ('num_groups 5 does not divide its 12 channels', '')
+    """
+    g = attrs.get("num_groups")
+    if not isinstance(g, int) or g < 1:
+        return f"num_groups {g!r} is not a positive count"
+    return f"num_groups {g} does not divide its {channels} channels" if channels % g else ""
+
+
 def _types(family: Family) -> frozenset[str]:
     return frozenset(t for t, s in OP_SPECS.items() if s.family is family)
 
