@@ -228,3 +228,26 @@ def test_a_model_lgopt_cannot_take_is_one_line_naming_the_op_and_exit_2(tmp_path
     _, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and err.startswith("lgopt: error:"), err
     assert needle in err and "internal error" not in err, err
+
+
+def test_identity_affines_are_dropped_as_tpu_mlir_drops_them_where_the_file_has_their_values(tmp_path):
+    """TPU-MLIR's front end drops a LayerNorm's scale of ones and bias of zeros (``convert_layer_norm_op``), and
+    a zero bias the exporter shares between linear layers everywhere but at its first reader (timm's ViT in its
+    ``_final.mlir``); the weights it keeps, and every weight of a weightless file, whose values are unknown,
+    stay.  The network computes what the file does either way."""
+    g = Graph(shape=(1, 16, 32), opset=17)
+    z = g.w(np.zeros(32, np.float32))
+    y = g.n("LayerNormalization", ["x", g.w(np.ones(32, np.float32)), g.w(np.zeros(32, np.float32))], axis=-1)
+    y = g.n("Add", [g.n("MatMul", [y, g.rand(32, 32)]), z], name="fc1")
+    y = g.n("Add", [g.n("MatMul", [y, g.rand(32, 32)]), z], name="fc2")
+    y = g.n("LayerNormalization", [y, g.rand(32), z], axis=-1)
+    g.out(y)
+    full = import_onnx(g.save(tmp_path / "m.onnx"))
+    roles = [(op.type, sorted(w.role for w in op.weights)) for op in full.ops]
+    assert roles == [("LayerNormalization", []), ("MatMul", ["bias", "filter"]), ("MatMul", ["filter"]),
+                     ("LayerNormalization", ["scale"])]
+    assert [op.outputs for op in full.ops[1:3]] == [(g.nodes[2].output[0],), (g.nodes[4].output[0],)]
+    _agrees_with_onnxruntime(full, tmp_path / "m.onnx")
+    bare = import_onnx(g.save(tmp_path / "m.weightless.onnx", weightless=True))
+    assert [sorted(w.role for w in op.weights) for op in bare.ops] == [
+        ["bias", "scale"], ["bias", "filter"], ["bias", "filter"], ["bias", "scale"]]

@@ -113,9 +113,11 @@ def _whole(net: Network, op: Op, values: dict[str, np.ndarray], weights: dict[st
     return run_local(net, op, ins, weights, (0, out.n), 0, out.h)
 
 
-def reference(net: Network, seed: int = 0) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """Every tensor of the unsliced network, and the ops computed as opaque."""
-    weights = make_weights(net, seed)
+def reference(net: Network, seed: int = 0,
+              weights: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """Every tensor of the unsliced network, and the ops computed as opaque (``weights``: the weights to use,
+    :func:`make_weights`' by default)."""
+    weights = make_weights(net, seed) if weights is None else weights
     values = dict(make_inputs(net, seed))
     opaque = []
     for op in net.ops:
@@ -474,6 +476,11 @@ def check_with_onnxruntime(net: Network, model_path: str, seed: int = 0,
     model = onnx.load(model_path, load_external_data=False)
     weights = make_weights(net, seed)
     ours = {w.name for op in net.ops for w in op.weights}
+    for init in model.graph.initializer:  # the file's identity constants as they are: the importer drops them
+        if init.name in ours and init.data_location != TensorProto.EXTERNAL:  # at some readers, as TPU-MLIR does
+            arr = numpy_helper.to_array(init)
+            if arr.size and (np.all(arr == 0) or np.all(arr == 1)):
+                weights[init.name] = arr.astype(np.float64).reshape(weights[init.name].shape)
     # a Gemm read as a MatMul keeps lgopt's filter [K, N]; its ONNX initializer is stored [N, K]
     transposed = {w.name for op in net.ops if op.attrs.get("filter_transposed") for w in op.weights
                   if w.role == "filter"}
@@ -523,7 +530,7 @@ def check_with_onnxruntime(net: Network, model_path: str, seed: int = 0,
         outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     except Exception as e:  # a model onnxruntime cannot run is not the plan's fault
         return f"onnxruntime could not run the model ({type(e).__name__}): reference not cross-checked"
-    ref, _ = reference(net, seed)
+    ref, _ = reference(net, seed, weights)
     for t in check:
         want = ref[t]
         got = outs[t].reshape(want.shape).astype(float)

@@ -456,6 +456,7 @@ class _Builder:
             et = vi.type.tensor_type.elem_type
             self.info[vi.name] = (_dims(vi), ONNX_DTYPES.get(et, f"onnx-type-{et}"))
         self.alias: dict[str, str] = {}
+        self.zero_biases: set[str] = set()  # constants of zeros fused as a MatMul bias once (see _affine_into)
         self.ops: list[Op] = []
         self.producer: dict[str, int] = {}  # tensor -> index in self.ops
         self.uses: dict[str, int] = {}
@@ -653,6 +654,13 @@ class _Builder:
         self.add(Op(name, form.op_type, tuple(form.acts), tuple(form.outs), tuple(form.weights), form.attrs, (), local,
                     h_split, n_split, (node.name or outs[0],), reason))
 
+    def _identity(self, name: str, value: float) -> bool:
+        """Whether constant ``name`` has data and every element equals ``value``: an identity affine TPU-MLIR's
+        front end drops (``isScalar_`` in ``convert_layer_norm_op``; a zero bias, :meth:`_affine_into`).  A
+        weightless file's constant is kept: its values are unknown."""
+        init = self.inits.get(name)
+        return init is not None and _has_data(init) and bool(np.all(numpy_helper.to_array(init) == value))
+
     def _form(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
               outs: list[str]) -> _Form | _Global:
         """The node's lgopt type, attributes, weights and operands (or why it must run as a global layer), by
@@ -812,9 +820,10 @@ class _Builder:
         attrs: dict[str, Any] = {"axis": -1 if axis % rank == rank - 1 else axis % rank}
         if t == "LayerNormalization":
             attrs["epsilon"] = float(_attr(node, "epsilon", 1e-5))
-            weights = [self.weight(c, r, rank) for c, r in zip(ins[1:3], ("scale", "bias")) if c in self.inits]
-            if len(weights) != len([c for c in ins[1:3] if c]):
+            if any(c and c not in self.inits for c in ins[1:3]):
                 return _Global(acts, consts, outs, "LayerNormalization with a computed scale or bias")
+            weights = [self.weight(c, r, rank) for c, r, one in zip(ins[1:3], ("scale", "bias"), (1.0, 0.0))
+                       if c and not self._identity(c, one)]
             consts = []
         return _Form(t, attrs, weights, acts, consts, outs[:1])
 
@@ -1129,7 +1138,11 @@ class _Builder:
     def _affine_into(self, node: onnx.NodeProto, t: str, ins: list[str], outs: list[str]) -> bool:
         """A constant over the last axis folded into its producer, as TPU-MLIR's front end folds it: a Mul into
         a LayerNormalization's scale, an Add into its bias (after the scale) or into a MatMul's bias (TPU-MLIR
-        names a linear layer after its bias Add: one op, no separate pass over the output)."""
+        names a linear layer after its bias Add: one op, no separate pass over the output).  An identity
+        constant is dropped as TPU-MLIR 1.30.2 drops it: a LayerNorm's scale of ones or bias of zeros always, a
+        constant of zeros shared as the bias of several MatMuls (exporters share equal initializers) everywhere
+        but its first (timm's ViT-Tiny, legacy and dynamo exports: 3 of 48 linear layers keep a zero bias in
+        its ``_final.mlir``, each the first reader of its constant)."""
         acts = [i for i in ins if i and i not in self.inits]
         consts = [i for i in ins if i and i in self.inits]
         if len(acts) != 1 or len(consts) != 1:
@@ -1151,8 +1164,11 @@ class _Builder:
                 role = "bias" if t == "Add" and roles == {"filter"} else ""
             if not role:
                 return False
-            w = self.weight(consts[0], role, len(out_shape))
-            self._replace(i, replace(prod, outputs=(outs[0],), weights=prod.weights + (w,),
+            w = (self.weight(consts[0], role, len(out_shape)),)
+            if self._identity(consts[0], 1.0 if role == "scale" else 0.0):
+                w = () if typ == "LayerNormalization" or consts[0] in self.zero_biases else w
+                self.zero_biases.add(consts[0])
+            self._replace(i, replace(prod, outputs=(outs[0],), weights=prod.weights + w,
                                      sources=prod.sources + ((node.name or outs[0]),)))
             return True
         return False
