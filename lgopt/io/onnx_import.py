@@ -1164,7 +1164,7 @@ class _Builder:
                 role = "bias" if t == "Add" and roles == {"filter"} else ""
             if not role:
                 return False
-            w = (self.weight(consts[0], role, len(out_shape)),)
+            w: tuple[Weight, ...] = (self.weight(consts[0], role, len(out_shape)),)
             if self._identity(consts[0], 1.0 if role == "scale" else 0.0):
                 w = () if typ == "LayerNormalization" or consts[0] in self.zero_biases else w
                 self.zero_biases.add(consts[0])
