@@ -205,6 +205,44 @@ def test_a_convnext_block_holds_its_channels_last_tensors_rows_on_lanes(tmp_path
     assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops)} tensors"
 
 
+def test_a_swin_shift_of_the_image_rows_is_a_run_of_rows_in_a_channels_last_block(tmp_path):
+    """Swin's cyclic shift rolls the image rows and columns of an [N, H, W, C] tensor (Slices and Concats on
+    axes 1 and 2).  Held rows on the lanes, a roll of the image rows is a run of folded rows (axis 1's [s, e) is
+    axis -2's [s*W, e*W)), so the block stays channels-last as TPU-MLIR's GROUP_SMALL_C holds its MLP; the roll
+    of the columns (strided rows) is a global layer.  The problem file keeps the rewrite, onnxruntime agrees
+    with the numpy reference, and a greedy plan verifies and simulates."""
+    import numpy as np
+    from onnx_graphs import G
+
+    from lgopt.io.problem import network_from_dict
+    from lgopt.model.network import network_to_dict
+
+    g = G((1, 6, 5, 8), opset=17)
+
+    def roll(x, axis, k, size):
+        part = [g.n("Slice", [x] + [g.w(None, np.array([v], dtype=np.int64)) for v in (a, b, axis)])
+                for a, b in ((k, size), (0, k))]
+        return g.n("Concat", part, axis=axis)
+
+    h = g.n("LayerNormalization", ["x", g.w([8]), g.w([8])], axis=-1)
+    h = g.n("MatMul", [g.n("Erf", [g.n("MatMul", [roll(h, 1, 2, 6), g.w([8, 16])])]), g.w([16, 8])])
+    g.out(roll(g.n("Add", [roll(h, 1, 4, 6), "x"]), 2, 1, 5))
+    path, net = _import(tmp_path, "swin", g.model())
+    assert all(net.tensor(t).channels_last for op in net.ops if op.local for t in op.inputs + op.outputs)
+    rows = [op for op in net.ops if op.attrs.get("axis") == -2]
+    assert [(op.type, op.local, op.h_split) for op in rows] == [("Slice", True, False)] * 2 + [
+        ("Concat", True, False)] + [("Slice", True, False)] * 2 + [("Concat", True, False)]
+    assert [(op.attrs.get("start"), op.attrs.get("end")) for op in rows[:2]] == [(10, 30), (0, 10)]
+    assert [op.type for op in net.ops if not op.local] == ["Slice", "Slice", "Concat"]  # the columns' roll
+    assert network_from_dict(network_to_dict(net)) == net  # the loader reads the rewrite as it was written
+    verdict = check_with_onnxruntime(net, str(path))  # every local op (each upstream of the global roll)
+    if "not installed" in verdict:
+        pytest.skip(verdict)
+    assert verdict == f"the numpy reference agrees with onnxruntime on {len(net.ops) - 3} tensors"
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
+    assert verify_plan(net, plan) == [] and simulate(net, plan).ok
+
+
 def test_the_erf_gelu_chain_is_one_gelu_op_as_tpu_mlir_lowers_it(tmp_path):
     path, net = _import(tmp_path, "vit", vit_block(tokens=20, dim=64, heads=4, mlp=128))
     gelu = [op for op in net.ops if op.type == "Gelu"]

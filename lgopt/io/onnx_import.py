@@ -1237,7 +1237,9 @@ class _Builder:
         outputs = tuple(dict.fromkeys(self.res(o.name) for o in self.g.output))
         tensors: dict[str, Tensor] = {}
         needed = dict.fromkeys(list(inputs) + [t for op in ops for t in op.inputs + op.outputs] + list(outputs))
-        last = opsem.channels_last(ops, {t: self.shape(t) for t in needed})
+        shapes = {t: self.shape(t) for t in needed}
+        last = opsem.channels_last(ops, shapes)
+        ops = list(opsem.image_rows(ops, shapes, last))
         for t in needed:  # ordered: problem files must not depend on the hash seed
             shp = self.shape(t)
             dt = self._dt(self.info.get(t, (None, "f32"))[1])

@@ -81,7 +81,9 @@ def network_from_dict(d: Mapping[str, Any], where: str = "problem") -> Network:
             local, h_split, n_split, reason = False, False, False, str(o["global_reason"])
         ops.append(Op(_req(o, "name", w), op_type, ins, outs, weights, attrs, tuple(o.get("fused", ())), local,
                       h_split, n_split, tuple(o.get("sources", (o["name"],))), reason))
-    last = opsem.channels_last(ops, {t: v.orig_shape for t, v in tensors.items()})
+    shapes = {t: v.orig_shape for t, v in tensors.items()}
+    last = opsem.channels_last(ops, shapes)
+    ops = list(opsem.image_rows(ops, shapes, last))
     tensors = {t: replace(v, shape=to_nchw(v.orig_shape, True), channels_last=True) if t in last else v
                for t, v in tensors.items()}
     return check_network(Network(str(d.get("name", "network")), tensors, tuple(ops),

@@ -9,7 +9,7 @@ window holds only rows the op really reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from fractions import Fraction
 from math import ceil, floor
@@ -337,6 +337,8 @@ def _rank_reason(spec: OpSpec, attrs: Mapping[str, Any], in_shapes: list[tuple[i
     ranks = {len(s) for s in in_shapes + out_shapes}
     if spec.family in (Family.CONCAT, Family.CHANNEL_SLICE) and attrs.get("axis") == -1:  # within each row
         return "" if len(ranks) == 1 and ranks <= {3, 4} else "on the last axis of other than one rank 3 or 4"
+    if spec.family in (Family.CONCAT, Family.CHANNEL_SLICE) and attrs.get("axis") == -2 and "row_block" in attrs:
+        return "" if ranks == {4} else "on the image rows of other than rank-4 tensors"  # image_rows: [N, H, W, C]
     if spec.family is Family.CONCAT and attrs.get("axis") == -2:  # the rows of [B, M, K]
         return "" if ranks == {3} else "on the rows of other than rank-3 tensors"
     if spec.family is Family.CHANNEL_SLICE and attrs.get("axis") == -2:  # rows of [B, M, K] out, [B, K] one row
@@ -438,9 +440,10 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
     the last axis, and permutes back.  Folded NCHW-style its H would sit on the lanes (7 of 64 in the last
     stage); TPU-MLIR remaps such chains (``GROUP_SMALL_C``).  A rank-4 tensor is held rows-on-lanes when every
     op that touches it, and every rank-4 tensor those ops touch, is a local row op (elementwise, row-wise,
-    a last-axis ReduceMean, a MatMul with a weight) or a global Transpose (a permute: what it reads and
-    writes lives in GMEM).  Deterministic in the ops and shapes, so the importer and the problem loader
-    agree.
+    a last-axis ReduceMean, a MatMul with a weight, a Slice or Concat of the last axis or of the image rows
+    ``H``: Swin's cyclic shift, a run of rows, :func:`image_rows`) or a global layer that only moves data
+    (a permute, a reshape, a slice or concat: what it reads and writes lives in GMEM, as the ONNX file lays
+    it out).  Deterministic in the ops and shapes, so the importer and the problem loader agree.
     """
     parent: dict[str, str] = {}
 
@@ -452,11 +455,13 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
     bad: set[str] = set()
     for op in ops:
         t4 = [t for t in dict.fromkeys(op.inputs + op.outputs) if len(shapes[t]) == 4]
-        if not t4 or (op.type == "Transpose" and not op.local):
-            continue
         family = _FAMILY.get(op.type)
+        moves = family in (Family.RESHAPE, Family.CHANNEL_SLICE, Family.CONCAT)
+        if not t4 or (moves and not op.local):
+            continue
         row = op.local and (family in (Family.BINARY, Family.UNARY, Family.ROWWISE)
-                            or (family in (Family.CONCAT, Family.CHANNEL_SLICE) and op.attrs.get("axis") == -1)
+                            or (moves and family is not Family.RESHAPE
+                                and (op.attrs.get("axis") == -1 or _image_rows_axis(op, shapes)))
                             or (family is Family.MATMUL and any(w.role == "filter" for w in op.weights))
                             or (op.type == "ReduceMean" and op.h_split))
         if not row or any(len(w.shape) == 4 and max(w.shape[1:3]) > 1 for w in op.weights):
@@ -468,6 +473,41 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
     rows = {op.outputs[0] for op in ops if op.local and _FAMILY.get(op.type) is Family.CHANNEL_SLICE
             and op.attrs.get("axis") == -2 and len(shapes[op.outputs[0]]) == 2}
     return frozenset(t for t in parent if find(t) not in bad_roots) | rows
+
+
+def _image_rows_axis(op: Op, shapes: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether a local Slice or Concat of rank-4 tensors only is one of the image rows ``H`` of ``[N, H, W, C]``
+    tensors: axis 1 as the file has it, or axis -2 with ``row_block`` as :func:`image_rows` rewrote it."""
+    ranks = {len(shapes[t]) for t in op.inputs + op.outputs}
+    return ranks == {4} and (op.attrs.get("axis") == 1 or (op.attrs.get("axis") == -2 and "row_block" in op.attrs))
+
+
+def image_rows(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]], last: frozenset[str]) -> tuple[Op, ...]:
+    """``ops`` with each local Slice or Concat of the image rows of channels-last tensors (``last``, from
+    :func:`channels_last`) rewritten as the run of folded rows it is: rows ``H*W`` over the lanes, image row
+    ``h`` is folded rows ``[h*W, (h+1)*W)``, so axis 1's ``[start, end)`` is axis -2's ``[start*W, end*W)``
+    (``row_block`` = W).  Swin's cyclic shift rolls the image rows this way (TPU-MLIR's ``SwapDimInner``); its
+    roll of the image columns, strided rows, stays a global layer.  Idempotent: a rewritten op is left as is.
+
+    >>> from lgopt.model.network import Tensor
+    >>> sl = Op("s", "Slice", ("x",), ("y",), attrs={"axis": 1, "start": 3, "end": 56}, local=True, h_split=True)
+    >>> image_rows([sl], {"x": (1, 56, 56, 96), "y": (1, 53, 56, 96)}, frozenset("xy"))[0].attrs
+    {'axis': -2, 'start': 168, 'end': 3136, 'row_block': 56}
+    """
+    out = []
+    for op in ops:
+        ts = op.inputs + op.outputs
+        if not (op.local and op.attrs.get("axis") == 1 and _FAMILY.get(op.type) in (Family.CHANNEL_SLICE, Family.CONCAT)
+                and _image_rows_axis(op, shapes) and all(t in last for t in ts)):
+            out.append(op)
+            continue
+        w = shapes[op.inputs[0]][2]
+        attrs = {**op.attrs, "axis": -2, "row_block": w}
+        if op.type == "Slice":
+            attrs.update(start=op.attrs["start"] * w, end=op.attrs["end"] * w)
+        local, h, n, why = classify(op.type, attrs, [shapes[t] for t in op.inputs], [shapes[t] for t in op.outputs])
+        out.append(replace(op, attrs=attrs, local=local, h_split=h, n_split=n, reason=why))
+    return tuple(out)
 
 
 # --- backward windows ---------------------------------------------------------------------------
