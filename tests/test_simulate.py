@@ -15,6 +15,7 @@ from lgopt.hw.chip import get_chip
 from lgopt.io.onnx_import import import_onnx
 from lgopt.strategies.cpsat.optimise import CpsatSettings, optimise
 from lgopt.strategies.greedy import greedy
+from lgopt.strategies.settings import SearchSettings
 
 
 def _small(name: str):
@@ -157,3 +158,29 @@ def test_reference_matches_onnxruntime(tmp_path):
     ref, _ = reference(net, 0)
     want = ref[net.outputs[0]]
     assert np.allclose(got, want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+
+
+def test_a_constant_read_at_two_ranks_and_an_opaque_divisor_simulate(tmp_path):
+    """One scalar constant read by an op on rank-4 tensors and by one on rank-3 tensors (the importer gives it
+    each op's rank: ``(1, 1, 1, 1)`` and ``(1, 1, 1)``), and a Div whose divisor a global layer computes
+    (EdgeNeXt's ``q / clip(norm(q))``): the simulator loads each op's constant in that op's shape, and an
+    opaque output is never 0, so the reference has no NaN (which marks rows a slice never loaded).  Both made
+    the zoo's greedy plans of TinyViT and EdgeNeXt fail to simulate."""
+    import onnx
+    from onnx_graphs import G
+
+    g = G((1, 8, 4, 16), opset=17)
+    s = g.w(None, np.array(0.5, dtype=np.float32))
+    a = g.n("Mul", ["x", s])
+    norm = g.n("ReduceL2", [a, g.w(None, np.array([-1], dtype=np.int64))], keepdims=1)  # a global layer
+    g.out(g.n("Div", [a, g.n("Expand", [norm, g.w(None, np.array([1, 8, 4, 16], dtype=np.int64))])]))
+    r = g.n("Reshape", [a, g.w(None, np.array([1, 32, 16], dtype=np.int64))])
+    g.out(g.n("Mul", [g.n("Relu", [r]), s]))
+    path = tmp_path / "m.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="f16")
+    shapes = {w.shape for op in net.ops for w in op.weights if w.name == s}
+    assert shapes == {(1, 1, 1, 1), (1, 1, 1)}
+    assert not np.isnan(reference(net)[0][net.outputs[0]]).any()
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
+    assert simulate(net, plan).ok

@@ -104,7 +104,14 @@ def make_inputs(net: Network, seed: int) -> dict[str, np.ndarray]:
 
 
 def _opaque(net: Network, op: Op, seed: int) -> dict[str, np.ndarray]:
-    return {t: _rng(seed, "opaque:" + t).integers(-3, 4, size=net.tensor(t).shape).astype(float) for t in op.outputs}
+    """Random small integers of either sign, never 0: an opaque op's output may be a divisor (EdgeNeXt's
+    ``q / clip(norm(q))``, the norm's Expand global), and a 0 there would make the reference NaN, which marks
+    data a slice never loaded."""
+    def values(t: str) -> np.ndarray:
+        r = _rng(seed, "opaque:" + t)
+        shape = net.tensor(t).shape
+        return (r.integers(1, 4, size=shape) * r.choice((-1, 1), size=shape)).astype(float)
+    return {t: values(t) for t in op.outputs}
 
 
 def _whole(net: Network, op: Op, values: dict[str, np.ndarray], weights: dict[str, np.ndarray]) -> np.ndarray:
@@ -215,7 +222,11 @@ def weight_layout(chip: Chip, op: Op, weights: dict[str, np.ndarray]
 
 
 def _folded(op: Op, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """BN statistics are folded into scale and bias before loading, as the compiler does."""
+    """``op``'s weights as it loads them: each in the shape the op gives it (one constant may be read by ops of
+    different ranks, a scalar as ``(1, 1, 1)`` by one and ``(1, 1, 1, 1)`` by another), BN statistics folded
+    into scale and bias, as the compiler does."""
+    weights = {**weights, **{w.name: weights[w.name].reshape(w.shape) for w in op.weights
+                             if w.shape and weights[w.name].size == int(np.prod(w.shape))}}
     if op.type != "BatchNormalization":
         return weights
     p = {w.role: (w.name, weights[w.name]) for w in op.weights}
