@@ -184,3 +184,28 @@ def test_a_constant_read_at_two_ranks_and_an_opaque_divisor_simulate(tmp_path):
     assert not np.isnan(reference(net)[0][net.outputs[0]]).any()
     plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "2K"}), SearchSettings())
     assert simulate(net, plan).ok
+
+
+def test_a_batchnorm_whose_scale_is_its_variance_simulates(tmp_path):
+    """An exporter shares equal initializers: a BatchNormalization of ones and zeros reads one tensor as its scale
+    and its variance, another as its bias and its mean (MaxViT's ``pre_norm``).  Its statistics are folded into
+    scale and bias when it loads; in the group it runs as that scale and bias alone, so the plan simulates (the
+    simulator read the folded scale back as the variance: MaxViT's and XCiT's greedy plans failed)."""
+    import onnx
+    from onnx_graphs import G
+
+    g = G((1, 8, 16, 16), opset=17)
+    ones, zeros = g.w(None, np.ones(8, np.float32)), g.w(None, np.zeros(8, np.float32))
+    y = g.n("Relu", [g.n("BatchNormalization", ["x", ones, zeros, zeros, ones], epsilon=1e-3)])
+    y = g.n("Relu", [g.conv(y, 8, 8)])  # a second BN reads the ones as its scale only: not 1 in the simulation
+    y = g.n("BatchNormalization", [y, ones, zeros, zeros, g.w(None, np.ones(8, np.float32))], epsilon=1e-3)
+    g.out(g.conv(g.n("Relu", [y]), 8, 8))
+    path = tmp_path / "m.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="f16")
+    bn = next(op for op in net.ops if op.type == "BatchNormalization")
+    assert bn.local and {w.role: w.name for w in bn.weights} == {"scale": ones, "var": ones, "bias": zeros,
+                                                                 "mean": zeros}
+    plan = greedy(net, get_chip("bm1684x", {"lmem_bytes": "4K"}), SearchSettings())
+    assert any(bn.name in grp.ops and len(grp.ops) > 1 for grp in plan.groups)
+    assert simulate(net, plan).ok

@@ -117,7 +117,7 @@ def _opaque(net: Network, op: Op, seed: int) -> dict[str, np.ndarray]:
 def _whole(net: Network, op: Op, values: dict[str, np.ndarray], weights: dict[str, np.ndarray]) -> np.ndarray:
     ins = [Win(values[t], 0, 0, net.tensor(t).h) for t in op.inputs]
     out = net.tensor(op.outputs[0])
-    return run_local(net, op, ins, weights, (0, out.n), 0, out.h)
+    return run_local(net, op, ins, _as_op_reads(op, weights), (0, out.n), 0, out.h)
 
 
 def reference(net: Network, seed: int = 0,
@@ -221,12 +221,18 @@ def weight_layout(chip: Chip, op: Op, weights: dict[str, np.ndarray]
     return out
 
 
+def _as_op_reads(op: Op, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``weights`` with ``op``'s own in the shape the op gives them: exporters share one initializer between
+    ops that read it at different ranks (a scalar as ``(1, 1, 1)`` and ``(1, 1, 1, 1)``; MaxViT's LayerNorm bias,
+    ``(1, 1, 1, 512)``, is a squeeze-excitation conv's ``(512,)``), and :func:`make_weights` draws it once."""
+    return {**weights, **{w.name: weights[w.name].reshape(w.shape) for w in op.weights
+                          if w.shape and weights[w.name].size == int(np.prod(w.shape))}}
+
+
 def _folded(op: Op, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``op``'s weights as it loads them: each in the shape the op gives it (one constant may be read by ops of
-    different ranks, a scalar as ``(1, 1, 1)`` by one and ``(1, 1, 1, 1)`` by another), BN statistics folded
-    into scale and bias, as the compiler does."""
-    weights = {**weights, **{w.name: weights[w.name].reshape(w.shape) for w in op.weights
-                             if w.shape and weights[w.name].size == int(np.prod(w.shape))}}
+    """``op``'s weights as it loads them (:func:`_as_op_reads`), BN statistics folded into scale and bias, as
+    the compiler does."""
+    weights = _as_op_reads(op, weights)
     if op.type != "BatchNormalization":
         return weights
     p = {w.role: (w.name, weights[w.name]) for w in op.weights}
@@ -236,6 +242,18 @@ def _folded(op: Op, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     scale = p["scale"][1] / np.sqrt(p.get("var", (None, 1.0))[1] + eps)
     bias = p["bias"][1] - p.get("mean", (None, 0.0))[1] * scale
     return {**weights, p["scale"][0]: scale, p["bias"][0]: bias}
+
+
+def _as_loaded(op: Op) -> Op:
+    """``op`` as it runs on the weights :func:`_folded` loaded: a BatchNormalization whose statistics were folded
+    into its scale and bias is that scale and bias alone (no statistics, no epsilon).  Its statistics never reach
+    LMEM, and an exporter may share one initializer between them and the scale or bias (a BN of ones and zeros:
+    MaxViT's ``pre_norm``, whose scale is its variance)."""
+    roles = {w.role for w in op.weights}
+    if op.type != "BatchNormalization" or not {"scale", "bias"} <= roles:
+        return op
+    return replace(op, weights=tuple(w for w in op.weights if w.role in ("scale", "bias")),
+                   attrs={**op.attrs, "epsilon": 0.0})
 
 
 # --- the executor ----------------------------------------------------------------------------------
@@ -325,12 +343,7 @@ class _GroupRun:
             return self.weights
         b = self.buf[key]
         got = dict(self.weights)
-        for w in op.weights:  # unfolded statistics never reach LMEM
-            if w.role == "mean":
-                got[w.name] = np.zeros(w.shape)
-            elif w.role == "var":
-                got[w.name] = np.full(w.shape, 1.0 - op.attrs.get("epsilon", 1e-5))
-        for lanes, rel, wname, idx in self.layout(op, self.weights, s):  # columns not loaded stay NaN
+        for lanes, rel, wname, idx in self.layout(op, _as_op_reads(op, self.weights), s):  # columns not loaded: NaN
             arr = np.full(tuple(next(w.shape for w in op.weights if w.name == wname)) or (1,), np.nan)
             arr[idx] = self.lmem.get(lanes, b.offset + rel)
             got[wname] = arr
@@ -346,7 +359,8 @@ class _GroupRun:
         n0, n1, h0, h1, w0, w1 = self.window(op.outputs[0], s)
         c0, c1 = self.chans(op.outputs[0], s)
         # every column: keep the slice's own; a channel slice's inputs hold its channels, so it computes those
-        y = run_local(self.net, op, ins, w, (n0, n1), h0, h1, c1 - c0 if self.g.c_slices > 1 else None)
+        run = _as_loaded(op) if ("weight", op.name) in self.buf else op
+        y = run_local(self.net, run, ins, w, (n0, n1), h0, h1, c1 - c0 if self.g.c_slices > 1 else None)
         self.write_activation(op.outputs[0], s, y[..., w0:w1])
 
     def store(self, t: str, s: int) -> None:

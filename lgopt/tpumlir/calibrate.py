@@ -88,7 +88,7 @@ def fit_model(opts: FitOptions, say: Callable[[str], None] = lambda _: None) -> 
     constants = {c: _fit_one(c, t) for c, t in per_chip.items()}
     if meas.dtype != "f16":  # a file says which deployment it measured; an F16 one keeps its bytes without
         constants = {c: {"dtype": meas.dtype, **k} for c, k in constants.items()}
-    docs = {c: constants_document(opts.name, c, k, _counts(source, per_chip[c])) for c, k in constants.items()}
+    docs = {c: constants_document(opts.name, c, k, _counts(source, per_chip[c], c)) for c, k in constants.items()}
     scales = _global_local(docs, meas, tables, train)
     opts.out.mkdir(parents=True, exist_ok=True)
     files = [_write(opts.out / f"{c}.json", _kept_cores(opts.out / f"{c}.json",
@@ -187,8 +187,10 @@ def _fit_one(chip: str, tables: ChipTables) -> dict[str, Any]:
     return constants
 
 
-def _counts(source: dict[str, Any], tables: ChipTables) -> dict[str, Any]:
-    return {**source, "n_tiu_slices": int(len(tables.tiu)), "n_transfers": int(len(tables.transfers))}
+def _counts(source: dict[str, Any], tables: ChipTables, chip: str) -> dict[str, Any]:
+    timeline = TIMELINE.replace("compiler_profile_0.txt", "_0.dat") if chip == "bm1684" else TIMELINE  # its codegen's
+    return {**source, "timeline": timeline, "n_tiu_slices": int(len(tables.tiu)),
+            "n_transfers": int(len(tables.transfers))}
 
 
 def _global_local(docs: dict[str, dict[str, Any]], meas: Measurements, tables: FitTables,
