@@ -440,8 +440,9 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
     the last axis, and permutes back.  Folded NCHW-style its H would sit on the lanes (7 of 64 in the last
     stage); TPU-MLIR remaps such chains (``GROUP_SMALL_C``).  A rank-4 tensor is held rows-on-lanes when every
     op that touches it, and every rank-4 tensor those ops touch, is a local row op (elementwise, row-wise,
-    a last-axis ReduceMean, a MatMul with a weight, a Slice or Concat of the last axis or of the image rows
-    ``H``: Swin's cyclic shift, a run of rows, :func:`image_rows`) or a global layer that only moves data
+    a last-axis ReduceMean, a MatMul with a weight, a Slice or Concat of the last axis, or of axis 1 where some
+    op of the block works on the last axis: the image rows ``H``, Swin's cyclic shift, a run of rows,
+    :func:`image_rows`; elsewhere axis 1 is NCHW's channels) or a global layer that only moves data
     (a permute, a reshape, a slice or concat: what it reads and writes lives in GMEM, as the ONNX file lays
     it out).  Deterministic in the ops and shapes, so the importer and the problem loader agree.
     """
@@ -453,22 +454,26 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
         return t
 
     bad: set[str] = set()
+    last_axis: list[str] = []  # a tensor of each op that works on the last axis: the block is [N, H, W, C]
+    rows_of_images: list[str] = []  # a tensor of each Slice or Concat of axis 1, the image rows only then
     for op in ops:
         t4 = [t for t in dict.fromkeys(op.inputs + op.outputs) if len(shapes[t]) == 4]
         family = _FAMILY.get(op.type)
         moves = family in (Family.RESHAPE, Family.CHANNEL_SLICE, Family.CONCAT)
         if not t4 or (moves and not op.local):
             continue
-        row = op.local and (family in (Family.BINARY, Family.UNARY, Family.ROWWISE)
-                            or (moves and family is not Family.RESHAPE
-                                and (op.attrs.get("axis") == -1 or _image_rows_axis(op, shapes)))
-                            or (family is Family.MATMUL and any(w.role == "filter" for w in op.weights))
-                            or (op.type == "ReduceMean" and op.h_split))
+        on_last = op.local and (family is Family.ROWWISE or (moves and op.attrs.get("axis") == -1)
+                                or (family is Family.MATMUL and any(w.role == "filter" for w in op.weights))
+                                or (op.type == "ReduceMean" and op.h_split))
+        image = op.local and moves and family is not Family.RESHAPE and _image_rows_axis(op, shapes)
+        row = on_last or image or (op.local and family in (Family.BINARY, Family.UNARY))
         if not row or any(len(w.shape) == 4 and max(w.shape[1:3]) > 1 for w in op.weights):
             bad.update(t4)
+        (last_axis if on_last or (image and "row_block" in op.attrs) else rows_of_images if image else []).append(t4[0])
         for t in t4[1:]:
             parent[find(t)] = find(t4[0])
-    bad_roots = {find(t) for t in bad}
+    channels_last_blocks = {find(t) for t in last_axis}  # elsewhere an axis-1 Slice is of NCHW's channels
+    bad_roots = {find(t) for t in bad} | {find(t) for t in rows_of_images if find(t) not in channels_last_blocks}
     # the [B, K] row a local row Slice takes out of a rank-3 tensor (ViT's class token): one row, held as one
     rows = {op.outputs[0] for op in ops if op.local and _FAMILY.get(op.type) is Family.CHANNEL_SLICE
             and op.attrs.get("axis") == -2 and len(shapes[op.outputs[0]]) == 2}

@@ -399,8 +399,10 @@ def tpu_mlir_fuses(net: Network, op: str, consumer: str) -> bool:
       per-channel constant) or by a Slice cropping only its padding; a scale, scalar Mul or scalar Add read only
       by a per-channel scale;
     * an identity pooling (kernel 1, stride 1, no padding: VGG's adaptive pooling at 7 x 7);
-    * a producer whose activation lgopt left unfused (a Relu after a Gemm), a ``HardSigmoid`` into the
-      ``Mul`` that makes it a hard swish.
+    * a producer whose Relu or Clip lgopt left unfused (a Relu after a Gemm: TPU-MLIR's ``do_relu`` and
+      ``relu_limit``), a ``HardSigmoid`` into the ``Mul`` that makes it a hard swish.  A SiLU, Sigmoid or Tanh is
+      an op of its own there (YOLOv5's conv and SiLU are named apart in every cache), so a conv before one that a
+      cache does not name ran globally (BM1684's INT8 input conv, left out of a forced cache's groups).
     """
     a, c = net.op(op), net.op(consumer)
     if len(net.consumers.get(a.outputs[0], ())) != 1 or c.name != net.consumers[a.outputs[0]][0].name:
@@ -413,7 +415,7 @@ def tpu_mlir_fuses(net: Network, op: str, consumer: str) -> bool:
     if a.type in ("MaxPool", "AveragePool") and tuple(a.attrs.get("kernel", ())) == (1, 1) \
             and tuple(a.attrs.get("strides", ())) == (1, 1) and not any(a.attrs.get("pads", ())):
         return True
-    if c.type in ("Relu", "Clip", "LeakyRelu", "Sigmoid", "SiLU", "Tanh") and c.inputs == a.outputs:
+    if c.type in ("Relu", "Clip") and c.inputs == a.outputs:
         return True
     return a.type == "HardSigmoid" and c.type == "Mul" and set(c.inputs) == {a.outputs[0], *a.inputs}
 
