@@ -724,7 +724,7 @@ def _names(text: str | None, flag: str) -> tuple[str, ...]:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from lgopt.report.verdict import verify
-    from lgopt.tpumlir.calibrate import FitOptions, evaluate_fit, fit_model
+    from lgopt.tpumlir.calibrate import FitOptions, evaluate_fit, fit_model, record_held_out
 
     if args.eval_limit is not None and args.eval_limit < 1:
         raise LgoptError(f"--eval-limit must be at least 1, got {args.eval_limit}")
@@ -739,6 +739,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 0
     held = evaluate_fit(fit, args.eval_limit, check=lambda net, plan: verify(net, plan, stop_at_first=True))
     print("\n".join(held.summary()))
+    if args.eval_limit is None:  # the whole held-out set measured: what a search may trust the files for
+        print(f"held-out error recorded in {', '.join(map(str, record_held_out(fit, held)))}")
     if args.report:
         print(f"wrote {', '.join(map(str, held.write(Path(args.report))))}")
     return 0

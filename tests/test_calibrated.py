@@ -146,6 +146,7 @@ def test_lgopt_fit_on_a_subset_writes_valid_constants_and_the_held_out_error(tmp
     assert d["source"]["held_out"] == ["unet_small"] and "unet_small" not in d["source"]["fitted_on"]
     assert d["source"]["date"] == "2026-01-02" and d["model"] == NAME and d["global_local"]
     assert shlex.split(d["source"]["command"])[:2] == ["lgopt", "fit"]
+    assert "held_out_error" not in d["source"]  # measured on 2 groupings only (--eval-limit): not recorded
     k = load_constants("bm1688", out)
     k.check("bm1688")
     # dense convs of these models run close to the analytic work on bm1688 (slope near 1)
@@ -570,3 +571,24 @@ def test_a_sliced_groups_weight_loads_move_as_tpu_mlirs_table_moves_them():
     g = max(plan.groups, key=lambda x: len(x.ops))
     assert g.n_slices == 4 and not g.preloads and any(t.kind == "weight" for r in g.rows for t in r.loads)
     assert abs(g.cost["cycles"] / meas - 1) < 0.03
+
+
+def test_the_held_out_error_is_recorded_in_each_chips_file(tmp_path):
+    """What a search may trust a fit for (``lgopt.tpumlir.space.untrusted_fit``): the median |pred/meas - 1| of
+    the held-out whole models and groups, per chip, in ``source.held_out_error``."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from lgopt.tpumlir.calibrate import record_held_out
+
+    path = tmp_path / "bm1684.json"
+    path.write_text(json.dumps({"chip": "bm1684", "source": {"command": "lgopt fit ..."}}))
+    rows = {"chip": ["bm1684", "bm1684", "bm1684", "bm1688"], "meas_cycles": [100, 100, 200, 100],
+            "calibrated": [110, 80, None, 300]}
+    held = SimpleNamespace(groupings=pd.DataFrame(rows), groups=pd.DataFrame(rows).assign(calibrated=[100, 95, 150,
+                                                                                                     100]))
+    record_held_out(SimpleNamespace(files=(path,), held_out=("unet_small",)), held)
+    got = json.loads(path.read_text())["source"]
+    assert got["held_out_error"] == {"model_total": 0.15, "group": 0.05, "models": ["unet_small"]}
+    assert got["command"] == "lgopt fit ..."

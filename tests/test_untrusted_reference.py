@@ -9,13 +9,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CAL
+from conftest import CAL, FIXTURES, need
 
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_model
 from lgopt.report.verdict import verify
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.tpumlir.export import export_tpumlir
+from lgopt.cost.registry import default_cost_model
 from lgopt.tpumlir.space import ReferenceSpace, _against_reference, _untrusted
 
 
@@ -57,3 +58,16 @@ def _dummy_plan(net, chip):
     from lgopt.strategies.greedy import greedy
 
     return greedy(net, chip)
+
+
+def test_a_fit_whose_held_out_models_missed_by_more_than_ten_percent_keeps_the_reference():
+    """BM1684's INT8 fit records a 17.6 % held-out whole-model error (``source.held_out_error``, written by ``lgopt
+    fit``): a search priced by it is not trusted over TPU-MLIR's grouping; BM1684X's INT8 fit, whose file records
+    none (its documented error, 7.8 %, kept its round trips at or below opt2), is."""
+    net = load_model(str(need(FIXTURES / "onnx" / "resnet18.weightless.onnx")), dtype="int8")
+    why = {}
+    for name in ("bm1684", "bm1684x"):
+        chip = get_chip(name)
+        chip = replace(chip, cost_model=default_cost_model(chip, "int8"))
+        why[name] = _untrusted(chip, net, _dummy_plan(net, chip), "")
+    assert "17.6% median whole-model error on bm1684" in why["bm1684"] and why["bm1684x"] == ""

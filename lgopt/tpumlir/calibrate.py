@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
+
 from lgopt.cost.fit import ChipTables, constants_document, fit_chip, fit_global_local, fitted_model, global_local_table
 from lgopt.cost.fitted import MODEL_NAME, ChipConstants
 from lgopt.errors import LgoptError
@@ -121,6 +123,26 @@ def evaluate_fit(fit: Fit, eval_limit: int | None = None, check: Check | None = 
     with fitted_model(f"{opts.name}@{opts.out}", opts.out) as model:
         return evaluate(fit.measurements, fit.tables, model, fit.fitted_on, fit.held_out, eval_limit, check,
                         opts.name, fit.command)
+
+
+def record_held_out(fit: Fit, held: HeldOut) -> list[Path]:
+    """Each chip's file with what its held-out models measured (``source.held_out_error``: the median
+    ``|pred/meas - 1|`` of whole models and of groups, fitted model): a search that replaces TPU-MLIR's grouping
+    trusts a model no further than that (:func:`lgopt.tpumlir.space.untrusted_fit`)."""
+    files = []
+    for path in fit.files:
+        doc = json.loads(path.read_text())
+        chip = doc.get("chip", path.stem)
+        doc["source"]["held_out_error"] = {"model_total": _median_error(held.groupings, chip),
+                                          "group": _median_error(held.groups, chip), "models": list(fit.held_out)}
+        files.append(_write(path, doc))
+    return files
+
+
+def _median_error(df: pd.DataFrame, chip: str) -> float | None:
+    """Median ``|calibrated / measured - 1|`` of ``chip``'s rows (None without any)."""
+    d = df[(df.chip == chip) & df.calibrated.notna() & (df.meas_cycles > 0)]
+    return round(float((d.calibrated / d.meas_cycles - 1).abs().median()), 4) if len(d) else None
 
 
 def _kept_cores(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
