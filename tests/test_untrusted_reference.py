@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import CAL, FIXTURES, need
 
+from lgopt.cost.registry import default_cost_model
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_model
 from lgopt.report.verdict import verify
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.tpumlir.export import export_tpumlir
-from lgopt.cost.registry import default_cost_model
 from lgopt.tpumlir.space import ReferenceSpace, _against_reference, _untrusted
 
 
