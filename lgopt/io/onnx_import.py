@@ -654,13 +654,6 @@ class _Builder:
         self.add(Op(name, form.op_type, tuple(form.acts), tuple(form.outs), tuple(form.weights), form.attrs, (), local,
                     h_split, n_split, (node.name or outs[0],), reason))
 
-    def _identity(self, name: str, value: float) -> bool:
-        """Whether constant ``name`` has data and every element equals ``value``: an identity affine TPU-MLIR's
-        front end drops (``isScalar_`` in ``convert_layer_norm_op``; a zero bias, :meth:`_affine_into`).  A
-        weightless file's constant is kept: its values are unknown."""
-        init = self.inits.get(name)
-        return init is not None and _has_data(init) and bool(np.all(numpy_helper.to_array(init) == value))
-
     def _form(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
               outs: list[str]) -> _Form | _Global:
         """The node's lgopt type, attributes, weights and operands (or why it must run as a global layer), by
@@ -1109,13 +1102,23 @@ class _Builder:
                     sources, why, aliases=gone))
         return True
 
+    def _values(self, name: str) -> np.ndarray | None:
+        """Constant ``name``'s values (None where the file has none: not a constant, or a weightless file's)."""
+        init = self.inits.get(name)
+        return numpy_helper.to_array(init) if init is not None and _has_data(init) else None
+
     def _const_all(self, name: str, value: float) -> bool:
         """Whether every element of constant ``name`` is ``value`` (true of a weightless file's missing data:
         the exporter wrote a constant it did not strip only where it is data the graph needs)."""
-        init = self.inits.get(name)
-        if init is None or not _has_data(init):
-            return True
-        return bool(np.all(np.abs(numpy_helper.to_array(init).astype(np.float64) - value) < 1e-6))
+        v = self._values(name)
+        return v is None or bool(np.all(np.abs(v.astype(np.float64) - value) < 1e-6))
+
+    def _identity(self, name: str, value: float) -> bool:
+        """Whether constant ``name`` has data and every element equals ``value``: an identity affine TPU-MLIR's
+        front end drops (``isScalar_`` in ``convert_layer_norm_op``; a zero bias, :meth:`_affine_into`).  A
+        weightless file's constant is kept: its values are unknown."""
+        v = self._values(name)
+        return v is not None and bool(np.all(v == value))
 
     def _form_group_norm(self, node: onnx.NodeProto, t: str, ins: list[str], acts: list[str], consts: list[str],
                          outs: list[str]) -> _Form | _Global:
@@ -1174,11 +1177,9 @@ class _Builder:
         return False
 
     def _const_is(self, name: str, value: float) -> bool:
-        init = self.inits.get(name)
-        if init is None or not _has_data(init):
-            return False
-        v = numpy_helper.to_array(init)
-        return v.size == 1 and abs(float(v.reshape(-1)[0]) - value) < 1e-4 * max(1.0, abs(value))
+        """Whether constant ``name`` is the one scalar ``value`` (to 1e-4 relative)."""
+        v = self._values(name)
+        return v is not None and v.size == 1 and abs(float(v.reshape(-1)[0]) - value) < 1e-4 * max(1.0, abs(value))
 
     def _gelu_chain(self, ins: list[str]) -> tuple[str, list[int]] | None:
         """``x * (1 + erf(x / sqrt 2)) * 0.5`` as torch exports GELU (Div, Erf, Add, Mul, then this Mul by

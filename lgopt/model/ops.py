@@ -469,7 +469,10 @@ def channels_last(ops: Sequence[Op], shapes: Mapping[str, tuple[int, ...]]) -> f
         row = on_last or image or (op.local and family in (Family.BINARY, Family.UNARY))
         if not row or any(len(w.shape) == 4 and max(w.shape[1:3]) > 1 for w in op.weights):
             bad.update(t4)
-        (last_axis if on_last or (image and "row_block" in op.attrs) else rows_of_images if image else []).append(t4[0])
+        if on_last or (image and "row_block" in op.attrs):  # a rewritten one was decided so by its block
+            last_axis.append(t4[0])
+        elif image:
+            rows_of_images.append(t4[0])
         for t in t4[1:]:
             parent[find(t)] = find(t4[0])
     channels_last_blocks = {find(t) for t in last_axis}  # elsewhere an axis-1 Slice is of NCHW's channels

@@ -30,8 +30,9 @@ from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_model
 from lgopt.tpumlir.heldout import Check, HeldOut, evaluate
 from lgopt.tpumlir.measurements import FitTables, Measurements, chip_tables, fit_tables, global_rows, read_measurements
+from lgopt.tpumlir.timeline import PROFILES
 
-TIMELINE = "codegen simulated command timeline (compiler_profile_0.txt)"
+TIMELINE = f"codegen simulated command timeline ({' or '.join(PROFILES)})"
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def fit_model(opts: FitOptions, say: Callable[[str], None] = lambda _: None) -> 
     constants = {c: _fit_one(c, t) for c, t in per_chip.items()}
     if meas.dtype != "f16":  # a file says which deployment it measured; an F16 one keeps its bytes without
         constants = {c: {"dtype": meas.dtype, **k} for c, k in constants.items()}
-    docs = {c: constants_document(opts.name, c, k, _counts(source, per_chip[c], c)) for c, k in constants.items()}
+    docs = {c: constants_document(opts.name, c, k, _counts(source, per_chip[c])) for c, k in constants.items()}
     scales = _global_local(docs, meas, tables, train)
     opts.out.mkdir(parents=True, exist_ok=True)
     files = [_write(opts.out / f"{c}.json", _kept_cores(opts.out / f"{c}.json",
@@ -209,10 +210,8 @@ def _fit_one(chip: str, tables: ChipTables) -> dict[str, Any]:
     return constants
 
 
-def _counts(source: dict[str, Any], tables: ChipTables, chip: str) -> dict[str, Any]:
-    timeline = TIMELINE.replace("compiler_profile_0.txt", "_0.dat") if chip == "bm1684" else TIMELINE  # its codegen's
-    return {**source, "timeline": timeline, "n_tiu_slices": int(len(tables.tiu)),
-            "n_transfers": int(len(tables.transfers))}
+def _counts(source: dict[str, Any], tables: ChipTables) -> dict[str, Any]:
+    return {**source, "n_tiu_slices": int(len(tables.tiu)), "n_transfers": int(len(tables.transfers))}
 
 
 def _global_local(docs: dict[str, dict[str, Any]], meas: Measurements, tables: FitTables,

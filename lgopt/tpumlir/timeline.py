@@ -26,6 +26,7 @@ import pandas as pd
 
 COMMAND = re.compile(r"([A-Za-z0-9]+?)_(\d+)\|([A-Za-z_0-9]+)\|s:(\d+)\|b:\d+\|g:\d+(?:\|[a-z]+:\d+)*\|e:(\d+)"
                      r"\|t:(\d+)(?:\|dr:(\d+)\|sz:(\d+))?")
+PROFILES = ("compiler_profile_0.txt", "_0.dat")  # core 0's timeline as codegen writes it; BM1684's the second
 OP_LINE = re.compile(r'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"(tpu|top)\.(\w+)"(?:\(([^)]*)\))?')
 LOC_DEF = re.compile(r'^#(loc\d*) = loc\("([^"]*)"\)')
 LOC_USE = re.compile(r"loc\(#(loc\d*)\)\s*$")
@@ -153,7 +154,7 @@ def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str
     """The calibration rows of one kept compile in ``workdir`` (its score JSON ``score``); ``key`` (``model``,
     ``chip``, ``variant``) is put on every row."""
     final = next(workdir.glob("*_final.mlir"))
-    profile = next(iter(sorted(workdir.glob("compiler_profile_0.txt")) or sorted(workdir.glob("_0.dat"))))
+    profile = next(p for name in PROFILES for p in sorted(workdir.glob(name)))
     lines, weights = read_lines(final), weight_values(final)
     spans = [(int(a), int(b)) for a, b in (g.get("final_mlir_lines") or (-1, -1) for g in score.get("groups", ()))]
     by_line: dict[tuple[int, bool, int], list[Command]] = {}  # a global op's transfers both ways apart
