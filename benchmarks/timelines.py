@@ -12,7 +12,14 @@ INT8).  Resumable: each scoring's rows are kept as they are made.
     lgopt fit benchmarks/out/timelines/int8_1core -o lgopt/cost/models/int8 --chips bm1684x,bm1688 \
         --holdout mobilenet_v3_small,resnet50,unet_small --name tpu-mlir-1.30-int8   # the shipped INT8 constants
 
-Only one-core settings: on several cores the timeline of core 0 is not the whole compile (``settings.md``).
+Only one-core settings: on several cores the timeline of core 0 is not the whole compile (``settings.md``).  A chip
+measured only on several cores (BM1690: 8) is read on one core from the groupings of its several-core scorings.
+Each quantisation's folder is written from the settings listed, so list every chip of it (the shipped data):
+
+    python benchmarks/timelines.py --groupings-cores 8 \
+        --settings bm1684x:INT8:1,bm1688:INT8:1,bm1684:INT8:1,bm1690:INT8:1,bm1690:F16:1
+    lgopt fit benchmarks/out/timelines/f16_1core -o lgopt/cost/models --chips bm1690 \
+        --holdout mobilenet_v3_small,resnet50,unet_small                  # BM1690's F16 constants
 """
 
 from __future__ import annotations
@@ -43,10 +50,27 @@ def name_of(setting: str) -> str:
     return f"{chip}_{q.lower()}_{n}core"
 
 
-def make_parts(peer: Path, folder: Path, setting: str, parts: Path) -> None:
-    """Each compiled scoring of one model and setting (``folder``: settings.py's), compiled again kept and read."""
-    model, _ = setting_of(folder)
+def source_name(setting: str, cores: int | None) -> str:
+    """The settings.py folder suffix whose groupings ``setting`` compiles: its own, or the same chip and
+    quantisation on ``cores`` cores."""
     chip, q, n = setting_key(setting)
+    return name_of(f"{chip}:{q}:{cores or n}")
+
+
+def source_folders(settings_out: Path, setting: str, cores: int | None) -> list[Path]:
+    """settings.py's folders of ``setting``, else (a chip it measured on several cores only) of the same chip
+    and quantisation on ``cores`` cores."""
+    own = sorted(settings_out.glob(f"*_{name_of(setting)}"))
+    return own or sorted(settings_out.glob(f"*_{source_name(setting, cores)}"))
+
+
+def make_parts(peer: Path, folder: Path, setting: str, parts: Path) -> None:
+    """Each compiled scoring of one model (``folder``: settings.py's, in ``setting`` or the same chip on several
+    cores), compiled again in ``setting`` kept and read.  A scoring from another core count is checked against
+    nothing but its own compile (its total is that count's)."""
+    model, source = setting_of(folder)
+    chip, q, n = setting_key(setting)
+    same = setting_key(source) == (chip, q, n)
     judge = find_judge(peer / "models" / f"{model}.onnx", chip, script=SCORE, peer_run=peer, quantize=q, cores=n)
     parts.mkdir(parents=True, exist_ok=True)
     for score in sorted((folder / "scores").glob("*.json")):
@@ -60,7 +84,7 @@ def make_parts(peer: Path, folder: Path, setting: str, parts: Path) -> None:
         r = json.loads(tmp.read_text()) if tmp.exists() else {}
         work = Path(r.get("workdir", "")) if r.get("workdir") else None
         try:
-            if m.status != "ok" or work is None or r.get("total_cycles") != first.get("total_cycles"):
+            if m.status != "ok" or work is None or (same and r.get("total_cycles") != first.get("total_cycles")):
                 why = f"{m.status}, {r.get('total_cycles')} cycles against {first.get('total_cycles')} first"
                 print(f"  {model} {variant}: not read ({why})", file=sys.stderr)
                 continue
@@ -82,9 +106,10 @@ def version_of(text: str | None) -> str | None:
     return m.group(0) if m else text
 
 
-def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onnx: Path) -> Path:
+def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onnx: Path,
+             cores: int | None = None) -> Path:
     """The calibration-format folder of ``settings`` (one quantisation and core count, each chip's) from their
-    parts."""
+    parts; ``cores``: the groupings came from settings.py's folders of that many cores."""
     meta_of: dict[Path, dict[str, dict[str, str]]] = {}
     totals: list[dict[str, object]] = []
     groups: list[dict[str, object]] = []
@@ -98,6 +123,8 @@ def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onn
         d = json.loads(done.read_text())
         r = d["score"]
         folder = settings_out / f"{model}_{name_of(setting)}"
+        if not (folder / "caches").is_dir():  # a chip measured on several cores only
+            folder = settings_out / f"{model}_{source_name(setting, cores)}"
         if folder not in meta_of:  # settings.py writes it when a model's scorings are done
             v = folder / "variants.json"
             meta_of[folder] = json.loads(v.read_text()) if v.exists() else {}
@@ -141,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settings-out", type=Path, default=OUT / "settings", help="benchmarks/settings.py's output")
     ap.add_argument("--out", type=Path, default=OUT / "timelines")
     ap.add_argument("--peer-run", type=Path, help="TPU-MLIR's install (default $PEER_RUN)")
+    ap.add_argument("--groupings-cores", type=int, help="compile the groupings settings.py scored on this many "
+                    "cores (a chip it measured on several cores only)")
     ap.add_argument("--assemble-only", action="store_true", help="no compile: the folders from the rows made")
     ap.add_argument("--calibration", type=Path, default=ROOT.parent / "shared" / "calibration",
                     help="the shared calibration folder (its onnx/ holds the weightless models)")
@@ -152,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{setting}: only one-core settings have a whole timeline in core 0's profile", file=sys.stderr)
             return 2
         if not a.assemble_only:
-            for folder in sorted(a.settings_out.glob(f"*_{name_of(setting)}")):
+            for folder in source_folders(a.settings_out, setting, a.groupings_cores):
                 if (folder / "scores").is_dir() and (not a.models or setting_of(folder)[0] in a.models.split(",")):
                     make_parts(peer, folder, setting, a.out / "parts" / name_of(setting))
     for q in sorted({setting_key(s)[1] for s in settings}):
         same = [s for s in settings if setting_key(s)[1] == q]
-        dest = assemble(a.settings_out, same, a.out, a.out / f"{q.lower()}_1core", a.calibration / "onnx")
+        dest = assemble(a.settings_out, same, a.out, a.out / f"{q.lower()}_1core", a.calibration / "onnx",
+                        a.groupings_cores)
         print(f"{', '.join(same)}: {dest}")
     return 0
 

@@ -108,3 +108,23 @@ def test_a_registered_cost_model_is_chosen_by_the_chip():
     assert greedy(net, slow).cost["cycles"] > greedy(net, fast).cost["cycles"]
     with pytest.raises(LgoptError, match="unknown cost model 'nope'"):
         greedy(net, get_chip("bm1684x", {"cost_model": "nope"}))
+
+
+def test_a_4n_chip_moves_an_int8_activation_four_batches_to_a_word():
+    """BM1684 holds INT8 activations in GMEM as in LMEM, four batches to a 32-bit word: at N = 1 each element
+    moves as 4 bytes (its INT8 timelines: 4.0 bytes an element in every activation load and store), where
+    BM1684X moves 1."""
+    from lgopt.cost.work import weight_gmem_bytes
+
+    t = {"x": Tensor("x", (1, 16, 8, 8), "int8", (1, 16, 8, 8)), "y": Tensor("y", (1, 32, 8, 8), "int8", (1, 32, 8, 8))}
+    op = _op("conv", "Conv", ["x"], ["y"], {"kernel": (1, 1), "strides": (1, 1), "dilations": (1, 1),
+                                           "pads": (0, 0, 0, 0), "group": 1},
+             [Weight("w", (32, 16, 1, 1), "int8", "filter")])
+    net = check_network(Network("q", t, (op,), ("x",), ("y",)))
+    moved = {}
+    for name in ("bm1684", "bm1684x"):
+        chip = get_chip(name)
+        g, why = try_group(net, chip, ["conv"], 1, 1)
+        assert g is not None, why
+        moved[name] = group_cost(chip, net, g)["traffic_bytes"] - weight_gmem_bytes(net.ops[0])
+    assert moved == {"bm1684": 4 * (16 + 32) * 64, "bm1684x": (16 + 32) * 64}

@@ -138,10 +138,38 @@ def test_the_fit_counts_the_passes_its_slices_pay():
     assert fit_passes(d.assign(passes=0)) == 0  # an F16 category: nothing to count
 
 
+def _conv_rows(fused_cost: float) -> pd.DataFrame:
+    """Conv slices at half their work (BM1690's F16 line) with or without a fused ReLU, whose pass costs
+    ``fused_cost`` a unit, and the Adds that price such a pass at 2 cycles a unit."""
+    convs = [("c", w, f, w / 2 + fused_cost * f) for w in (1000.0, 2000.0, 4000.0, 8000.0) for f in (0, w / 10)]
+    adds = [("a", w, 0, 2 * w) for w in (10.0, 20.0, 40.0)]
+    rows = [{"model": "m", "lg": f"{k}{i}", "nslice": 1, "hslice": 1, "cat": "conv" if k == "c" else "Add",
+             "fam": "conv" if k == "c" else "binary", "work": w, "fused": f, "cycles": c}
+            for i, (k, w, f, c) in enumerate(convs + adds)]
+    return pd.DataFrame(rows)
+
+
+def test_the_fit_finds_whether_a_conv_pays_for_its_fused_activation():
+    """BM1684X and BM1688 run a fused ReLU as a pass after the conv; BM1690's convs cost the same with or
+    without one.  The fit keeps whichever way the convs with one are less off, and the convs' line then holds."""
+    from lgopt.cost.fit import fit_tiu, fused_passes_pay
+
+    for cost, pays in ((2.0, True), (0.0, False)):
+        d = _conv_rows(cost)
+        assert fused_passes_pay(d) is pays
+        _, tiu = fit_tiu(d, pays)
+        assert abs(tiu["conv"]["b"] - 0.5) < 0.01, (cost, tiu["conv"])
+        # a transposed conv the data never shows takes the convs' line, not the analytic work's 1.0
+        assert tiu["deconv"]["b"] == tiu["conv"]["b"] and tiu["deconv"]["n"] == 0
+
+
 def test_int8_constants_are_the_default_for_int8_on_the_chips_measured():
     assert default_cost_model(get_chip("bm1688"), "int8") == FITTED_INT8.name
     assert default_cost_model(get_chip("bm1684"), "int8") == FITTED_INT8.name  # its _0.dat timelines, fitted
-    assert default_cost_model(get_chip("bm1690"), "int8") == "analytic"  # no one-core timeline of it was fitted
+    # BM1690's: its 8-core groupings compiled again on one core, whose timeline is the whole compile
+    assert default_cost_model(get_chip("bm1690"), "int8") == FITTED_INT8.name
+    assert default_cost_model(get_chip("bm1690"), "f16") == "tpu-mlir-1.30"
+    assert default_cost_model(get_chip("bm1684"), "f16") == "analytic"  # no BM1684 F16 timeline was fitted
     assert default_cost_model(get_chip("bm1688"), "f16") == "tpu-mlir-1.30"
 
 

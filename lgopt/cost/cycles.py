@@ -55,7 +55,7 @@ def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_l
                           kind: DmaKind = "load", w_len: int | None = None) -> int:
     """Cycles of moving batches ``n_len`` x rows ``h_len`` (x columns ``w_len``, all when not given) of an
     activation between GMEM and LMEM."""
-    nbytes, segments, point = activation_transfer(net, tensor, n_len, h_len, w_len)
+    nbytes, segments, point = activation_transfer(net, tensor, n_len, h_len, w_len, align_4n=chip.align_4n)
     return gdma_cycles(chip, nbytes, segments, kind, point)
 
 
@@ -63,7 +63,8 @@ def activation_dma_cycles(chip: Chip, net: Network, tensor: str, n_len: int, h_l
 def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
     if cost_model(chip).free_views and gmem_view(net, op):
         return {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
-    moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h) for t in op.inputs + op.outputs]
+    moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h, chip.align_4n and chip.local(op))
+             for t in op.inputs + op.outputs]
     traffic = sum(moved) + weight_gmem_bytes(op)
     model = cost_model(chip)
     transfers = global_transfers(net, op, chip)

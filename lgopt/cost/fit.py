@@ -76,9 +76,11 @@ class ChipTables:
 def fit_chip(tables: ChipTables) -> dict[str, Any]:
     """Every constant but ``global_local`` (which needs these in place: :func:`fit_global_local`), as the
     JSON document's keys, in its order."""
-    issue, tiu = fit_tiu(tables.tiu)
+    fused = fused_passes_pay(tables.tiu)
+    issue, tiu = fit_tiu(tables.tiu, fused)
     dma = fit_gdma(tables.transfers)
-    doc: dict[str, Any] = {"issue_cycles": issue, "tiu": tiu, "gdma": {"form": GDMA_FORM, **dma},
+    doc: dict[str, Any] = {"issue_cycles": issue, "tiu": tiu, **({} if fused else {"fused_passes": False}),
+                           "gdma": {"form": GDMA_FORM, **dma},
                            "global": fit_global(tables.global_layers) if len(tables.global_layers) else {},
                            "global_gdma": fit_global_bw(tables.global_traffic)}
     rows = fit_global_rows(tables.gemm_row_shares, tables.gemm_rows_source)
@@ -128,12 +130,14 @@ def line_sizes(category: str) -> int:
     return 2 if category.endswith(("_wrap", "_shift")) else 3
 
 
-def fit_tiu(df: pd.DataFrame) -> tuple[int, dict[str, dict[str, Any]]]:
+def fit_tiu(df: pd.DataFrame, fused: bool = True) -> tuple[int, dict[str, dict[str, Any]]]:
     """``(issue cycles, {category: {a, b, n}})``: per category ``a + b*W``.  Types the data never shows keep
     the analytic work (``b = 1``): the conv family falls back to the fit over all its convs, an elementwise or
-    pool type to its analytic ops per element."""
-    d = df.drop_duplicates(["model", "lg", "nslice", "hslice", "cycles"])  # one point per distinct op slice
-    d = d.assign(cycles=np.maximum(d.cycles - np.ceil(_fused_pass_rate(d) * d.fused), 1.0))
+    pool type to its analytic ops per element.  ``fused``: a conv's fused activations are passes of their own
+    (:func:`fused_passes_pay`), taken off its cycles before its line is fitted."""
+    d = _distinct_slices(df)
+    if fused:
+        d = d.assign(cycles=np.maximum(d.cycles - np.ceil(_fused_pass_rate(d) * d.fused), 1.0))
     raw = {}
     for k, x in d.groupby("cat"):
         if x.work.nunique() >= line_sizes(str(k)):
@@ -155,6 +159,10 @@ def fit_tiu(df: pd.DataFrame) -> tuple[int, dict[str, dict[str, Any]]]:
         if k not in tiu and k and (x.work > 0).all():
             b = float(np.median((x.cycles - issue).clip(lower=0) / x.work))
             tiu[str(k)] = {"a": issue, "b": round(b, 6), "n": int(len(x)), "note": "a rate: fewer than 3 slice sizes"}
+    if "deconv" not in tiu and "conv" in tiu:  # a transposed conv runs on the same MAC array (BM1690: half the
+        # analytic work, as its convs; at the default 1.0 UNet's deconvs were priced 2.0x on BM1690)
+        a, b = tiu["conv"]["a"], tiu["conv"]["b"]  # the line alone: an INT8 deconv's requantisation is an op apart
+        tiu["deconv"] = {"a": a, "b": b, "n": 0, "note": "not measured: the convs' line"}
     for k in (*PER_TYPE_FAMILIES, "default"):
         tiu.setdefault(k, {"a": issue, "b": 1.0, "n": 0, "note": "not fitted: the analytic work"})
     return issue, tiu
@@ -184,6 +192,41 @@ def fit_passes(x: pd.DataFrame) -> int:
         return float(np.mean(np.minimum(np.abs((a + b * w) / np.maximum(y, 1.0) - 1), 1.0)))
 
     return min(range(MAX_PASSES + 1), key=lambda p: (err(p), p))
+
+
+def _distinct_slices(df: pd.DataFrame) -> pd.DataFrame:
+    return df.drop_duplicates(["model", "lg", "nslice", "hslice", "cycles"])  # one point per distinct op slice
+
+
+def fused_passes_pay(df: pd.DataFrame) -> bool:
+    """Whether a conv's fused activations cost passes of their own on this chip: the convs with one are
+    fitted both ways (their passes at an Add's rate taken off and added back, or not) and the way less off on
+    them wins.  BM1684X and BM1688 run a fused ReLU as an AR command after the CONV; BM1690's F16 convs cost
+    half their work with or without one (ResNet-18's 3 x 3 convs 0.49-0.50 of it either way), where taking
+    the passes off put UNet's convs at 0.87 of their cycles.
+
+    >>> d = pd.DataFrame({"model": "m", "lg": list("abcdef"), "nslice": 1, "hslice": 1, "cat": "conv",
+    ...                   "work": [100.0, 200.0, 400.0] * 2, "fused": [0, 0, 0, 50, 100, 200],
+    ...                   "cycles": [50.0, 100.0, 200.0] * 2})
+    >>> fused_passes_pay(pd.concat([d, d.assign(cat="Add", lg=list("ghijkl"), fused=0)]))
+    False
+    """
+    d = _distinct_slices(df)
+    rate = _fused_pass_rate(d)
+    errors: dict[bool, list[float]] = {True: [], False: []}
+    for _, x in d[d.fused > 0].groupby("cat") if "fused" in d and (d.fused > 0).any() else ():
+        x = d[d.cat == x.cat.iloc[0]]
+        if x.work.nunique() < 3:
+            continue
+        for pays in (True, False):
+            off = np.ceil(rate * x.fused.to_numpy(float)) if pays else np.zeros(len(x))
+            y = x.cycles.to_numpy(float)
+            a, b = wls(x.work.to_numpy(float), np.maximum(y - off, 1.0), 0.0)
+            rel = np.abs((a + b * x.work.to_numpy(float) + off) / y - 1)
+            errors[pays] += list(rel[x.fused.to_numpy(float) > 0])
+    if not errors[True]:
+        return True
+    return float(np.median(errors[True])) <= float(np.median(errors[False]))
 
 
 def _fused_pass_rate(d: pd.DataFrame) -> float:

@@ -222,8 +222,9 @@ def fused_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
 
 
 def fused_rate(k: ChipConstants) -> float:
-    """Cycles per unit of :func:`fused_work`: the fitted rate of an elementwise Add (else the analytic 1)."""
-    return k.tiu.get(FUSED_PASS_RATE, (0, 1.0))[1]
+    """Cycles per unit of :func:`fused_work`: the fitted rate of an elementwise Add (else the analytic 1), or 0
+    on a chip whose fit found fused activations free (``"fused_passes": false``: BM1690)."""
+    return k.tiu.get(FUSED_PASS_RATE, (0, 1.0))[1] if k.fused_passes else 0.0
 
 
 def permute_runs(net: Network, op: Op) -> int:
@@ -298,6 +299,7 @@ class ChipConstants:
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     dtype: str = "f16"  # the deployment measured: what the network computes in (a file without one is F16's)
     passes: dict[str, int] = field(default_factory=dict)  # category -> vector passes per pass_term unit (0 if none)
+    fused_passes: bool = True  # a conv's fused activations are AR passes of their own (the fit's fused_passes_pay)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
@@ -315,7 +317,8 @@ class ChipConstants:
                              int(d.get("slice_rows", {}).get("min", 0)),
                              {k: float(v) for k, v in d.get("cores", {}).items() if k in ("slowdown", "sync")},
                              d.get("source", {}), str(d.get("dtype", "f16")).lower(),
-                             {k: int(v["passes"]) for k, v in d["tiu"].items() if v.get("passes")})
+                             {k: int(v["passes"]) for k, v in d["tiu"].items() if v.get("passes")},
+                             bool(d.get("fused_passes", True)))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""

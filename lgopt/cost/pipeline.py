@@ -129,8 +129,9 @@ class _Transfers:
         key = (name, n, h, w, ch, store)
         hit = self.dma.get(key)
         if hit is None:
-            b, segs, point = activation_transfer(net, name, n, h, w, ch)
-            if name in (self.f32_out if store else self.f32_in):  # a network input or output the group converts
+            f32 = name in (self.f32_out if store else self.f32_in)  # a network input or output the group converts
+            b, segs, point = activation_transfer(net, name, n, h, w, ch, chip.align_4n and not f32)
+            if f32:
                 b = as_f32(b, net.tensor(name).dtype)
             hit = self.dma[key] = (b, gdma_cycles(chip, b, segs, "store" if store else "load", point))
         return hit

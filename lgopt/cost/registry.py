@@ -51,7 +51,7 @@ def min_slice_rows(chip: Chip) -> int:
 
 def default_cost_model(chip: Chip, dtype: str) -> str:
     """The best model lgopt has for ``chip`` computing in ``dtype``: the one fitted on the compiler's timeline
-    where it was fitted for this chip and dtype (the shipped ones: BM1684X and BM1688 in F16, 2-3 % median
+    where it was fitted for this chip and dtype (the shipped ones: BM1684X, BM1688 and BM1690 in F16, 2-6 % median
     error on held-out models against the analytic model's 5-18 %, and in INT8 on these and BM1684,
     ``docs/cost-model.md``), else the chip's own (the analytic one).  A chip changed from its preset keeps its
     own: the fit measured the real chip.

@@ -10,7 +10,7 @@ from typing import Literal
 
 from lgopt.cost.model import DmaKind, SliceShape, Transfer
 from lgopt.hw.chip import Chip
-from lgopt.hw.layout import align_up, cdiv, channels_per_lane
+from lgopt.hw.layout import align_up, cdiv, channels_per_lane, n_packing
 from lgopt.hw.sizing import column_shape, is_depthwise, merged_conv, weight_bytes
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes
@@ -18,28 +18,36 @@ from lgopt.model.network import Network, Op
 
 
 def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len: int | None = None,
-                        c_len: int | None = None) -> tuple[int, int, bool]:
+                        c_len: int | None = None, align_4n: bool = False) -> tuple[int, int, bool]:
     """(bytes, segments, point runs) of batches ``n_len`` x rows ``h_len`` x columns ``w_len`` (x channels
     ``c_len`` of a channel slice) of an activation.
 
     With every column, a channel's rows are contiguous in GMEM: one run per batch and lane-axis entry (a
     channel, or a row of a rank-3 tensor whose rows lie over the lanes), a single element when the slice is
     1 x 1.  A W slice cuts every row: one run of ``w_len`` elements per batch, channel and row, single
-    elements when ``w_len`` is 1 (what a W-sliced DMA costs TPU-MLIR's engine).
+    elements when ``w_len`` is 1 (what a W-sliced DMA costs TPU-MLIR's engine).  On a 4N chip (``align_4n``:
+    BM1684) an 8-bit activation is held in GMEM as in LMEM, four batches to a 32-bit word, so one batch moves
+    four bytes an element (BM1684's INT8 timelines: 4.0 bytes an element in every activation load and store
+    at N = 1); a 16-bit one two batches to a word.
 
     >>> from lgopt.model.network import Network, Tensor
     >>> net = Network("n", {"x": Tensor("x", (1, 4, 8, 10), "f16")}, (), ("x",), ("x",))
     >>> activation_transfer(net, "x", 1, 8), activation_transfer(net, "x", 1, 8, 5)
     ((640, 4, False), (320, 32, False))
+    >>> q = Network("q", {"x": Tensor("x", (1, 4, 8, 10), "int8")}, (), ("x",), ("x",))
+    >>> activation_transfer(q, "x", 1, 8), activation_transfer(q, "x", 1, 8, align_4n=True)
+    ((320, 4, False), (1280, 4, False))
     """
     t = net.tensor(tensor)
     w = t.w if w_len is None else w_len
     c = t.c if c_len is None else c_len
-    nbytes = n_len * c * h_len * w * dtype_bytes(t.dtype)
+    k = n_packing(t.dtype, align_4n)
+    n_words = cdiv(n_len, k)  # the batches as GMEM holds them: packed k to a 32-bit word on a 4N chip
+    nbytes = c * h_len * w * (n_words * 4 if k > 1 else n_len * dtype_bytes(t.dtype))
     if w == t.w:
-        ln, lc, lh, lw = t.lane_shape(n_len, h_len, None, c)  # a run per batch and lane-axis entry
+        ln, lc, lh, lw = t.lane_shape(n_words, h_len, None, c)  # a run per batch and lane-axis entry
         return nbytes, ln * lc, lh * lw == 1
-    return nbytes, n_len * c * h_len, w == 1
+    return nbytes, n_words * c * h_len, w == 1
 
 
 
@@ -167,9 +175,10 @@ def lane_crossing_work(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
 
 
 
-def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int) -> int:
-    """Bytes of batches ``n_len`` x rows ``h_len`` (every column) of an activation in GMEM."""
-    return activation_transfer(net, tensor, n_len, h_len)[0]
+def gmem_bytes(net: Network, tensor: str, n_len: int, h_len: int, align_4n: bool = False) -> int:
+    """Bytes of batches ``n_len`` x rows ``h_len`` (every column) of an activation in GMEM (``align_4n``: packed
+    as :func:`activation_transfer` says)."""
+    return activation_transfer(net, tensor, n_len, h_len, align_4n=align_4n)[0]
 
 
 
@@ -297,7 +306,8 @@ def global_transfers(net: Network, op: Op, chip: Chip) -> list[Transfer]:
     sides: tuple[tuple[tuple[str, ...], DmaKind], ...] = ((op.inputs, "load"), (op.outputs, "store"))
     if chip.local(op):
         for names, kind in sides:
-            out += [(*activation_transfer(net, t, net.tensor(t).n, net.tensor(t).h), kind) for t in names]
+            out += [(*activation_transfer(net, t, net.tensor(t).n, net.tensor(t).h, align_4n=chip.align_4n), kind)
+                    for t in names]
         out += [(b, runs, point, "weight") for b, runs, point in weight_transfers(op, chip=chip)]
     else:
         for names, kind in sides:
