@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -194,18 +195,47 @@ def read_rows(df: pd.DataFrame, out: Path, cal: Path) -> pd.DataFrame:
 HELD_OUT = ("mobilenet_v3_small", "resnet50", "unet_small")  # held out of every fit (lgopt/cost/models, models/int8)
 
 
+def one_core_globals(cal: Path, chip: str, q: str) -> pd.DataFrame:
+    """Every global op's cycles on one core of ``chip`` in ``q`` (model, name, cycles): the shared calibration's
+    F16 timelines and ``benchmarks/timelines.py``'s (INT8, and BM1690 compiled on one core)."""
+    files = [OUT / "timelines" / f"{q.lower()}_1core" / "globals.csv"] + ([cal / "globals.csv"] if q == "F16" else [])
+    parts = [pd.read_csv(f) for f in files if f.exists()]
+    g = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["model", "chip", "name", "cycles"])
+    return g[g.chip == chip][["model", "name", "cycles"]]
+
+
+def core_zero_of(out: Path, setting: str) -> pd.DataFrame:
+    """Every global op core 0 ran in ``setting``'s compiled scorings (model, name, type, parallel, cycles)."""
+    from lgopt.tpumlir.corefit import core_zero_globals
+
+    rows = []
+    for f in sorted(out.glob(f"*_{name_of_setting(setting)}/scores/*.json")):
+        score = json.loads(f.read_text())
+        if score.get("status") == "ok":
+            model = setting_of(f.parent.parent)[0]
+            rows += [(model, *g) for g in core_zero_globals(score)]
+    return pd.DataFrame(rows, columns=["model", "name", "type", "parallel", "cycles"])
+
+
+def name_of_setting(setting: str) -> str:
+    chip, q, n = setting_key(setting)
+    return f"{chip}_{q.lower()}_{n}core"
+
+
 def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: str) -> str:
-    """Fit the several-core terms of the fitted model of ``setting``'s chip and dtype (its one-core constants: F16's,
-    or INT8's) on its compiled scorings, holding out :data:`HELD_OUT`, and write them into that model's
-    ``CHIP.json``."""
+    """The several-core terms of the fitted model of ``setting``'s chip and dtype (its one-core constants: F16's,
+    or INT8's), written into that model's ``CHIP.json``: each global layer kind's measured speed-up
+    (:func:`lgopt.tpumlir.corefit.global_speedups`), then the groups' slowdown and sync fitted on the compiled
+    scorings with :data:`HELD_OUT` held out, kept only where they beat the speed-ups alone on them; the whole
+    section only where it beats the analytic terms on them (else it is reported, not written)."""
     import datetime as dt
     from dataclasses import replace
 
-    from lgopt.cost.fitted import CALIBRATION_DIR
+    from lgopt.cost.fitted import CALIBRATION_DIR, forget_constants
     from lgopt.cost.registry import FITTED, FITTED_INT8
     from lgopt.hw.chip import get_chip
     from lgopt.io.problem import load_model
-    from lgopt.tpumlir.corefit import Measured, fit_cores
+    from lgopt.tpumlir.corefit import Measured, fit_cores, fit_exponents, global_speedups, price
     from lgopt.tpumlir.grouping import score
     from lgopt.tpumlir.lowering import network_of
 
@@ -216,6 +246,11 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
         raise SystemExit(f"--fit-cores {setting}: a setting on several cores whose one-core constants were fitted")
     models_dir = Path(base.directory) if base.directory else CALIBRATION_DIR
     chip = replace(get_chip(chip_name, {"used_cores": n}), cost_model=base.name)
+    path = models_dir / f"{chip_name}.json"
+    doc = json.loads(path.read_text())
+    doc.pop("cores", None)  # the one-core constants alone: what the terms are fitted beside
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    forget_constants()
     rows, nets = [], {}
     sel = df[(df.chip == chip_name) & (df.quantize == q) & (df.cores == n) & (df.status == "ok") & df.honoured]
     for r in sel.itertuples():
@@ -226,21 +261,51 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
         except LgoptError:
             continue
         rows.append(Measured(r.model, network_of(nets[r.model], plan), plan, int(r.total_cycles)))
-    f = fit_cores(chip, base, rows, HELD_OUT)
-    path = models_dir / f"{chip_name}.json"
-    doc = json.loads(path.read_text())
-    doc["cores"] = {"slowdown": f.slowdown, "sync": f.sync, "source": {
-        "fitted_on": sorted({r.model for r in rows} - set(HELD_OUT)), "held_out": list(HELD_OUT),
-        "setting": setting, "groupings": {"train": f.n_train, "held_out": f.n_held},
-        "median_error": {"train": round(f.train_error, 4),
-                         "held_out": None if f.held_error is None else round(f.held_error, 4),
-                         "held_out_before": None if f.before_held_error is None else round(f.before_held_error, 4)},
-        "date": dt.date.today().isoformat(), "command": command}}
+    held = [r for r in rows if r.model in HELD_OUT]
+
+    def held_error() -> float:
+        forget_constants()
+        return statistics.median(abs(x - 1) for x in price(chip, held, base.name)) if held else float("nan")
+
+    analytic = held_error()
+    speed = global_speedups(one_core_globals(cal, chip_name, q), core_zero_of(out, setting), n)
+    doc["cores"] = {"measured_cores": n, "global_speedup": {k: v["speedup"] for k, v in sorted(speed.items())
+                                                            if k not in ("conv", "matmul")}}  # those: exponents
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    held = "-" if f.held_error is None else f"{f.held_error:.1%} (before: {f.before_held_error:.1%})"
-    return (f"Several-core terms of `{base.name}` for {chip_name}, fitted on {setting} (`{command}`): slowdown "
-            f"{f.slowdown}, sync {f.sync:,} cycles; median \\|pred/meas - 1\\| {f.train_error:.1%} over "
-            f"{f.n_train} training groupings, held out ({', '.join(HELD_OUT)}; {f.n_held} groupings): {held}.")
+    forget_constants()
+    doc["cores"]["channel_exponent"] = fit_exponents(chip, base, rows, HELD_OUT)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    with_speedups = held_error()
+    f = fit_cores(chip, base, rows, HELD_OUT)
+    keep = f.held_error is not None and f.held_error < with_speedups
+    if keep:
+        doc["cores"].update({"slowdown": f.slowdown, "sync": f.sync})
+    error = min(with_speedups, f.held_error if keep and f.held_error is not None else with_speedups)
+    shipped = error <= analytic
+    doc["cores"]["held_out_error"] = round(error, 4)  # what lgopt.tpumlir.space trusts a several-core search by
+    doc["cores"]["source"] = {
+        "fitted_on": sorted({r.model for r in rows} - set(HELD_OUT)), "held_out": list(HELD_OUT), "setting": setting,
+        "global_ops": {k: v for k, v in sorted(speed.items())},  # each kind's median speed-up, op by op
+        "groupings": {"train": f.n_train, "held_out": f.n_held},
+        "median_error_held_out": {"analytic_terms": round(analytic, 4), "global_speedups": round(with_speedups, 4),
+                                  "fitted_slowdown_sync": None if f.held_error is None else round(f.held_error, 4)},
+        "date": dt.date.today().isoformat(), "command": command}
+    exps = ", ".join(f"{k} {v}" for k, v in doc["cores"]["channel_exponent"].items())
+    if not shipped:  # worse than the analytic terms on the models never looked at: not kept, only reported
+        doc.pop("cores")
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    forget_constants()
+    kinds = ", ".join(f"{k} {v['speedup']:.2f} ({v['n']} ops)" for k, v in sorted(speed.items()))
+    terms = (f"slowdown {f.slowdown} and sync {f.sync:,} cycles fitted and kept ({f.held_error:.1%})" if keep else
+             f"the groups' slowdown and sync left analytic (fitted {f.slowdown} / {f.sync:,}: "
+             f"{f.held_error:.1%} held out)")
+    return (f"Several-core terms of `{base.name}` for {chip_name}, fitted on {setting} (`{command}`): global layers' "
+            f"speed-up on {n} cores by kind, measured op by op against the one-core timelines: "
+            f"{kinds}; a conv and a weighted matmul as the cores their channels spread over to the power "
+            f"(fitted on the training groupings) {exps}; {terms}. "
+            f"Held-out median \\|pred/meas - 1\\| ({', '.join(HELD_OUT)}, {len(held)} groupings): analytic terms "
+            f"{analytic:.1%}, with the measured speed-ups {with_speedups:.1%}: "
+            f"{'written' if shipped else 'not written (the analytic terms stay)'} in `{path.name}`.")
 
 
 def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str, time_limit: float,

@@ -60,9 +60,10 @@ def test_a_constant_bm1684_casts_is_an_inserted_op_and_an_int32_deconvolution_is
     assert not is_cast("/ups.0/ConvTranspose_output_0_ConvTranspose_i32")
 
 
-def test_reference_kept_where_no_model_was_fitted(capsys):
-    """``--reference`` in a setting no cost model was fitted for (INT8 on two cores: the INT8 constants are one
-    core's) keeps TPU-MLIR's grouping: the analytic core terms miss it by a median 19 % (benchmarks/settings.py)."""
+def test_reference_kept_on_several_cores_unless_judged(capsys):
+    """``--reference`` on several cores (INT8 on two BM1688 cores) keeps TPU-MLIR's grouping: its fitted
+    several-core terms predict TPU-MLIR's held-out groupings within 3.1 %, but a search they priced measured up to
+    1.20x of opt2 (docs/cost-model.md, "Several cores")."""
     from test_cli import run
 
     onnx = need(FIXTURES / "onnx" / "resnet18.weightless.onnx")
@@ -70,4 +71,4 @@ def test_reference_kept_where_no_model_was_fitted(capsys):
     code, out, err = run(capsys, "solve", str(onnx), "--chip", "bm1688", "--cores", "2", "--dtype", "int8",
                          "--reference", str(ref), "--time-limit", "5")
     assert code == 0, err
-    assert "fitted on no deployment over 2 cores" in out and "reference grouping is kept" in out
+    assert "trusted only when judged" in out and "reference grouping is kept" in out

@@ -78,5 +78,8 @@ class AnalyticModel:
     def global_line(self, chip: Chip, net: Network, op: Op) -> bool:
         return False
 
+    def global_speedup(self, chip: Chip, net: Network, op: Op) -> float | None:
+        return None
+
     def cores(self, chip: Chip, busy: int) -> tuple[float, int]:
         return core_terms(chip, busy)

@@ -82,10 +82,15 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
         bound: Bound = "tiu" if compute >= dma else "gdma"
         cycles = max(model.global_overhead(chip, net, op, bound)
                      + math.ceil(cycles * model.global_scale(chip, net, op, bound)), stream)
-    if chip.used_cores > 1:  # TPU-MLIR splits a global layer over the cores: each does its share, the
-        # transfer-bound ones slowed by the DDR the cores share, then they sync
+    if chip.used_cores > 1:  # the cores share a global layer: as measured for its kind where the model knows
+        # (TPU-MLIR 1.30 runs an INT8 conv on one core), else each does its share, the transfer-bound ones
+        # slowed by the DDR the cores share, then they sync
         slowdown, sync = model.cores(chip, chip.used_cores)
-        cycles = math.ceil(cycles * (slowdown if dma > compute else 1.0) / chip.used_cores) + sync
+        speedup = model.global_speedup(chip, net, op)
+        if speedup is None:
+            cycles = math.ceil(cycles * (slowdown if dma > compute else 1.0) / chip.used_cores) + sync
+        else:
+            cycles = math.ceil(cycles / speedup) + (sync if speedup > 1 else 0)
     return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 
 

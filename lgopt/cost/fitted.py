@@ -43,6 +43,8 @@ from lgopt.cost.analytic import AnalyticModel, core_terms
 from lgopt.cost.model import Bound, DmaKind, SliceShape, Transfer
 from lgopt.cost.work import (
     analytic_tiu,
+    channel_cores,
+    core_family,
     gmem_view,
     lane_copy,
     lane_crossing_work,
@@ -300,6 +302,10 @@ class ChipConstants:
     dtype: str = "f16"  # the deployment measured: what the network computes in (a file without one is F16's)
     passes: dict[str, int] = field(default_factory=dict)  # category -> vector passes per pass_term unit (0 if none)
     fused_passes: bool = True  # a conv's fused activations are AR passes of their own (the fit's fused_passes_pay)
+    global_speedup: dict[str, float] = field(default_factory=dict)  # core_family -> global layer's speed-up ...
+    speedup_cores: int = 0  # ... measured on this many cores (0: none measured)
+    channel_exponent: dict[str, float] = field(default_factory=dict)  # conv / matmul: speed-up channel_cores ** e
+    cores_error: float | None = None  # the several-core terms' held-out median whole-model error, as recorded
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
@@ -318,7 +324,11 @@ class ChipConstants:
                              {k: float(v) for k, v in d.get("cores", {}).items() if k in ("slowdown", "sync")},
                              d.get("source", {}), str(d.get("dtype", "f16")).lower(),
                              {k: int(v["passes"]) for k, v in d["tiu"].items() if v.get("passes")},
-                             bool(d.get("fused_passes", True)))
+                             bool(d.get("fused_passes", True)),
+                             {k: float(v) for k, v in d.get("cores", {}).get("global_speedup", {}).items()},
+                             int(d.get("cores", {}).get("measured_cores", 0)),
+                             {k: float(v) for k, v in d.get("cores", {}).get("channel_exponent", {}).items()},
+                             d.get("cores", {}).get("held_out_error"))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -339,6 +349,12 @@ class ChipConstants:
         if self.cores and not (self.cores.get("slowdown", 1.0) >= 1 and self.cores.get("sync", 0.0) >= 0):
             raise LgoptError(f"calibration {chip_name}: several cores must not speed transfers up (slowdown >= 1, "
                              "sync >= 0)")
+        if any(not 0 < v <= max(1, self.speedup_cores) for v in self.global_speedup.values()):
+            raise LgoptError(f"calibration {chip_name}: a global layer's speed-up on several cores must be positive "
+                             f"and at most the cores it was measured on ({self.speedup_cores})")
+        if any(not 0 <= v <= 1 for v in self.channel_exponent.values()):
+            raise LgoptError(f"calibration {chip_name}: a channel exponent must be between 0 and 1 (a global conv "
+                             "is at most as many times faster as the cores it spreads over)")
         if "default" not in self.tiu:
             raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
 
@@ -482,9 +498,13 @@ class CalibratedModel:
         """The fitted slowdown and sync (``cores`` in the constants, from measurements on several cores), else
         the analytic model's."""
         fitted = self.constants(chip).cores
-        if busy <= 1 or not fitted:
+        if busy <= 1 or "slowdown" not in fitted:
             return core_terms(chip, busy)
         return max(1.0, float(fitted["slowdown"])), max(0, int(fitted["sync"]))
+
+    def global_speedup(self, chip: Chip, net: Network, op: Op) -> float | None:
+        """:func:`global_speedup_of` this chip's constants."""
+        return global_speedup_of(self.constants(chip), chip, net, op)
 
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         k = self.constants(chip)
@@ -532,6 +552,22 @@ def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl
     cat, fam = tiu_category(chip, net, op)
     w = work_term(chip, net, op, sl) if op.type in opsem.OP_SPECS else 0
     return tiu_price(k, cat, fam, w, pass_term(chip, net, op, sl), fused_work(chip, net, op, sl))
+
+
+def global_speedup_of(k: ChipConstants, chip: Chip, net: Network, op: Op,
+                      exponents: dict[str, float] | None = None) -> float | None:
+    """A global layer's speed-up on ``chip.used_cores`` cores by its :func:`core_family`, where the constants were
+    measured on that many cores (else None: the cores share it evenly).  A conv or weighted matmul spreads over
+    :func:`channel_cores`, ``channel_cores ** e`` faster (``cores.channel_exponent``, or ``exponents`` while they
+    are being fitted; TPU-MLIR 1.30's INT8 convs: ``e = 0``, one core); any other kind as measured op by op
+    (``cores.global_speedup``; below 1 where several cores run it slower).  At most the cores in use, so the
+    lower bound's divisor holds."""
+    if chip.used_cores <= 1 or chip.used_cores != k.speedup_cores:
+        return None
+    fam = core_family(op)
+    e = (exponents if exponents is not None else k.channel_exponent).get(fam)
+    s = float(channel_cores(chip, net, op)) ** e if e is not None else k.global_speedup.get(fam)
+    return None if s is None else min(s, float(chip.used_cores))
 
 
 def tiu_price(k: ChipConstants, cat: str, fam: str, work: int, passes: int, fused: int) -> int:

@@ -109,6 +109,12 @@ class CostModel(Protocol):
         at a sync of ``sync`` cycles.  ``(1.0, 0)`` for one core, so a one-core plan costs as before."""
         ...
 
+    def global_speedup(self, chip: Chip, net: Network, op: Op) -> float | None:
+        """How many times faster ``op`` runs as a global layer on ``chip.used_cores`` cores than on one, where
+        the model measured it (between 1 and the cores: the lower bound's divisor holds); None: the cores
+        share it evenly, its transfers slowed by :meth:`cores`."""
+        ...
+
     def global_line(self, chip: Chip, net: Network, op: Op) -> bool:
         """Whether ``global_compute`` of ``op`` (a type only run globally) is its global layer's whole cost,
         transfers included (a line fitted per type on the compiler's timeline): its transfers then add no

@@ -51,6 +51,58 @@ def activation_transfer(net: Network, tensor: str, n_len: int, h_len: int, w_len
 
 
 
+CORE_FAMILIES = ("conv", "matmul", "parallel", "move")
+_MOVE_TYPES = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Slice", "Split",
+                         "Gather", "Expand", "Pad", "Patchify"})
+
+
+def core_family(op: Op) -> str:
+    """How a compiler spreads ``op`` run as a global layer over several cores, one of :data:`CORE_FAMILIES`:
+    TPU-MLIR 1.30 cuts an elementwise, pooling, normalising or activation-by-activation op into one piece a core
+    (``tpu.CoreParallel``: "parallel"), runs a conv or a weighted matmul as one layer whose kernel uses the
+    cores its own way ("conv", "matmul"), and moves data (permute, concat, slice, upsample) on one core ("move").
+
+    >>> from lgopt.model.network import Op, Weight
+    >>> [core_family(Op("a", t, ("x",), ("y",), w)) for t, w in (("Conv", (Weight("w", (8, 4, 3, 3), "f16",
+    ...  "filter"),)), ("MatMul", ()), ("Transpose", ()), ("Relu", ()))]
+    ['conv', 'parallel', 'move', 'parallel']
+    """
+    spec = opsem.OP_SPECS.get(op.type)
+    family = spec.family if spec else None
+    if family in (opsem.Family.CONV, opsem.Family.DECONV) or op.type in ("Conv", "ConvTranspose"):
+        return "conv"
+    if family is opsem.Family.MATMUL or op.type in ("Gemm", "MatMul"):
+        return "matmul" if op.weights else "parallel"
+    if family in (opsem.Family.RESHAPE, opsem.Family.CHANNEL_SLICE, opsem.Family.CONCAT, opsem.Family.RESIZE) \
+            or op.type in _MOVE_TYPES:
+        return "move"
+    return "parallel"
+
+
+
+def channel_cores(chip: Chip, net: Network, op: Op) -> int:
+    """The cores a conv or weighted matmul run as a global layer spreads over: its output channels (a matmul's
+    columns) a lane's worth to a core, at most ``chip.used_cores``; a depthwise conv stays on one (BM1690 F16,
+    op by op: a 64-channel conv 1.00x on 8 cores, 256 channels 1.5-2.3x, 512 channels 3.9x; depthwise 1.00x).
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> t = {"x": Tensor("x", (1, 64, 7, 7), "f16"), "y": Tensor("y", (1, 256, 7, 7), "f16")}
+    >>> conv = Op("c", "Conv", ("x",), ("y",), (Weight("w", (256, 64, 1, 1), "f16", "filter"),))
+    >>> channel_cores(get_chip("bm1690", {"used_cores": 8}), Network("n", t, (conv,), ("x",), ("y",)), conv)
+    4
+    """
+    if is_depthwise(op):
+        return 1
+    w = next((w for w in op.weights if w.role != "bias"), None)
+    if core_family(op) == "matmul" and w is not None:
+        channels = w.shape[-1]
+    else:
+        channels = net.tensor(op.outputs[0]).c
+    return max(1, min(chip.used_cores, cdiv(channels, chip.npu_num)))
+
+
+
 def output_lanes(chip: Chip, net: Network, op: Op, sl: SliceShape) -> tuple[str, int, int, int]:
     """(the dtype the units compute ``op`` in, the vector unit's elements per cycle in it, the output slice's
     channels per lane, its H x W per lane rounded up to whole EU vectors)."""

@@ -7,6 +7,14 @@ is read into lgopt once (the reading does not depend on these terms) and priced 
 (slowdown, sync) of a small grid; the pair with the least median ``|predicted / measured - 1|`` over the
 training models wins, and the held-out models, never looked at, give its error.  A grid, not a solver: two
 terms, a few hundred prices each, and the median is not smooth.
+
+A global layer's speed-up on several cores is measured op by op instead (:func:`global_speedups`): each global
+op's cycles on one core (the one-core timelines, ``globals.csv``) over its cycles on core 0 of a several-core
+compile (the scoring tool's ``global_ops``), the median per :func:`lgopt.cost.work.core_family`.  TPU-MLIR 1.30
+runs an INT8 conv on one core (speed-up 1.00 on BM1688 and BM1690), spreads an F16 one over its output channels
+(:func:`lgopt.cost.work.channel_cores`, whose exponent :func:`fit_exponents` fits), cuts elementwise ops into a
+piece a core (BM1690 F16: 4-6x on 8 cores) and runs a permute on one core (the typical one 1.00x; ViT-B's
+large ones 3.7x slower than on one core, which a median does not see).
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
-from lgopt.cost.fitted import CalibratedModel
+import pandas as pd
+
+from lgopt.cost.fitted import CalibratedModel, global_speedup_of
 from lgopt.cost.registry import COST_MODELS, register_cost_model, unregister_cost_model
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
-from lgopt.model.network import Network
+from lgopt.model.network import Network, Op
 from lgopt.model.plan import Plan
 
 SLOWDOWNS = tuple(round(1.0 + 0.1 * k, 1) for k in range(11))  # 1.0 .. 2.0
@@ -35,6 +45,60 @@ class Measured:
     net: Network
     plan: Plan
     cycles: int
+
+
+_TPU_CONV = frozenset({"tpu.Conv1D", "tpu.Conv2D", "tpu.Conv3D", "tpu.Deconv"})
+_TPU_MOVE = frozenset({"tpu.Permute", "tpu.Concat", "tpu.Slice", "tpu.Reshape", "tpu.Upsample"})
+
+
+def tpu_core_family(tpu_type: str, parallel: bool) -> str | None:
+    """TPU-MLIR's global op (its type, and whether it ran inside a ``tpu.CoreParallel``) as the
+    :func:`lgopt.cost.work.core_family` lgopt prices it by; None for one lgopt has no such global layer of.
+
+    >>> tpu_core_family("tpu.Conv2D", False), tpu_core_family("tpu.MatMul", True), tpu_core_family("tpu.Buffer", False)
+    ('conv', 'parallel', None)
+    """
+    if parallel:
+        return "parallel"
+    if tpu_type in _TPU_CONV:
+        return "conv"
+    if tpu_type == "tpu.MatMul":
+        return "matmul"
+    return "move" if tpu_type in _TPU_MOVE else None
+
+
+def core_zero_globals(score: dict[str, Any]) -> list[tuple[str, str, bool, int]]:
+    """``(name, type, parallel, cycles)`` of each global op of a several-core scoring as core 0 ran it: a
+    ``tpu.CoreParallel`` op's pieces (``<name>_0_<k>``, one a core) by its own name, core 0's piece's cycles."""
+    out, inside = [], False
+    for o in score.get("global_ops", ()):
+        t = o["type"]
+        if t in ("tpu.CoreParallel", "tpu.Yield"):
+            inside = t == "tpu.CoreParallel"
+        elif t not in ("tpu.CoreSplit", "tpu.CoreJoin") and o.get("cycles") is not None:
+            name = o.get("name") or ""
+            if inside and name[-4:-1] == "_0_":
+                name = name[:-4]
+            out.append((name, t, inside, int(o["cycles"])))
+    return out
+
+
+def global_speedups(one: pd.DataFrame, many: pd.DataFrame, cores: int) -> dict[str, dict[str, float]]:
+    """Per core family, the median speed-up of its global ops on ``cores`` cores over one (at most ``cores``; below
+    1 where several cores run the typical op slower) and how many ops it is the median of.  ``one``: model, name,
+    cycles (one-core timelines); ``many``: model, name, type, parallel, cycles (:func:`core_zero_globals` of the
+    several-core scorings).  Matched by model and op name, each side's median over the groupings it ran in."""
+    a = one[one.cycles > 0].groupby(["model", "name"]).cycles.median().rename("one")
+    b = many.groupby(["model", "name"]).agg(many=("cycles", "median"), type=("type", "first"),
+                                            parallel=("parallel", "first"))
+    d = b.join(a, how="inner")
+    d = d[d.many > 0]
+    d["family"] = [tpu_core_family(t, bool(p)) for t, p in zip(d.type, d.parallel)]
+    out = {}
+    for fam, x in d.dropna(subset=["family"]).groupby("family"):
+        s = float((x.one / x.many).median())  # the typical op: a sum follows ViT-B's few large permutes
+        out[str(fam)] = {"speedup": round(min(s, float(cores)), 3), "n": int(len(x))}
+    return out
 
 
 @dataclass(frozen=True)
@@ -53,15 +117,21 @@ class _WithCores:
     """A registered model that is ``base`` but for its several-core terms."""
 
     base: CalibratedModel
-    slowdown: float
+    slowdown: float | None  # None: the base model's several-core terms
     sync: int
     name: str
+    exponents: dict[str, float] | None = None  # the channel exponents tried (None: the base model's)
 
     def __getattr__(self, key: str) -> Any:
         return getattr(self.base, key)
 
     def cores(self, chip: Chip, busy: int) -> tuple[float, int]:
+        if self.slowdown is None:
+            return self.base.cores(chip, busy)
         return (1.0, 0) if busy <= 1 else (self.slowdown, self.sync)
+
+    def global_speedup(self, chip: Chip, net: Network, op: Op) -> float | None:
+        return global_speedup_of(self.base.constants(chip), chip, net, op, self.exponents)
 
 
 @contextmanager
@@ -87,6 +157,27 @@ def price(chip: Chip, rows: Sequence[Measured], cost_model: str) -> list[float]:
 
 def _error(ratios: Sequence[float]) -> float:
     return statistics.median(abs(x - 1) for x in ratios) if ratios else float("nan")
+
+
+EXPONENTS = tuple(round(0.1 * k, 1) for k in range(11))  # 0 (one core) .. 1 (every core it spreads over, fully)
+
+
+def fit_exponents(chip: Chip, base: CalibratedModel, rows: Sequence[Measured], held_out: Sequence[str]
+                  ) -> dict[str, float]:
+    """The channel exponents (:func:`lgopt.cost.fitted.global_speedup_of`) of a global conv and a weighted matmul
+    with the least median ``|predicted / measured - 1|`` over the training models' groupings: a grid, the smaller
+    exponent on a tie (a kind the groupings never run globally stays at 0, one core)."""
+    train = [r for r in rows if r.model not in held_out]
+    best: tuple[float, dict[str, float]] | None = None
+    for c in EXPONENTS:
+        for m in EXPONENTS:
+            e = {"conv": c, "matmul": m}
+            with _registered(_WithCores(base, None, 0, f"{base.name}+cores", e)) as name:
+                err = _error(price(chip, train, name))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, e)
+    assert best is not None
+    return best[1]
 
 
 def fit_cores(chip: Chip, base: CalibratedModel, rows: Sequence[Measured], held_out: Sequence[str]) -> CoreFit:
