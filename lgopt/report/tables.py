@@ -93,7 +93,8 @@ def global_reasons(net: Network, plan: Plan) -> list[str]:
     for v in layers:
         op = net.op(v)
         reason = (op.reason or opsem.global_type_reason(op.type)) if not op.local else \
-            chip.group_rule(op.type) or f"{op.type}, a local op, fits in no group on this chip"
+            chip.group_rule(op.type) or f"{op.type}, a local op the search left out of its groups (none fits, " \
+                                        "or each costs more by the cost model)"
         cause, _, detail = reason.partition(": ")
         causes[cause] += 1
         example.setdefault(cause, f"{detail}, {v}" if detail else v)
