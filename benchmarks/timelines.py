@@ -37,7 +37,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.settings import SCORE, setting_key, setting_of  # noqa: E402
+from benchmarks.settings import SCORE, name_of, setting_key, setting_of  # noqa: E402
 from lgopt.tpumlir.judge import find_judge  # noqa: E402
 from lgopt.tpumlir.timeline import read_timeline  # noqa: E402
 
@@ -45,23 +45,13 @@ SETTINGS = ("bm1684x:INT8:1", "bm1688:INT8:1")
 OUT = ROOT / "benchmarks" / "out"
 
 
-def name_of(setting: str) -> str:
-    chip, q, n = setting_key(setting)
-    return f"{chip}_{q.lower()}_{n}core"
-
-
-def source_name(setting: str, cores: int | None) -> str:
-    """The settings.py folder suffix whose groupings ``setting`` compiles: its own, or the same chip and
-    quantisation on ``cores`` cores."""
-    chip, q, n = setting_key(setting)
-    return name_of(f"{chip}:{q}:{cores or n}")
-
-
-def source_folders(settings_out: Path, setting: str, cores: int | None) -> list[Path]:
-    """settings.py's folders of ``setting``, else (a chip it measured on several cores only) of the same chip
-    and quantisation on ``cores`` cores."""
-    own = sorted(settings_out.glob(f"*_{name_of(setting)}"))
-    return own or sorted(settings_out.glob(f"*_{source_name(setting, cores)}"))
+def source_name(settings_out: Path, setting: str, cores: int | None) -> str:
+    """The settings.py folder suffix whose groupings ``setting`` compiles: its own, else (a chip settings.py
+    measured on several cores only) the same chip and quantisation's on ``cores`` cores."""
+    if cores is None or any(settings_out.glob(f"*_{name_of(setting)}")):
+        return name_of(setting)
+    chip, q, _ = setting_key(setting)
+    return name_of(f"{chip}:{q}:{cores}")
 
 
 def make_parts(peer: Path, folder: Path, setting: str, parts: Path) -> None:
@@ -122,9 +112,7 @@ def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onn
         model, variant = done.stem.split("__")
         d = json.loads(done.read_text())
         r = d["score"]
-        folder = settings_out / f"{model}_{name_of(setting)}"
-        if not (folder / "caches").is_dir():  # a chip measured on several cores only
-            folder = settings_out / f"{model}_{source_name(setting, cores)}"
+        folder = settings_out / f"{model}_{source_name(settings_out, setting, cores)}"
         if folder not in meta_of:  # settings.py writes it when a model's scorings are done
             v = folder / "variants.json"
             meta_of[folder] = json.loads(v.read_text()) if v.exists() else {}
@@ -181,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{setting}: only one-core settings have a whole timeline in core 0's profile", file=sys.stderr)
             return 2
         if not a.assemble_only:
-            for folder in source_folders(a.settings_out, setting, a.groupings_cores):
+            for folder in sorted(a.settings_out.glob(f"*_{source_name(a.settings_out, setting, a.groupings_cores)}")):
                 if (folder / "scores").is_dir() and (not a.models or setting_of(folder)[0] in a.models.split(",")):
                     make_parts(peer, folder, setting, a.out / "parts" / name_of(setting))
     for q in sorted({setting_key(s)[1] for s in settings}):

@@ -214,8 +214,8 @@ def fused_passes_pay(df: pd.DataFrame) -> bool:
     d = _distinct_slices(df)
     rate = _fused_pass_rate(d)
     errors: dict[bool, list[float]] = {True: [], False: []}
-    for _, x in d[d.fused > 0].groupby("cat") if "fused" in d and (d.fused > 0).any() else ():
-        x = d[d.cat == x.cat.iloc[0]]
+    for cat in d.loc[d.fused > 0, "cat"].unique():  # each category with such convs, all its slices
+        x = d[d.cat == cat]
         if x.work.nunique() < 3:
             continue
         for pays in (True, False):

@@ -285,6 +285,28 @@ class DmaFit:
 
 
 @dataclass(frozen=True)
+class CoreTerms:
+    """A fit's several-core terms (``cores`` in the constants, written by ``benchmarks/settings.py --fit-cores``):
+    each core family's global-layer speed-up and a conv's and weighted matmul's channel exponent, measured on
+    ``measured_cores`` cores (:func:`global_speedup_of`), the groups' fitted GDMA slowdown and sync (None: the
+    analytic ones), and the held-out whole-model error they were written with."""
+
+    slowdown: float | None = None
+    sync: int = 0
+    measured_cores: int = 0  # 0: no global-layer speed-ups measured
+    global_speedup: dict[str, float] = field(default_factory=dict)  # core_family -> speed-up
+    channel_exponent: dict[str, float] = field(default_factory=dict)  # conv / matmul: channel_cores ** e
+    held_out_error: float | None = None
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> CoreTerms:
+        return CoreTerms(None if "slowdown" not in d else float(d["slowdown"]), int(d.get("sync", 0)),
+                         int(d.get("measured_cores", 0)),
+                         {k: float(v) for k, v in d.get("global_speedup", {}).items()},
+                         {k: float(v) for k, v in d.get("channel_exponent", {}).items()}, d.get("held_out_error"))
+
+
+@dataclass(frozen=True)
 class ChipConstants:
     """One chip's fitted constants (``lgopt/cost/models/<chip>.json``)."""
 
@@ -297,15 +319,11 @@ class ChipConstants:
     glob_bw: float | None = None  # bytes per cycle a global layer's transfers stream at (None: as in groups)
     glob_rows: float = 1.0  # a global Gemm's rows after the first, each this share of the first (global_work)
     min_slice_rows: int = 0  # activation slices of fewer rows stream slower than the fitted rates (0: unknown)
-    cores: dict[str, float] = field(default_factory=dict)  # several cores: "slowdown", "sync" (empty: analytic's)
+    cores: CoreTerms = field(default_factory=CoreTerms)  # several cores (none fitted: the analytic terms)
     source: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     dtype: str = "f16"  # the deployment measured: what the network computes in (a file without one is F16's)
     passes: dict[str, int] = field(default_factory=dict)  # category -> vector passes per pass_term unit (0 if none)
     fused_passes: bool = True  # a conv's fused activations are AR passes of their own (the fit's fused_passes_pay)
-    global_speedup: dict[str, float] = field(default_factory=dict)  # core_family -> global layer's speed-up ...
-    speedup_cores: int = 0  # ... measured on this many cores (0: none measured)
-    channel_exponent: dict[str, float] = field(default_factory=dict)  # conv / matmul: speed-up channel_cores ** e
-    cores_error: float | None = None  # the several-core terms' held-out median whole-model error, as recorded
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
@@ -321,14 +339,10 @@ class ChipConstants:
         return ChipConstants(int(d["issue_cycles"]), tiu, kinds, glob, local, local_a,
                              None if bw is None else float(bw), float(d.get("global_rows", {}).get("share", 1.0)),
                              int(d.get("slice_rows", {}).get("min", 0)),
-                             {k: float(v) for k, v in d.get("cores", {}).items() if k in ("slowdown", "sync")},
+                             CoreTerms.from_json(d.get("cores", {})),
                              d.get("source", {}), str(d.get("dtype", "f16")).lower(),
                              {k: int(v["passes"]) for k, v in d["tiu"].items() if v.get("passes")},
-                             bool(d.get("fused_passes", True)),
-                             {k: float(v) for k, v in d.get("cores", {}).get("global_speedup", {}).items()},
-                             int(d.get("cores", {}).get("measured_cores", 0)),
-                             {k: float(v) for k, v in d.get("cores", {}).get("channel_exponent", {}).items()},
-                             d.get("cores", {}).get("held_out_error"))
+                             bool(d.get("fused_passes", True)))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -346,13 +360,14 @@ class ChipConstants:
             raise LgoptError(f"calibration {chip_name}: the global-layer GDMA rate must be positive")
         if any(v <= 0 for v in self.glob_local.values()) or any(v < 0 for v in self.glob_local_a.values()):
             raise LgoptError(f"calibration {chip_name}: global-layer scales must be positive")
-        if self.cores and not (self.cores.get("slowdown", 1.0) >= 1 and self.cores.get("sync", 0.0) >= 0):
+        c = self.cores
+        if not ((c.slowdown is None or c.slowdown >= 1) and c.sync >= 0):
             raise LgoptError(f"calibration {chip_name}: several cores must not speed transfers up (slowdown >= 1, "
                              "sync >= 0)")
-        if any(not 0 < v <= max(1, self.speedup_cores) for v in self.global_speedup.values()):
+        if any(not 0 < v <= max(1, c.measured_cores) for v in c.global_speedup.values()):
             raise LgoptError(f"calibration {chip_name}: a global layer's speed-up on several cores must be positive "
-                             f"and at most the cores it was measured on ({self.speedup_cores})")
-        if any(not 0 <= v <= 1 for v in self.channel_exponent.values()):
+                             f"and at most the cores it was measured on ({c.measured_cores})")
+        if any(not 0 <= v <= 1 for v in c.channel_exponent.values()):
             raise LgoptError(f"calibration {chip_name}: a channel exponent must be between 0 and 1 (a global conv "
                              "is at most as many times faster as the cores it spreads over)")
         if "default" not in self.tiu:
@@ -498,9 +513,9 @@ class CalibratedModel:
         """The fitted slowdown and sync (``cores`` in the constants, from measurements on several cores), else
         the analytic model's."""
         fitted = self.constants(chip).cores
-        if busy <= 1 or "slowdown" not in fitted:
+        if busy <= 1 or fitted.slowdown is None:
             return core_terms(chip, busy)
-        return max(1.0, float(fitted["slowdown"])), max(0, int(fitted["sync"]))
+        return max(1.0, fitted.slowdown), max(0, fitted.sync)
 
     def global_speedup(self, chip: Chip, net: Network, op: Op) -> float | None:
         """:func:`global_speedup_of` this chip's constants."""
@@ -562,11 +577,12 @@ def global_speedup_of(k: ChipConstants, chip: Chip, net: Network, op: Op,
     are being fitted; TPU-MLIR 1.30's INT8 convs: ``e = 0``, one core); any other kind as measured op by op
     (``cores.global_speedup``; below 1 where several cores run it slower).  At most the cores in use, so the
     lower bound's divisor holds."""
-    if chip.used_cores <= 1 or chip.used_cores != k.speedup_cores:
+    c = k.cores
+    if chip.used_cores <= 1 or chip.used_cores != c.measured_cores:
         return None
     fam = core_family(op)
-    e = (exponents if exponents is not None else k.channel_exponent).get(fam)
-    s = float(channel_cores(chip, net, op)) ** e if e is not None else k.global_speedup.get(fam)
+    e = (exponents if exponents is not None else c.channel_exponent).get(fam)
+    s = float(channel_cores(chip, net, op)) ** e if e is not None else c.global_speedup.get(fam)
     return None if s is None else min(s, float(chip.used_cores))
 
 

@@ -226,13 +226,13 @@ def _unmeasured_setting(chip: Chip, net: Network) -> str:
     if isinstance(model, CalibratedModel) and (why := untrusted_fit(model, chip)):
         return why
     if chip.used_cores > 1:
-        k = model.constants(chip) if isinstance(model, CalibratedModel) else None
-        if k is None or k.speedup_cores != chip.used_cores or k.cores_error is None:
+        c = model.constants(chip).cores if isinstance(model, CalibratedModel) else None
+        if c is None or c.measured_cores != chip.used_cores or c.held_out_error is None:
             return f"the {model.name} cost model was fitted on no deployment over {chip.used_cores} cores"
         return (f"the {model.name} cost model's several-core terms predict TPU-MLIR's groupings on {chip.name} over "
-                f"{chip.used_cores} cores within {k.cores_error:.1%} held out, not lgopt's own (on BM1688 INT8 with 2 "
-                "cores, held out 3.1 %, resnet18's searched grouping was predicted at 0.51 of its measured cycles): "
-                "a search there is trusted only when judged")
+                f"{chip.used_cores} cores within {c.held_out_error:.1%} held out, not lgopt's own (on BM1688 INT8 "
+                "with 2 cores, held out 3.1 %, resnet18's searched grouping was predicted at 0.51 of its measured "
+                "cycles): a search there is trusted only when judged")
     return ""
 
 
