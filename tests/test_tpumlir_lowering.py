@@ -282,6 +282,38 @@ def test_hsecs_past_the_outputs_rows_are_refused_in_int8_on_one_core(tmp_path, d
             score(net, chip, cache)
 
 
+@__import__("pytest").mark.parametrize("chip,cores,secs,reads", [("bm1684", 1, 2, False), ("bm1684", 1, 1, True),
+                                                               ("bm1688", 2, 2, True)])
+def test_a_group_of_casts_only_past_its_rows_is_refused_in_int8_on_one_core(tmp_path, chip, cores, secs, reads):
+    """BM1684 INT8 runs the casts of the classifier's output to f32 as a group of their own (``<out>_f32_new_cast``,
+    ``<out>_f32``), nothing lgopt builds; forced to ``hsecs=2`` over that one-row output, its allocator refused all
+    6 such scorings: the empty-sections rule holds for such a group too, on the tensor the casts convert."""
+    import onnx
+
+    from lgopt.tpumlir.grouping import GroupingInfeasible
+
+    g = G((1, 8, 8, 8), opset=17)
+    g.out(g.n("GlobalAveragePool", [g.n("Relu", [g.conv("x", 8, 8)])]))
+    path = tmp_path / "tail.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="int8")
+    out = net.outputs[0]
+    locs = [f"{op.outputs[0]}_{op.type}" for op in net.ops]
+    p = tmp_path / "casts.layer_group_cache.json"
+    p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GlobalLayer": [], "GroupLayer": [
+        {"locs": locs, "shape_secs": [1, 1, 1, 1, 1], "func_start_idx": 0, "func_end_idx": len(locs) - 1,
+         "group_cost": 0},
+        {"locs": [f"{out}_f32_new_cast", f"{out}_f32"], "shape_secs": [1, 1, 1, secs, 1],
+         "func_start_idx": len(locs), "func_end_idx": len(locs) + 1, "group_cost": 0}]}}))
+    assert net.tensor(out).h == 1
+    if reads:
+        plan, _ = score(net, get_chip(chip, {"used_cores": cores}), str(p))
+        assert len(plan.groups) == 1 and verify(net, plan) == []
+    else:
+        with __import__("pytest").raises(GroupingInfeasible, match="hsecs=2, wsecs=1 exceed"):
+            score(net, get_chip(chip, {"used_cores": cores}), str(p))
+
+
 def test_an_int8_convtranspose_run_apart_from_its_requantisation_is_cut_the_same_way(tmp_path):
     """TPU-MLIR's INT8 ConvTranspose writes int32 (``<out>_ConvTranspose_i32``) and a RequantIntAxis makes the
     int8 output; a cache running the two in different groups reads as a ConvTranspose and a Requant."""
@@ -360,6 +392,16 @@ def test_a_layernorm_tpu_mlir_runs_as_a_groupnorm_between_reshapes_reads_and_sim
     assert norm.attrs["num_groups"] == 36 and low.tensor(norm.outputs[0]).orig_shape == (1, 36, 8, 1)
     assert low.op(base).outputs == ln.outputs and low.op(base).type == "Add"
     assert verify(net, plan) == []
+    # a cache written to force a grouping lists no global layers: the reshape between the GroupNorm and its weight
+    # Mul, which no TPU-MLIR op is named after, ran inside their group (TPU-MLIR's groups are runs of its op order),
+    # the reshape before the GroupNorm, read from outside the group, globally (convnext_tiny's classifier on BM1684)
+    one = [{"locs": [steps[k][0] for k in (1, 2, 4, 5)], "shape_secs": [1, 1, 1, 1, 1], "func_start_idx": 1,
+            "func_end_idx": 4, "group_cost": 0}]
+    forced = tmp_path / "forced.layer_group_cache.json"
+    forced.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": one, "GlobalLayer": []}}))
+    plan_f, _ = score(net, get_chip("bm1684"), str(forced))
+    assert [low.op(o).type for o in plan_f.groups[0].ops] == ["GroupNormalization", "Reshape", "Mul", "Add"]
+    assert f"{base}_reshape_1" in plan_f.global_layers and verify(net, plan_f) == []
     # the simulator does not model BM1684's 4N storage: the same cache read on BM1684X runs
     plan_x, _ = score(net, get_chip("bm1684x"), str(cache))
     assert simulate(network_of(net, plan_x), plan_x).ok

@@ -33,7 +33,7 @@ from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.io.jsonio import read_json
 from lgopt.model import ops as opsem
-from lgopt.model.network import Network, priority_order
+from lgopt.model.network import Network, Op, priority_order
 from lgopt.tpumlir.fusions import pointwise_pair, scale_into_conv, scale_into_scale, slice_into_conv
 
 # a cast TPU-MLIR inserted: `_<dtype>`, `_<k>` a piece's cast; `_mul_scale`, `_new_cast`: the requantising multiply
@@ -374,7 +374,8 @@ def _place_unnamed(net: Network, cache: Cache, ops_pos: list[tuple[tuple[int, in
         p = min(cons)
         # a cache that lists no global layers (one written to force a grouping) names only grouped ops:
         # an unnamed op is then fused only where TPU-MLIR is known to fuse it, else it ran globally
-        if listed or group_at.get(p, -1) < 0 or tpu_mlir_fuses(net, op.name, at[p]):
+        if listed or group_at.get(p, -1) < 0 or tpu_mlir_fuses(net, op.name, at[p]) \
+                or _between(net, op, owner, group_at[p]):
             pos_of[op.name], owner[op.name] = p, group_at.get(p, -1)
             fused.append(op.name)
     for op in net.ops:
@@ -386,6 +387,13 @@ def _place_unnamed(net: Network, cache: Cache, ops_pos: list[tuple[tuple[int, in
             notes.append(f"{op.name} ({op.type}) is named by no TPU-MLIR op"
                          f"{'' if listed else ' (the cache lists no global layers)'}; run as a global layer")
     return fused, notes
+
+
+def _between(net: Network, op: Op, owner: dict[str, int], group: int) -> bool:
+    """Whether ``op`` is read by group ``group`` and reads one of its ops: TPU-MLIR's groups are runs of its op
+    order, so an op between two ops of one group ran inside it (a LayerNorm's reshape between BM1684's GroupNorm
+    and its weight Mul, which no TPU-MLIR op is named after)."""
+    return any(owner.get(net.producer[t].name) == group for t in op.inputs if t in net.producer)
 
 
 def tpu_mlir_fuses(net: Network, op: str, consumer: str) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 from lgopt.errors import LgoptError
 from lgopt.group.build import assemble, n_unit, try_group
@@ -32,7 +32,7 @@ from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import is_integer
-from lgopt.model.network import Network, reorder
+from lgopt.model.network import Network, Tensor, reorder
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
 from lgopt.tpumlir.cache import CacheMap, cast_operands, check_secs, load_cache, map_cache, rank3_rows_group, read_secs
@@ -61,10 +61,11 @@ class GroupResult:
     w_slices: int = 1
     searched: bool = False
     plan: GroupPlan | None = None  # placed and costed
-    reason: str = ""  # why not, when plan is None and ops is not empty
+    reason: str = ""  # why not, when plan is None and ops is not empty (or refused)
     adjusted: tuple[str, ...] = ()
     peeled: tuple[str, ...] = ()  # ops run as global layers next to the group (exact=False only)
     read_as: str = ""  # how slice counts were read when not literally (lgopt.tpumlir.cache.read_secs)
+    refused: bool = False  # a group of casts only that TPU-MLIR does not compile at its slice counts
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Reading:
 
     @property
     def infeasible(self) -> list[GroupResult]:
-        return [g for g in self.groups if g.plan is None and g.ops]
+        return [g for g in self.groups if g.plan is None and (g.ops or g.refused)]
 
 
 def _peel(net: Network, ops: list[str]) -> tuple[list[str], list[str]]:
@@ -161,10 +162,9 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
                                  "(TPU-MLIR slices a dimension lgopt folds elsewhere)"), ""
     asked = (h, w)
     (h, w), why = compiled_sections(net, ops, h, w)
-    if not why and (h, w) != asked and not _drops_empty_sections(net, chip, ops):
-        why = (f"hsecs={asked[0]}, wsecs={asked[1]} exceed a group output's rows or columns: TPU-MLIR drops the "
-               f"empty sections in F16, but in INT8 on one core its allocator refused all 7 such scorings measured "
-               f"(benchmarks/results/settings.md)")
+    outs = tuple(net.tensor(t) for o in ops for t in net.op(o).outputs)
+    if not why and (h, w) != asked and not _drops_empty_sections(chip, outs):
+        why = _EMPTY_SECTIONS.format(h=asked[0], w=asked[1])
     gp = None
     if not why:
         gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
@@ -175,14 +175,31 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     return gp, (n, h, w), why, note
 
 
-def _drops_empty_sections(net: Network, chip: Chip, ops: tuple[str, ...]) -> bool:
+_EMPTY_SECTIONS = ("hsecs={h}, wsecs={w} exceed a group output's rows or columns: TPU-MLIR drops the empty "
+                   "sections in F16, but in INT8 on one core its allocator refused all 13 such scorings measured "
+                   "(benchmarks/results/settings.md)")
+
+
+def _drops_empty_sections(chip: Chip, outs: Sequence[Tensor]) -> bool:
     """Whether TPU-MLIR compiles a group whose ``hsecs`` exceed an output's rows by dropping the empty sections
     (:func:`compiled_sections`).  In F16 on one core it does (mnasnet's tail group, the calibration data); in INT8
-    on one core its allocator refused every such scoring ``benchmarks/settings.py`` compiled (7 of 7, BM1688).
-    On several cores it compiled some and refused others (BM1688 on 2 cores: 3 of 9 compiled; BM1690 INT8 on 8:
-    0 of 7), by a rule not known yet: they are read as compiled."""
-    dtypes = {net.tensor(t).dtype for o in ops for t in net.op(o).outputs}
-    return chip.used_cores > 1 or not any(is_integer(d) for d in dtypes)
+    on one core its allocator refused every such scoring ``benchmarks/settings.py`` compiled (13 of 13: 7 on
+    BM1688, 6 on BM1684, where the group is the casts of the classifier's output).  On several cores it compiled
+    some and refused others (BM1688 on 2 cores: 3 of 9 compiled; BM1690 INT8 on 8: 0 of 7), by a rule not known
+    yet: they are read as compiled."""
+    return chip.used_cores > 1 or not any(is_integer(t.dtype) for t in outs)
+
+
+def _casts_sections(net: Network, chip: Chip, locs: Sequence[str], secs: tuple[int, ...]) -> str:
+    """Why TPU-MLIR refuses a group of casts only (nothing for lgopt to build) at ``secs``, or "": the rule of
+    :func:`_drops_empty_sections` on the tensors they convert (BM1684's INT8 classifier output cast to f32 at
+    ``hsecs=2``, one row: its allocator refused all 6)."""
+    tensors = [net.tensor(t) for t in cast_operands(net, locs)]
+    h, w = secs[3], secs[4]
+    empty = any(t.h < h or t.w < w for t in tensors)
+    if not tensors or not empty or _drops_empty_sections(chip, tensors):
+        return ""
+    return _EMPTY_SECTIONS.format(h=h, w=w)
 
 
 def compiled_sections(net: Network, ops: tuple[str, ...], h: int, w: int) -> tuple[tuple[int, int], str]:
@@ -221,7 +238,9 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
         ops = list(cm.group_ops[gi])
         check_secs(net, chip, gi, g.secs, ops, cache.path)
         if not ops:
-            out.append(GroupResult(gi, (), g.secs, reason="only casts TPU-MLIR inserted: nothing to build"))
+            refused = _casts_sections(net, chip, g.locs, g.secs)
+            out.append(GroupResult(gi, (), g.secs, reason=refused or "only casts TPU-MLIR inserted: nothing to build",
+                                   refused=bool(refused)))
             continue
         adjusted: list[str] = []
         peeled: list[str] = []
@@ -349,7 +368,7 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
                      if g.plan is not None and not g.searched and not g.read_as
                      and (g.h_slices, g.w_slices) != (g.secs[3], g.secs[4])],
         "read_as": [g.read_as for g in r.groups if g.read_as],
-        "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason],
+        "dropped": [f"group {g.index}: {g.reason}" for g in r.groups if not g.ops and g.reason and not g.refused],
         "fused": list(cm.fused), "split": {k: list(v) for k, v in cm.split.items()},
         "notes": list(cm.notes),
         "lowered": list(r.lowered),
