@@ -835,7 +835,8 @@ class Verifier:
             if ab is None:
                 self.fail(where, f"no buffer holds {t}")
                 raise _Fail
-            dtypes = (ten.dtype, "f32") if t in g.f32_in else (ten.dtype,)  # an input converted here: both slices
+            # an input converted here: both slices, in its buffer or (plan-format "Convert") the f32 one apart
+            dtypes = (ten.dtype, "f32") if t in g.f32_in and ("convert", t) not in bufs else (ten.dtype,)
             need = max(sum(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0, k1 - k0), dt,
                                                  chip.npu_num, chip.eu_bytes, chip.align_4n) for dt in dtypes)
                        for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)]
@@ -847,6 +848,20 @@ class Verifier:
                     self.fail(where, f"buffer {ab.id} holds {t}, handed over in LMEM, but is not resident")
             if ab.size < need:
                 self.fail(where, f"buffer {ab.id} for {t} has {ab.size} bytes, its largest slice needs {need}")
+        for (kind, t), cb in bufs.items():
+            if kind != "convert":
+                continue
+            if t not in g.f32_in:
+                self.fail(where, f"buffer {cb.id} holds an f32 copy of {t}, which the group does not convert (f32_in)")
+                continue
+            ten = net.tensor(t)
+            need = max(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0, k1 - k0), "f32",
+                                             chip.npu_num, chip.eu_bytes, chip.align_4n)
+                       for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)]
+                       for k0, k1 in [g.chans(t, s, ten.c)])
+            if cb.size < need:
+                self.fail(where, f"buffer {cb.id} for the f32 copy of {t} has {cb.size} bytes, its largest slice "
+                                 f"needs {need}")
         for op in ops:
             wb = weight_bytes(chip, op)
             if op.name in g.weight_cols:  # reloaded by columns: the widest slice's columns
@@ -873,6 +888,12 @@ class Verifier:
                     self.fail(where, f"scratch buffer {b.id} belongs to {name}, which is not in the group")
                 elif op_time[name] not in b.rows(T):
                     self.fail(where, f"scratch buffer {b.id} of {name} is not live in row {op_time[name]}")
+                continue
+            if kind == "convert":  # the f32 slice is landed by the load, converted before the first use
+                rows = {x[0] % T for x in ev.get(("activation", name), []) if x[1] == "load"}
+                if not rows <= b.rows(T):
+                    self.fail(where, f"buffer {b.id} (the f32 copy of {name}) is not live in row "
+                                     f"{min(rows - b.rows(T))}, where {name} is loaded")
                 continue
             bes = ev.get((kind, name))
             if not bes or b.resident:
@@ -959,6 +980,7 @@ class Verifier:
                     if (kind, name) in bufs:
                         npu.add(bufs[(kind, name)].id)
             dma = {bufs[(t.kind, t.name)].id for t in row.loads + row.stores if (t.kind, t.name) in bufs}
+            dma |= {bufs[("convert", t.name)].id for t in row.loads if ("convert", t.name) in bufs}
             pairs |= {frozenset((a, b)) for a in npu for b in npu | dma if a != b}
         by_id = {b.id: b for b in g.buffers}
         conflicts = [p for p in pairs - inplace if banks(by_id[min(p)]) & banks(by_id[max(p)])]

@@ -50,6 +50,7 @@ def row_users(net: Network, g: GroupPlan) -> list[tuple[set[int], set[int]]]:
                 if (kind, name) in by_name:
                     npu.add(by_name[(kind, name)])
         dma = {by_name[(t.kind, t.name)] for t in r.loads + r.stores if (t.kind, t.name) in by_name}
+        dma |= {by_name[("convert", t.name)] for t in r.loads if ("convert", t.name) in by_name}  # lands f32 there
         out.append((npu, dma))
     return out
 

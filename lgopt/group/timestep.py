@@ -280,12 +280,21 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
     """Every buffer sized for the largest slice it holds, with its lifetime; ids breadth-first over the DAG."""
     ops = sl.ops
 
-    def act_size(t: str) -> int:
+    # a network input the group loads as f32 and converts (f32_in): the f32 slice has a buffer of its own, live
+    # in its load row only (TPU-MLIR's Cast is a step of its own before the first use: ResNet's stem conv buffer
+    # sits over the freed f32 slice in BM1684X's final.mlir); interior and output copies widen their tensor's
+    converted = frozenset(t for t in sl.io.inputs if t in f32_copies and t in net.inputs and t not in kept)
+
+    def act_size(t: str, wide_only: bool = False) -> int:
         ten = net.tensor(t)
         if t in kept:
             return activation_bytes(chip, ten, ten.n, ten.h)
         wide = replace(ten, dtype="f32") if t in f32_copies else None
-        return max(activation_bytes(chip, ten, *shape) + (activation_bytes(chip, wide, *shape) if wide else 0)
+        if wide_only:
+            return max(activation_bytes(chip, replace(ten, dtype="f32"), *w.shape) for w in sl.windows[t])
+        narrow = t in converted
+        return max(activation_bytes(chip, ten, *shape) + (activation_bytes(chip, wide, *shape) if wide and not narrow
+                                                          else 0)
                    for shape in {w.shape for w in sl.windows[t]})
 
     buffers: list[Buffer] = []
@@ -309,6 +318,9 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
 
     for t in sl.io.inputs:
         add("activation", t, act_size(t))
+    for t in sorted(converted, key=sl.io.inputs.index):
+        row = next(e.row for e in events[("activation", t)] if e.what == "load")
+        buffers.append(Buffer(len(buffers), "convert", t, act_size(t, wide_only=True), row, row))
     for name in _breadth_first_ops(net, ops):
         op = net.op(name)
         add("weight", name, column_weight_bytes(net, chip, sl, name) if name in by_cols else weight_bytes(chip, op))

@@ -56,6 +56,10 @@ class Chip:
     # the cores a deployment spreads each group's slices over (TPU-MLIR's --num_core, lgopt's --cores; at most
     # ``cores``): a setting of the run, not of the chip, so it is no change from the preset (``changes``)
     used_cores: int = 1
+    # how a convolution's work buffer is sized: "reference" (shared/reference s6), or the TPU-MLIR 1.30.2 rule
+    # of a chip family that its final.mlir files confirm ("bm1684", "bm1684x", "bm1688", "bm1690":
+    # lgopt.hw.sizing.conv_buffer_bytes), which also decides the folded-tap (3ic) conv layout
+    conv_buffers: str = "reference"
 
     def __hash__(self) -> int:  # chips key the cost caches: hashed once
         return self._hash
@@ -65,7 +69,7 @@ class Chip:
         return hash((self.name, self.npu_num, self.eu_bytes, self.lmem_bytes, self.lmem_banks, self.ic_parallel,
                      self.align_4n, self.tiu_mhz, self.gdma_gbps, self.gdma_latency_cycles,
                      tuple(sorted(self.macs_per_lane.items())), self.cost_model, self.matmul_in_groups,
-                     self.used_cores))
+                     self.used_cores, self.conv_buffers))
 
     @property
     def bank_bytes(self) -> int:
@@ -89,6 +93,8 @@ class Chip:
             del d["matmul_in_groups"]
         if self.used_cores == 1:  # one core, as every plan before several cores existed
             del d["used_cores"]
+        if self.conv_buffers == getattr(PRESETS.get(self.name.lower()), "conv_buffers", "reference"):
+            del d["conv_buffers"]  # the preset's rule, read back from the name
         return d
 
     def local(self, op: Op) -> bool:
@@ -112,15 +118,22 @@ def for_chip(net: Network, chip: Chip) -> Network:
     return net if all(a is b for a, b in zip(ops, net.ops)) else replace(net, ops=ops)
 
 
+CONV_BUFFERS = ("reference", "bm1684", "bm1684x", "bm1688", "bm1690")  # lgopt.hw.sizing.conv_buffer_bytes
+
+
 def _macs(int8: int, f16: int, f32: int) -> dict[str, int]:
     return {"int8": int8, "uint8": int8, "int16": max(1, int8 // 2), "f16": f16, "bf16": f16, "f32": f32}
 
 
 PRESETS: dict[str, Chip] = {
-    "bm1684x": Chip("bm1684x", 64, 64, 256 * 1024, 16, 64, 512, 1, False, 1000.0, 64.0, 300, _macs(256, 128, 16)),
-    "bm1688": Chip("bm1688", 32, 16, 128 * 1024, 16, 32, 512, 2, False, 900.0, 24.0, 300, _macs(128, 32, 4)),
-    "bm1684": Chip("bm1684", 64, 128, 512 * 1024, 8, 1, 512, 1, True, 550.0, 32.0, 300, _macs(256, 32, 32)),
-    "bm1690": Chip("bm1690", 64, 64, 256 * 1024, 16, 64, 256, 8, False, 1000.0, 68.0, 300, _macs(256, 128, 16)),
+    "bm1684x": Chip("bm1684x", 64, 64, 256 * 1024, 16, 64, 512, 1, False, 1000.0, 64.0, 300, _macs(256, 128, 16),
+                    conv_buffers="bm1684x"),
+    "bm1688": Chip("bm1688", 32, 16, 128 * 1024, 16, 32, 512, 2, False, 900.0, 24.0, 300, _macs(128, 32, 4),
+                   conv_buffers="bm1688"),
+    "bm1684": Chip("bm1684", 64, 128, 512 * 1024, 8, 1, 512, 1, True, 550.0, 32.0, 300, _macs(256, 32, 32),
+                   conv_buffers="bm1684"),
+    "bm1690": Chip("bm1690", 64, 64, 256 * 1024, 16, 64, 256, 8, False, 1000.0, 68.0, 300, _macs(256, 128, 16),
+                   conv_buffers="bm1690"),
     "sg2380": Chip("sg2380", 32, 16, 128 * 1024, 16, 32, 256, 4, False, 1000.0, 32.0, 300, _macs(64, 16, 4)),
     "cv184x": Chip("cv184x", 8, 16, 64 * 1024, 16, 16, 256, 1, False, 900.0, 8.0, 300, _macs(64, 16, 4),
                    matmul_in_groups=False),
@@ -141,6 +154,10 @@ SOURCES: dict[str, str] = {
     "*.gdma_latency_cycles": "assumption: a few hundred cycles of descriptor and DDR latency per GDMA transfer",
     "*.cost_model": "lgopt's analytic model (docs/cost-model.md); its constants are assumptions",
     "*.matmul_in_groups": "shared/reference s1: BM1684X-family chips have matmul groups (GROUP_MM)",
+    "*.conv_buffers": "TPU-MLIR 1.30.2's Conv2D buffer sizes in the calibration models' final.mlir (every conv)",
+    "sg2380.conv_buffers": "assumption: shared/reference s6 (no final.mlir of this chip read)",
+    "cv184x.conv_buffers": "assumption: shared/reference s6 (no final.mlir of this chip read)",
+    "cv181x.conv_buffers": "assumption: shared/reference s6 (no final.mlir of this chip read)",
     "cv184x.matmul_in_groups": "shared/reference s1: cv18xx uses GROUP_NORMAL only: no matmul groups",
     "cv181x.matmul_in_groups": "shared/reference s1: cv18xx uses GROUP_NORMAL only: no matmul groups",
     "bm1684.align_4n": REF + " (ALIGN_4N)",
@@ -276,6 +293,10 @@ def _coerce(field: str, value: Any) -> Any:
             return False
         raise LgoptError(f"chip parameter {field} must be true or false, got {value!r}")
     if field in ("name", "cost_model"):
+        return str(value)
+    if field == "conv_buffers":
+        if str(value) not in CONV_BUFFERS:
+            raise LgoptError(f"chip parameter conv_buffers must be one of {', '.join(CONV_BUFFERS)}, got {value!r}")
         return str(value)
     raise LgoptError(f"unknown chip parameter {field!r}")
 

@@ -43,6 +43,64 @@ def is_depthwise(op: Op) -> bool:
     return op.attrs.get("group", 1) > 1 and f.shape[1] == 1 and op.attrs["group"] == f.shape[0]
 
 
+@lru_cache(maxsize=1 << 14)
+def runs_as_conv(chip: Chip, op: Op) -> bool:
+    """Whether TPU-MLIR 1.30.2 runs depthwise conv ``op`` as an ordinary one (a ``[C, C, kh, kw]`` filter, zero
+    off the diagonal): on the chips whose ``conv_buffers`` names a BM1684X-family rule, when its channels fill
+    at most one lane's worth of ``npu_num / bytes`` (every such conv of the calibration models' ``final.mlir``:
+    INT8 up to 64 channels on BM1684X and BM1690, 32 on BM1688; F16 32 on BM1690, 16 on BM1688; none on BM1684).
+    LMEM is sized for what runs; the cost models price the depthwise work they were fitted on."""
+    if not is_depthwise(op) or chip.conv_buffers not in ("bm1684x", "bm1688", "bm1690"):
+        return False
+    f = next(w for w in op.weights if w.role == "filter")
+    return f.shape[0] <= chip.npu_num // dtype_bytes(f.dtype)
+
+
+def filter_dims(chip: Chip, op: Op) -> tuple[int, int, int, int, int]:
+    """``(oc, ic per group, kh, kw, groups)`` of a Conv's filter as TPU-MLIR holds it (:func:`runs_as_conv`)."""
+    f = next(w for w in op.weights if w.role == "filter")
+    oc, icg, kh, kw = f.shape
+    if runs_as_conv(chip, op):
+        return oc, oc, kh, kw, 1
+    return oc, icg, kh, kw, op.attrs.get("group", 1)
+
+
+@lru_cache(maxsize=1 << 14)
+def three_ic(chip: Chip, op: Op) -> tuple[int, int]:
+    """TPU-MLIR's "3ic" layout of a conv with few input channels: ``(mode, kernel_len)``, mode 1 when the
+    kernel's rows are folded into the input channels, 2 its columns, 3 both, 0 none (``kernel_len`` the folded
+    kernel taps).  TPU-MLIR 1.30.2's INT8 lowering picks the first that fits ``IC_PARALLEL`` input channels:
+    both when ``ic * kh * kw`` fits, the columns when ``ic * kw`` fits and the kernel is wider than high (or the
+    rows do not fit), else the rows; in F16 only the rows (BM1684X and BM1688; BM1690 none).  What every
+    stem convolution of the calibration models shows (``use_3ic_optimize`` in its ``final.mlir``): ResNet's 7 x 7
+    on 3 channels folds its rows (21 of 32 or 64), MobileNet's 3 x 3 both in INT8, its rows in F16.
+
+    >>> from dataclasses import replace
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Op, Weight
+    >>> stem = Op("c", "Conv", ("x",), ("y",), attrs={"kernel": (7, 7)},
+    ...           weights=(Weight("w", (64, 3, 7, 7), "int8", "filter"),))
+    >>> three_ic(get_chip("bm1684x"), stem), three_ic(get_chip("bm1684"), stem)
+    ((1, 7), (0, 0))
+    """
+    rule = chip.conv_buffers
+    f = next((w for w in op.weights if w.role == "filter"), None)
+    if op.type != "Conv" or f is None or len(f.shape) != 4 or rule not in ("bm1684x", "bm1688", "bm1690"):
+        return 0, 0
+    _, ic, kh, kw, groups = filter_dims(chip, op)
+    if groups != 1:
+        return 0, 0
+    icp = chip.ic_parallel  # input channels of one byte: F16 folds to the same count (its filter: 224 of 7 x 21)
+    if is_integer(f.dtype):
+        if ic * kh * kw <= icp and kh > 1 and kw > 1:
+            return 3, kh * kw
+        if ic * kw <= icp and kw > 1 and (kh < kw or ic * kh > icp):
+            return 2, kw
+    elif rule == "bm1690":
+        return 0, 0
+    return (1, kh) if ic * kh <= icp and kh > 1 else (0, 0)
+
+
 def column_weights(op: Op) -> bool:
     """Whether ``op``'s weights can be loaded a run of output columns at a time (C/OC slicing, issue 16):
     a MatMul whose weight is a ``[K, N]`` matrix and whose every constant (the matrix, a bias) has the output
@@ -94,12 +152,15 @@ def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
         f = next(w for w in op.weights if w.role == "filter")
         has_bias = any(w.role == "bias" for w in op.weights)
         if op.type == "Conv":
-            oc, icg, kh, kw = f.shape
+            oc, icg, kh, kw, _ = filter_dims(chip, op)
         else:  # ONNX ConvTranspose filter is [ic, oc/group, kh, kw]
             icg, ocg, kh, kw = f.shape
             oc = ocg * op.attrs.get("group", 1)
             icg = icg // op.attrs.get("group", 1)
-        if is_depthwise(op):
+        mode, taps = three_ic(chip, op)
+        if mode:  # the folded taps become input channels: [oc, ic * taps, 1, the other taps]
+            icg, kh, kw = icg * taps, 1, kh * kw // taps
+        if is_depthwise(op) and not runs_as_conv(chip, op):
             filt = depthwise_filter_lane_bytes(oc, kh, kw, f.dtype, chip.npu_num)
         else:
             filt = conv_filter_lane_bytes(oc, icg, kh, kw, f.dtype, chip.npu_num, chip.ic_parallel)
@@ -153,6 +214,8 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
         return 0
     tin = net.tensor(op.inputs[0])
     tout = net.tensor(op.outputs[0])
+    if (op.type == "Conv" or scale_as_conv(net, op)) and chip.conv_buffers != "reference":
+        return conv_buffer_bytes(chip, net, op, in_slice, out_slice)
     if op.type == "Conv" and op.attrs.get("group", 1) > 1:
         if is_depthwise(op):
             if dtype_bytes(tout.dtype) < 4:
@@ -177,6 +240,74 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
         lanes = tout.lane_shape(out_slice[0], out_slice[1], out_slice[2], out_slice[3])  # (a rank-3 one's rows
         return 2 * activation_lane_bytes(lanes, "int16", chip.npu_num, chip.eu_bytes)  # over the lanes)
     return 0
+
+
+def scale_as_conv(net: Network, op: Op) -> bool:
+    """Whether ``op`` multiplies its input by one constant a channel (ConvNeXt's layer scale, ``[1, C, 1, 1]``),
+    which TPU-MLIR 1.30.2 runs as a 1 x 1 depthwise convolution (``tpu.Conv2D``, ``group = C``, in its
+    ``final.mlir``), work buffer and all."""
+    if op.type != "Mul" or len(op.weights) != 1 or len(op.inputs) != 1:
+        return False
+    shape, c = op.weights[0].shape, net.tensor(op.inputs[0]).c
+    return c > 1 and tuple(d for d in shape if d != 1) == (c,) and len(shape) == 4 and shape[1] == c
+
+
+def conv_buffer_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, int, int | None],
+                      out_slice: tuple[int, int, int, int | None]) -> int:
+    """A convolution's work buffer as TPU-MLIR 1.30.2 sizes it (``Conv2DOp::getBufferSize_bm1684x``) on chips
+    whose ``conv_buffers`` names its rule: checked against every conv of the calibration models' ``final.mlir``
+    on BM1684X and BM1690 (INT8), BM1688 (F16 and INT8).
+
+    * an INT8 conv (filter, bias and requantisation merged) holds its output in int32 first: 4 bytes an output
+      element (BM1684X, BM1690; BM1688 only when it folds taps, below);
+    * a grouped conv re-lays its input out: ``n * ceil(ic / groups / lanes) * align(h * w, EU)`` elements and two
+      more a lane (a depthwise one on BM1688 in INT8 needs only that);
+    * a depthwise one also an int32 copy of its output and its kernel taps;
+    * a conv whose taps fold into its input channels (:func:`three_ic`) a depthwise pass's output, EU-aligned,
+      for each folded channel, and its parameters (and, when its input has other readers, a copy of that input);
+    * BM1684 none (its convs' buffers are 0 in every INT8 ``final.mlir``).
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> x, y = Tensor("x", (1, 3, 224, 224), "int8"), Tensor("y", (1, 64, 112, 112), "int8")
+    >>> stem = Op("c", "Conv", ("x",), ("y",), weights=(Weight("w", (64, 3, 7, 7), "int8", "filter"),),
+    ...           attrs={"kernel": (7, 7), "strides": (2, 2), "pads": (3, 3, 3, 3)})
+    >>> net = Network("n", {"x": x, "y": y}, (stem,), ("x",), ("y",))
+    >>> conv_buffer_bytes(get_chip("bm1684x"), net, stem, (1, 224, 224, None), (1, 112, 112, None))
+    75456
+    """
+    rule = chip.conv_buffers
+    if rule == "bm1684":
+        return 0
+    tin, tout = net.tensor(op.inputs[0]), net.tensor(op.outputs[0])
+    if op.type != "Conv":  # a scale by a per-channel constant (scale_as_conv): a 1 x 1 depthwise conv
+        oc, icg, kh, kw, groups = tin.c, 1, 1, 1, tin.c
+    else:
+        oc, icg, kh, kw, groups = filter_dims(chip, op)
+    n, h = in_slice[0], in_slice[1]
+    w = in_slice[2] if in_slice[2] is not None else tin.w
+    in_len, eu = dtype_bytes(tin.dtype), chip.eu_elems(tin.dtype)
+    int32 = activation_bytes(chip, tout, *out_slice) * 4 // dtype_bytes(tout.dtype)
+    relaid = n * channels_per_lane(icg, chip.npu_num) * align_up(h * w, eu) * in_len \
+        + channels_per_lane(icg, chip.npu_num) * 2 * in_len
+    merged = merged_conv(op) or (op.type != "Conv" and is_integer(tout.dtype))
+    mode, taps = three_ic(chip, op)
+    if rule == "bm1688" and merged and (groups > 1 or not mode):
+        return relaid if groups > 1 else 0
+    size = int32 if merged else 0
+    if groups > 1:
+        size += relaid
+    if groups > 1 and icg == 1:  # depthwise
+        size += int32 + channels_per_lane(oc, chip.npu_num) * kh * kw
+    if mode:
+        oh, ow = out_slice[1], out_slice[2] if out_slice[2] is not None else tout.w
+        folded = {1: oh * w, 2: h * ow, 3: oh * ow}[mode]
+        lanes = channels_per_lane(tin.c * taps, chip.npu_num)
+        size += align_up(folded, eu) * lanes * n * in_len + chip.eu_bytes * channels_per_lane(taps, chip.npu_num) * 2 \
+            + taps * channels_per_lane(taps, chip.npu_num) * in_len
+        if len(net.consumers.get(op.inputs[0], ())) > 1:  # broadcast to a buffer of its own
+            size += align_up(h * w, eu) * n * lanes * in_len
+    return align_up(size, chip.eu_bytes) if size else 0
 
 
 def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:

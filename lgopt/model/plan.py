@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any, Literal, Mapping, TypedDict, get_args
 
-BufferKind = Literal["activation", "weight", "scratch"]
+BufferKind = Literal["activation", "weight", "scratch", "convert"]
 TransferKind = Literal["activation", "weight"]
 BankRule = Literal["off", "soft", "hard"]
 """How an op's operands may share an LMEM bank: ``off`` ignore it, ``soft`` count conflicts (each costs
@@ -89,7 +89,7 @@ class Buffer:
     of every slice (weights of a sliced group)."""
 
     id: int
-    kind: str  # a BufferKind: activation | weight | scratch (the verifier checks files)
+    kind: str  # a BufferKind: activation | weight | scratch | convert (the verifier checks files)
     name: str  # tensor name, or the op owning the weights / scratch
     size: int
     start: int

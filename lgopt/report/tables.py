@@ -144,7 +144,7 @@ MAX_PICTURE_INCHES = 18.0  # about 2,000 pixels at the pictures' 110 dpi
 def _buffer_label(b: Any, inches: float) -> str:
     """What a block says: its id and what it holds (``w:`` weights of an op, ``s:`` its scratch), the name cut
     from the left to what the block's width shows."""
-    prefix = {"weight": "w:", "scratch": "s:"}.get(b.kind, "")
+    prefix = {"weight": "w:", "scratch": "s:", "convert": "f32:"}.get(b.kind, "")
     room = max(0, int(inches * 12) - len(str(b.id)) - 1 - len(prefix))  # about 12 characters an inch at 6 pt
     name = b.name if len(b.name) <= room else ("…" + b.name[-(room - 1):] if room > 4 else "")
     return f"{b.id} {prefix}{name}".strip() if name else str(b.id)
@@ -165,7 +165,7 @@ def draw_group(plan: Plan, k: int, path: Any, title: str | None = None) -> Any:
     g = plan.groups[k]
     chip = chip_from_dict(plan.chip)
     T = len(g.rows)
-    colors = {"activation": "#4c8bd6", "weight": "#e0a030", "scratch": "#9a9a9a"}
+    colors = {"activation": "#4c8bd6", "weight": "#e0a030", "scratch": "#9a9a9a", "convert": "#7fb3e8"}
     width = min(MAX_PICTURE_INCHES, max(7.0, 0.6 * T + 4))  # a long table narrows its columns, not the page
     fig, ax = plt.subplots(figsize=(width, 6))
     top = max([b.offset + b.size for b in g.buffers] + [1])
