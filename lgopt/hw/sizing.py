@@ -43,6 +43,9 @@ def is_depthwise(op: Op) -> bool:
     return op.attrs.get("group", 1) > 1 and f.shape[1] == 1 and op.attrs["group"] == f.shape[0]
 
 
+TPU_MLIR_FAMILY = ("bm1684x", "bm1688", "bm1690")  # conv_buffers rules of TPU-MLIR's BM1684X-family backend
+
+
 @lru_cache(maxsize=1 << 14)
 def runs_as_conv(chip: Chip, op: Op) -> bool:
     """Whether TPU-MLIR 1.30.2 runs depthwise conv ``op`` as an ordinary one (a ``[C, C, kh, kw]`` filter, zero
@@ -50,7 +53,7 @@ def runs_as_conv(chip: Chip, op: Op) -> bool:
     at most one lane's worth of ``npu_num / bytes`` (every such conv of the calibration models' ``final.mlir``:
     INT8 up to 64 channels on BM1684X and BM1690, 32 on BM1688; F16 32 on BM1690, 16 on BM1688; none on BM1684).
     LMEM is sized for what runs; the cost models price the depthwise work they were fitted on."""
-    if not is_depthwise(op) or chip.conv_buffers not in ("bm1684x", "bm1688", "bm1690"):
+    if not is_depthwise(op) or chip.conv_buffers not in TPU_MLIR_FAMILY:
         return False
     f = next(w for w in op.weights if w.role == "filter")
     return f.shape[0] <= chip.npu_num // dtype_bytes(f.dtype)
@@ -75,7 +78,6 @@ def three_ic(chip: Chip, op: Op) -> tuple[int, int]:
     stem convolution of the calibration models shows (``use_3ic_optimize`` in its ``final.mlir``): ResNet's 7 x 7
     on 3 channels folds its rows (21 of 32 or 64), MobileNet's 3 x 3 both in INT8, its rows in F16.
 
-    >>> from dataclasses import replace
     >>> from lgopt.hw.chip import get_chip
     >>> from lgopt.model.network import Op, Weight
     >>> stem = Op("c", "Conv", ("x",), ("y",), attrs={"kernel": (7, 7)},
@@ -85,7 +87,7 @@ def three_ic(chip: Chip, op: Op) -> tuple[int, int]:
     """
     rule = chip.conv_buffers
     f = next((w for w in op.weights if w.role == "filter"), None)
-    if op.type != "Conv" or f is None or len(f.shape) != 4 or rule not in ("bm1684x", "bm1688", "bm1690"):
+    if op.type != "Conv" or f is None or len(f.shape) != 4 or rule not in TPU_MLIR_FAMILY:
         return 0, 0
     _, ic, kh, kw, groups = filter_dims(chip, op)
     if groups != 1:
@@ -168,6 +170,8 @@ def weight_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
             return merged_coeff_lane_bytes(filt, int_requant_lane_bytes(chip, oc), chip.eu_bytes)
         bias = bias_lane_bytes(oc, chip.npu_num, 4) if has_bias else 0
         return merged_coeff_lane_bytes(filt, bias, chip.eu_bytes)
+    if int8_matmul_rows(chip, op):
+        return int8_matmul_bytes(chip, op, cols)
     # per-channel parameters (BN scale/bias, PRelu slope), broadcast constants (shaped like the activation
     # they meet, rows of a rank-3 one over the lanes) and MatMul's [K, N] (N over lanes, like a filter's output
     # channels): compact, one after another
@@ -242,6 +246,34 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
     return 0
 
 
+def int8_matmul_rows(chip: Chip, op: Op) -> bool:
+    """Whether ``op`` is an INT8 MatMul of a ``[K, N]`` weight that TPU-MLIR's BM1684X-family backend holds with K
+    over the lanes (:func:`int8_matmul_bytes`)."""
+    f = next((w for w in op.weights if w.role == "filter"), None)
+    return (op.type == "MatMul" and f is not None and len(f.shape) == 2 and is_integer(f.dtype)
+            and chip.conv_buffers in TPU_MLIR_FAMILY)
+
+
+def int8_matmul_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
+    """An INT8 MatMul's weight as TPU-MLIR 1.30.2 loads it in a group: ``[K, N]`` with K over the lanes, each
+    row of N EU-aligned, and its bias as N int32 on one lane.  ConvNeXt's 96 -> 384 and 384 -> 96 layers: 2,304
+    and 1,152 bytes a lane on BM1684X, 2,688 and 1,536 on BM1688 (their ``final.mlir`` loads).
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Op, Weight
+    >>> mm = Op("m", "MatMul", ("x",), ("y",), weights=(Weight("w", (384, 96), "int8", "filter"),
+    ...                                                 Weight("b", (1, 1, 1, 96), "int8", "bias")))
+    >>> int8_matmul_bytes(get_chip("bm1684x"), mm), int8_matmul_bytes(get_chip("bm1688"), mm)
+    (1152, 1536)
+    """
+    f = next(w for w in op.weights if w.role == "filter")
+    k, n = f.shape[0], cols if cols is not None else f.shape[1]
+    size = channels_per_lane(k, chip.npu_num) * align_up(n * dtype_bytes(f.dtype), chip.eu_bytes)
+    if any(w.role == "bias" for w in op.weights):
+        size += align_up(n * 4, chip.eu_bytes)
+    return size
+
+
 def scale_as_conv(net: Network, op: Op) -> bool:
     """Whether ``op`` multiplies its input by one constant a channel (ConvNeXt's layer scale, ``[1, C, 1, 1]``),
     which TPU-MLIR 1.30.2 runs as a 1 x 1 depthwise convolution (``tpu.Conv2D``, ``group = C``, in its
@@ -256,7 +288,7 @@ def conv_buffer_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int
                       out_slice: tuple[int, int, int, int | None]) -> int:
     """A convolution's work buffer as TPU-MLIR 1.30.2 sizes it (``Conv2DOp::getBufferSize_bm1684x``) on chips
     whose ``conv_buffers`` names its rule: checked against every conv of the calibration models' ``final.mlir``
-    on BM1684X and BM1690 (INT8), BM1688 (F16 and INT8).
+    on BM1684, BM1684X (INT8), BM1688 and BM1690 (F16 and INT8).
 
     * an INT8 conv (filter, bias and requantisation merged) holds its output in int32 first: 4 bytes an output
       element (BM1684X, BM1690; BM1688 only when it folds taps, below);
@@ -300,14 +332,26 @@ def conv_buffer_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int
     if groups > 1 and icg == 1:  # depthwise
         size += int32 + channels_per_lane(oc, chip.npu_num) * kh * kw
     if mode:
-        oh, ow = out_slice[1], out_slice[2] if out_slice[2] is not None else tout.w
-        folded = {1: oh * w, 2: h * ow, 3: oh * ow}[mode]
-        lanes = channels_per_lane(tin.c * taps, chip.npu_num)
-        size += align_up(folded, eu) * lanes * n * in_len + chip.eu_bytes * channels_per_lane(taps, chip.npu_num) * 2 \
-            + taps * channels_per_lane(taps, chip.npu_num) * in_len
-        if len(net.consumers.get(op.inputs[0], ())) > 1:  # broadcast to a buffer of its own
-            size += align_up(h * w, eu) * n * lanes * in_len
+        size += _folded_pass_bytes(chip, net, op, (n, h, w), out_slice, mode, taps)
     return align_up(size, chip.eu_bytes) if size else 0
+
+
+def _folded_pass_bytes(chip: Chip, net: Network, op: Op, nhw: tuple[int, int, int],
+                       out_slice: tuple[int, int, int, int | None], mode: int, taps: int) -> int:
+    """The depthwise pass of a conv whose taps fold into its input channels (:func:`three_ic`): its output for
+    each folded channel (the rows, columns or both of the output, the rest of the input's), EU-aligned, its
+    parameters, and, when the conv's input has other readers, a copy of the input slice to fold from."""
+    tin, tout = net.tensor(op.inputs[0]), net.tensor(op.outputs[0])
+    n, h, w = nhw
+    in_len, eu = dtype_bytes(tin.dtype), chip.eu_elems(tin.dtype)
+    oh, ow = out_slice[1], out_slice[2] if out_slice[2] is not None else tout.w
+    folded = {1: oh * w, 2: h * ow, 3: oh * ow}[mode]
+    lanes = channels_per_lane(tin.c * taps, chip.npu_num)
+    size = align_up(folded, eu) * lanes * n * in_len + chip.eu_bytes * channels_per_lane(taps, chip.npu_num) * 2 \
+        + taps * channels_per_lane(taps, chip.npu_num) * in_len
+    if len(net.consumers.get(op.inputs[0], ())) > 1:  # broadcast to a buffer of its own
+        size += align_up(h * w, eu) * n * lanes * in_len
+    return size
 
 
 def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
