@@ -190,16 +190,15 @@ def weight_layout(chip: Chip, op: Op, weights: dict[str, np.ndarray]
         bias_bytes = align_up(cdiv(oc, X) * 4, chip.eu_bytes) if b is not None else 0
         o, i, y, x = np.meshgrid(np.arange(oc), np.arange(icg), np.arange(kh), np.arange(kw), indexing="ij")
         mode, taps = three_ic(chip, op) if op.type == "Conv" else (0, 0)
+        icp = max(1, chip.ic_parallel // db)
         if is_depthwise(op):
             elem = (o // X) * kh * kw + y * kw + x
         elif mode:  # folded taps are input channels (lgopt.hw.sizing.three_ic): [oc, ic * taps, the other taps]
-            icp = max(1, chip.ic_parallel // db)
             ii = {1: i * kh + y, 2: i * kw + x, 3: (i * kh + y) * kw + x}[mode]
             rest, kk = {1: x, 2: y, 3: 0 * x}[mode], kh * kw // taps
             per_oc = cdiv(icg * taps, icp) * icp * kk
             elem = (o // X) * per_oc + (ii // icp) * kk * icp + rest * icp + ii % icp
         else:
-            icp = max(1, chip.ic_parallel // db)
             per_oc = cdiv(icg, icp) * icp * kh * kw
             elem = (o // X) * per_oc + (i // icp) * kh * kw * icp + (y * kw + x) * icp + i % icp
         if op.type == "Conv":

@@ -800,6 +800,14 @@ class Verifier:
                     self.fail(where, f"{key[0]} {key[1]} is {what}d in the row it is {first[1]}ed")
                     raise _Fail
 
+    def _largest_slice(self, g: GroupPlan, t: str, dtypes: tuple[str, ...]) -> int:
+        """Bytes a lane of the largest slice of ``t`` (plan-format §12.1), summed over ``dtypes``."""
+        chip, ten = self.chip, self.net.tensor(t)
+        return max(sum(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0, k1 - k0), dt,
+                                             chip.npu_num, chip.eu_bytes, chip.align_4n) for dt in dtypes)
+                   for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)]
+                   for k0, k1 in [g.chans(t, s, ten.c)])
+
     def _check_buffer_sizes(self, where: str, g: GroupPlan, ops: list[Op], tensors: list[str]
                             ) -> dict[tuple[str, str], Buffer]:
         """One buffer per tensor and weight, each large enough for its largest slice (whole, when handed
@@ -826,6 +834,9 @@ class Verifier:
             if b.kind == "weight" and b.name not in weighted:
                 self.fail(where, f"buffer {b.id} holds the weights of {b.name}, which "
                                  + ("has none" if b.name in members else "is not an op of the group"))
+            if b.kind == "convert" and b.name not in g.f32_in:
+                self.fail(where, f"buffer {b.id} holds an f32 copy of {b.name}, which the group does not convert "
+                                 "(f32_in)")
             if not (0 <= b.start < T and 0 <= b.end < T):
                 self.fail(where, f"buffer {b.id} ({b.name}) lifetime {b.start}..{b.end} is outside rows 0..{T - 1}")
                 raise _Fail
@@ -837,10 +848,7 @@ class Verifier:
                 raise _Fail
             # an input converted here: both slices, in its buffer or (plan-format "Convert") the f32 one apart
             dtypes = (ten.dtype, "f32") if t in g.f32_in and ("convert", t) not in bufs else (ten.dtype,)
-            need = max(sum(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0, k1 - k0), dt,
-                                                 chip.npu_num, chip.eu_bytes, chip.align_4n) for dt in dtypes)
-                       for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)]
-                       for k0, k1 in [g.chans(t, s, ten.c)])
+            need = self._largest_slice(g, t, dtypes)
             if t in g.kept_in or t in g.kept_out:  # held whole across the hand-over
                 need = activation_lane_bytes(ten.lane_shape(ten.n, ten.h), ten.dtype, chip.npu_num, chip.eu_bytes,
                                              chip.align_4n)
@@ -848,18 +856,9 @@ class Verifier:
                     self.fail(where, f"buffer {ab.id} holds {t}, handed over in LMEM, but is not resident")
             if ab.size < need:
                 self.fail(where, f"buffer {ab.id} for {t} has {ab.size} bytes, its largest slice needs {need}")
-        for (kind, t), cb in bufs.items():
-            if kind != "convert":
-                continue
-            if t not in g.f32_in:
-                self.fail(where, f"buffer {cb.id} holds an f32 copy of {t}, which the group does not convert (f32_in)")
-                continue
-            ten = net.tensor(t)
-            need = max(activation_lane_bytes(ten.lane_shape(w[1] - w[0], w[3] - w[2], c1 - c0, k1 - k0), "f32",
-                                             chip.npu_num, chip.eu_bytes, chip.align_4n)
-                       for s, w in enumerate(g.windows[t]) for c0, c1 in [g.cols(t, s, ten.w)]
-                       for k0, k1 in [g.chans(t, s, ten.c)])
-            if cb.size < need:
+        for t in g.f32_in:
+            cb = bufs.get(("convert", t))
+            if cb is not None and t in g.windows and cb.size < (need := self._largest_slice(g, t, ("f32",))):
                 self.fail(where, f"buffer {cb.id} for the f32 copy of {t} has {cb.size} bytes, its largest slice "
                                  f"needs {need}")
         for op in ops:

@@ -285,16 +285,18 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
     # sits over the freed f32 slice in BM1684X's final.mlir); interior and output copies widen their tensor's
     converted = frozenset(t for t in sl.io.inputs if t in f32_copies and t in net.inputs and t not in kept)
 
-    def act_size(t: str, wide_only: bool = False) -> int:
+    def slice_size(t: str, dtype: str | None = None) -> int:
+        """The largest slice of ``t``, in its dtype or ``dtype``."""
+        ten = net.tensor(t) if dtype is None else replace(net.tensor(t), dtype=dtype)
+        return max(activation_bytes(chip, ten, *shape) for shape in {w.shape for w in sl.windows[t]})
+
+    def act_size(t: str) -> int:
         ten = net.tensor(t)
         if t in kept:
             return activation_bytes(chip, ten, ten.n, ten.h)
-        wide = replace(ten, dtype="f32") if t in f32_copies else None
-        if wide_only:
-            return max(activation_bytes(chip, replace(ten, dtype="f32"), *w.shape) for w in sl.windows[t])
-        narrow = t in converted
-        return max(activation_bytes(chip, ten, *shape) + (activation_bytes(chip, wide, *shape) if wide and not narrow
-                                                          else 0)
+        wide = t in f32_copies and t not in converted  # widened by its f32 copy
+        return max(activation_bytes(chip, ten, *shape) + (activation_bytes(chip, replace(ten, dtype="f32"), *shape)
+                                                          if wide else 0)
                    for shape in {w.shape for w in sl.windows[t]})
 
     buffers: list[Buffer] = []
@@ -320,7 +322,7 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
         add("activation", t, act_size(t))
     for t in sorted(converted, key=sl.io.inputs.index):
         row = next(e.row for e in events[("activation", t)] if e.what == "load")
-        buffers.append(Buffer(len(buffers), "convert", t, act_size(t, wide_only=True), row, row))
+        buffers.append(Buffer(len(buffers), "convert", t, slice_size(t, "f32"), row, row))
     for name in _breadth_first_ops(net, ops):
         op = net.op(name)
         add("weight", name, column_weight_bytes(net, chip, sl, name) if name in by_cols else weight_bytes(chip, op))
