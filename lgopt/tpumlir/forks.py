@@ -16,6 +16,16 @@ the group's and two.  yolov5s_like / BM1688: lgopt's group
 3 x 3 conv; TPU-MLIR estimated several H slices and refused it (docs/tpu-mlir.md, "Forks, transformer rows
 and the reference's casts").  TPU-MLIR's own group [155-181] at two H slices has an Upsample too, followed by
 a 1 x 1 conv: its uses want the same rows, and it compiles.
+
+On several cores (BM1688's 2, BM1690's 8) the pass merges less: where the uses want slices that begin on
+different rows (a 3 x 3 conv's halo before a 1 x 1 conv's or a store's first row), it fails whatever the users
+("multi-branch backward failed", read with TPU-MLIR's layer-group debugger); slices that differ only in where
+they end it merges, as on one core (ResNet-50's stage-1 output, wanted by a 1 x 1 conv and a stride-2 1 x 1
+downsample, compiles at two H slices).  The exception is BM1688's depthwise conv: a fork whose in-group users
+are all depthwise convs compiles there (ConvNeXt-Tiny F16 on 2 cores, 2 of 2: a block's output, stored and read
+by the next block's 7 x 7 depthwise conv), where BM1690 refuses the same forks (7 of 7; the debugger names the
+depthwise conv).  Over ``benchmarks/settings.py``'s scorings on several cores that lgopt read and TPU-MLIR refused,
+the rule names 50 of 126, and none TPU-MLIR compiled.
 """
 
 from __future__ import annotations
@@ -24,10 +34,12 @@ from functools import lru_cache
 
 from lgopt.group.slicing import SliceError, UpsampleSliceError, slice_group
 from lgopt.hw.chip import Chip
-from lgopt.hw.sizing import activation_bytes, weight_bytes
+from lgopt.hw.sizing import activation_bytes, is_depthwise, weight_bytes
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network
 
+# the chips on which TPU-MLIR 1.30.2 on several cores gives a depthwise conv's input rows before its first
+DEPTHWISE_TAKES_OFFSETS = frozenset({"bm1688"})
 # the op types whose input TPU-MLIR can give margins (rows beyond what one use wants): Conv2D and the binary
 # elementwise ops, Concat and Slice (``backward_update_slice``'s list, in lgopt's op types)
 MARGIN_TYPES = frozenset({"Conv", "Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Slice"})
@@ -64,19 +76,50 @@ def tpumlir_fork(chip: Chip, net: Network, ops: tuple[str, ...], h_slices: int) 
     and the compiler's own one-slice groups show the rule only bites where TPU-MLIR's estimate slices H, so the
     check is a caution for groups TPU-MLIR has not compiled, not a predictor: over the calibration's groups
     it flags 3 of the 12 TPU-MLIR failed to build and 65 of the 4,041 it compiled (``docs/tpu-mlir.md``).
+    The several-core rule (slices from different first rows) is checked where the group or the estimate slices
+    H, not at two: it would refuse every new one-slice group holding a residual block, which compile.
 
     >>> from lgopt.hw.chip import get_chip
     >>> from lgopt.io.problem import load_problem
     >>> net = load_problem("problems/resnet18.json")
     >>> tpumlir_fork(get_chip("bm1684x"), net, tuple(op.name for op in net.ops[:3]), 1)
     ''
+    >>> block, two = tuple(op.name for op in net.ops[4:8]), get_chip("bm1688", {"used_cores": 2})
+    >>> tpumlir_fork(two, net, block, 1), tpumlir_fork(two, net, block, 2)[:40]
+    ('', '/Relu_14_output_0 is wanted from differe')
     """
-    hs = max(h_slices, estimated_secs(chip, net, ops)[1], 2)
-    return _fork(net, tuple(sorted(ops, key=net.op_index.__getitem__)), hs)
+    order = tuple(sorted(ops, key=net.op_index.__getitem__))
+    hs = max(h_slices, estimated_secs(chip, net, ops)[1])
+    return _fork(net, order, max(hs, 2), "") or (_fork(net, order, hs, _several(chip)) if hs > 1 else "")
+
+
+def forced_fork(chip: Chip, net: Network, ops: tuple[str, ...], h_slices: int) -> str:
+    """Why TPU-MLIR refuses a group forced at ``h_slices`` by a layer-group cache (``""``: not on this rule): the
+    fork rules of :func:`tpumlir_fork` at the cache's own H slices, which TPU-MLIR takes as given
+    (``use_layergroup_cache``).  The reader's check: over ``benchmarks/settings.py``'s INT8 scorings on one core
+    it names 7 TPU-MLIR refused and none it compiled.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.io.problem import load_problem
+    >>> net = load_problem("problems/resnet18.json")
+    >>> block = tuple(op.name for op in net.ops[4:8])  # an Add whose output a 3 x 3 conv and the next Add read
+    >>> forced_fork(get_chip("bm1688"), net, block, 2)
+    ''
+    >>> forced_fork(get_chip("bm1688", {"used_cores": 2}), net, block, 2).split(": ")[0]
+    '/Relu_14_output_0 is wanted from different first rows by its uses (/Conv_16, /Add_22)'
+    """
+    if h_slices <= 1:
+        return ""
+    return _fork(net, tuple(sorted(ops, key=net.op_index.__getitem__)), h_slices, _several(chip))
+
+
+def _several(chip: Chip) -> str:
+    """The chip's name when it runs several cores (the key of the several-core fork rule), else ``""``."""
+    return chip.name if chip.used_cores > 1 else ""
 
 
 @lru_cache(maxsize=1 << 12)
-def _fork(net: Network, ops: tuple[str, ...], h_slices: int) -> str:
+def _fork(net: Network, ops: tuple[str, ...], h_slices: int, several_cores: str) -> str:
     try:
         sl = slice_group(net, ops, 1, h_slices, h_ratio=None)
     except UpsampleSliceError as e:  # TPU-MLIR's Upsample rule fails in the same pass
@@ -104,4 +147,9 @@ def _fork(net: Network, ops: tuple[str, ...], h_slices: int) -> str:
             if stuck:
                 return (f"{t} is wanted with different rows by its uses and {stuck[0]} ({net.op(stuck[0]).type}) "
                         f"cannot take margins: TPU-MLIR's time-step pass fails at {h_slices} H slices")
+            offsets = several_cores in DEPTHWISE_TAKES_OFFSETS and all(is_depthwise(net.op(u)) for u in users)
+            if several_cores and not offsets and len({tuple(first for first, _ in rows) for rows in wanted}) > 1:
+                return (f"{t} is wanted from different first rows by its uses ({', '.join(users)}"
+                        f"{' and its store' if t in sl.stores else ''}): on several cores TPU-MLIR's time-step "
+                        f"pass does not merge such slicings and fails at {h_slices} H slices")
     return ""

@@ -36,6 +36,7 @@ from lgopt.model.network import Network, Tensor, reorder
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
 from lgopt.tpumlir.cache import CacheMap, cast_operands, check_secs, load_cache, map_cache, rank3_rows_group, read_secs
+from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.lowering import lower_like
 
 COMPILER_H_RATIO = None  # TPU-MLIR 1.30.2 applies no h/2 limit (lgopt.group.slicing)
@@ -165,6 +166,8 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     outs = tuple(net.tensor(t) for o in ops for t in net.op(o).outputs)
     if not why and (h, w) != asked and not _drops_empty_sections(chip, outs):
         why = _EMPTY_SECTIONS.format(h=asked[0], w=asked[1])
+    if not why:
+        why = forced_fork(chip, net, ops, h)
     gp = None
     if not why:
         gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,

@@ -1,0 +1,84 @@
+"""On several cores TPU-MLIR 1.30.2's time-step pass does not merge a fork whose uses want slices beginning on
+different rows (lgopt.tpumlir.forks.forced_fork): the reader refuses such a forced group on 2 cores and reads
+it on one, as TPU-MLIR compiled it (resnet18 / BM1688 INT8, ``benchmarks/settings.py``'s v05, v13 and v17)."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+from conftest import FIXTURES, need
+from onnx_graphs import G
+
+from lgopt.hw.chip import get_chip
+from lgopt.io.onnx_import import import_onnx
+from lgopt.io.problem import load_model
+from lgopt.report.verdict import verify
+from lgopt.tpumlir.forks import forced_fork
+from lgopt.tpumlir.grouping import build_groups, score
+
+OPT2 = "resnet18_bm1688_int8_2core.layer_group_cache.json"  # TPU-MLIR's own opt2 grouping, 2 cores
+
+
+def _forced(tmp_path, group: int, hsecs: int) -> str:
+    """The fixture's opt2 cache with one group forced to ``hsecs`` H slices (the settings benchmark's variants)."""
+    cache = json.loads(need(FIXTURES / "tpu-mlir" / OPT2).read_text())
+    g = cache["subfunc_0"]["GroupLayer"][group]
+    g["shape_secs"] = [1, 1, 1, hsecs, 1]
+    out = tmp_path / f"g{group}_h{hsecs}.layer_group_cache.json"
+    out.write_text(json.dumps(cache))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return load_model(str(need(FIXTURES / "onnx" / "resnet18.weightless.onnx")), dtype="int8")
+
+
+@pytest.mark.parametrize("group,refused_on_two", [(1, True), (3, True), (4, False)],
+                         ids=["v05-layer1-block", "v13-store-and-conv", "v17-no-fork"])
+def test_a_forced_fork_is_refused_on_two_cores(tmp_path, resnet18, group, refused_on_two):
+    """Group 1 (layer1 to layer2.0) at two H slices: layer1.1's output feeds layer2.0's 3 x 3 conv (a halo row
+    before the slice) and its 1 x 1 downsample (none); group 3 stores layer4.0's output and feeds it to a 3 x 3
+    conv.  TPU-MLIR refused both on 2 cores; group 4 has no fork and compiled."""
+    path = _forced(tmp_path, group, 2)
+    two = build_groups(resnet18, get_chip("bm1688", {"used_cores": 2}), path)
+    bad = [g for g in two.infeasible if g.index == group]
+    if refused_on_two:
+        assert bad and "different first rows" in bad[0].reason and "2 H slices" in bad[0].reason
+    else:
+        assert not two.infeasible
+
+
+def test_one_core_merges_the_fork(tmp_path, resnet18):
+    """The same group 1 at two H slices compiled with ``--num-core 1`` (TPU-MLIR's debugger: "multi-branch
+    backward success"): each use gets the union of the rows its uses want, and lgopt reads it."""
+    plan, _ = score(resnet18, get_chip("bm1688"), _forced(tmp_path, 1, 2))
+    assert verify(resnet18, plan) == [] and sum(g.h_slices == 2 for g in plan.groups) == 1
+
+
+def _stored_fork(dw: bool) -> onnx.ModelProto:
+    """A conv whose output leaves the group (a model output) and feeds a 7 x 7 conv: at two H slices the store
+    wants the slice's own rows and the 7 x 7 conv three rows before them."""
+    g = G((1, 64, 32, 32))
+    a = g.conv("x", 64, 64, 3)
+    g.out(a)
+    g.out(g.conv(a, 64, 64, 7, g=64 if dw else 1))
+    return g.model()
+
+
+@pytest.mark.parametrize("dw", [True, False], ids=["depthwise", "ordinary"])
+def test_a_depthwise_user_takes_offsets_on_bm1688_only(tmp_path, dw):
+    """ConvNeXt's block output, stored and read by the next block's 7 x 7 depthwise conv, compiled at two H
+    slices on BM1688's 2 cores (2 of 2) and failed on BM1690's 8 (7 of 7); an ordinary conv there fails on both
+    (ResNet-18's v13).  One core merges either."""
+    p = tmp_path / "fork.onnx"
+    onnx.save(_stored_fork(dw), p)
+    net = import_onnx(p)
+    ops = tuple(op.name for op in net.ops)
+    assert forced_fork(get_chip("bm1688"), net, ops, 2) == ""
+    assert forced_fork(get_chip("bm1690"), net, ops, 2) == ""
+    assert (forced_fork(get_chip("bm1688", {"used_cores": 2}), net, ops, 2) == "") is dw
+    assert "different first rows" in forced_fork(get_chip("bm1690", {"used_cores": 8}), net, ops, 2)
+    assert forced_fork(get_chip("bm1690", {"used_cores": 8}), net, ops, 1) == ""  # one slice: no fork
