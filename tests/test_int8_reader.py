@@ -1,5 +1,6 @@
-"""TPU-MLIR's groupings in the settings users deploy (INT8 on BM1684X, BM1684 and BM1688 with 2 cores, F16 on
-BM1690 with 8) read by lgopt from the shared fixture caches, built exactly and verified.
+"""TPU-MLIR's groupings in the seven settings users deploy (INT8 on BM1684X and BM1684, BM1688 INT8 on 1 and 2
+cores and F16 on 2, BM1690 F16 and INT8 on 8) read by lgopt from the shared fixture caches (and, for the settings
+they leave out, ``tests/data/settings``), built exactly and verified.
 
 What this shows is the reading: every group and slice count of the cache becomes lgopt's (INT8's inserted
 requantising ops and casts, ``_si8_mul_scale`` and ``_new_cast`` on BM1684, skipped like F16's casts).  The plan
@@ -7,6 +8,8 @@ is read on the cores the cache was compiled for, each group's slices shared over
 shares them; no cycle figure is asserted here (``benchmarks/settings.py`` measures the prediction)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, need
@@ -24,13 +27,23 @@ CASES = [  # (model, cache, chip, dtype, cores)
     ("resnet18", "resnet18_bm1690_f16_8core", "bm1690", "f16", 8),
     ("yolov5s_like", "yolov5s_like_bm1684x_int8", "bm1684x", "int8", 1),
     ("yolov5s_like", "yolov5s_like_bm1688_int8_2core", "bm1688", "int8", 2),
+    # the settings the shared fixtures leave out, from tests/data/settings (TPU-MLIR's own opt2)
+    ("resnet18", "resnet18_bm1688_int8_1core", "bm1688", "int8", 1),
+    ("resnet18", "resnet18_bm1688_f16_2core", "bm1688", "f16", 2),
+    ("resnet18", "resnet18_bm1690_int8_8core", "bm1690", "int8", 8),
 ]
+SETTINGS_DATA = Path(__file__).resolve().parent / "data" / "settings"
+
+
+def _cache(name: str) -> Path:
+    own = SETTINGS_DATA / f"{name}.layer_group_cache.json"
+    return own if own.exists() else need(FIXTURES / "tpu-mlir" / f"{name}.layer_group_cache.json")
 
 
 @pytest.mark.parametrize("model,cache,chip,dtype,cores", CASES, ids=[c[1] for c in CASES])
 def test_every_setting_reads_exactly_and_verifies(model, cache, chip, dtype, cores):
     onnx = need(FIXTURES / "onnx" / f"{model}.weightless.onnx")
-    path = need(FIXTURES / "tpu-mlir" / f"{cache}.layer_group_cache.json")
+    path = _cache(cache)
     net = load_model(str(onnx), dtype=dtype)
     plan, extra = score(net, get_chip(chip, {"used_cores": cores}), str(path))
     assert verify(net, plan) == [] and not extra["unmapped"]

@@ -26,7 +26,7 @@ import numpy as np
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip, chip_from_dict
 from lgopt.hw.layout import activation_lane_bytes
-from lgopt.hw.sizing import weight_bytes
+from lgopt.hw.sizing import group_weight_bytes, weight_bytes
 from lgopt.model.network import Network, Op, lane_shape_of
 from lgopt.model.ops import RESHAPE_TYPES, resize_source
 from lgopt.model.plan import BANK_RULES, BUFFER_KINDS, Buffer, GroupCost, GroupPlan, Plan, TransferKind
@@ -862,9 +862,9 @@ class Verifier:
                 self.fail(where, f"buffer {cb.id} for the f32 copy of {t} has {cb.size} bytes, its largest slice "
                                  f"needs {need}")
         for op in ops:
-            wb = weight_bytes(chip, op)
+            wb = group_weight_bytes(chip, net, op)
             if op.name in g.weight_cols:  # reloaded by columns: the widest slice's columns
-                wb = max(weight_bytes(chip, op, c1 - c0) for c0, c1 in g.weight_cols[op.name])
+                wb = max(group_weight_bytes(chip, net, op, c1 - c0) for c0, c1 in g.weight_cols[op.name])
             if wb:
                 wbuf = bufs.get(("weight", op.name))
                 if wbuf is None:

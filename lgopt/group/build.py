@@ -109,14 +109,14 @@ def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slic
 def try_kept_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int, w_slices: int,
                    kept_in: tuple[str, ...], kept_out: tuple[str, ...], receivers: tuple[str, ...] = (),
                    h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft",
-                   fixed: Mapping[str, int] | None = None) -> GroupPlan | None:
+                   fixed: Mapping[str, int] | None = None, reload_columns: bool = True) -> GroupPlan | None:
     """A placed group that receives ``kept_in`` or hands ``kept_out`` over in LMEM (:mod:`lgopt.group.handover`:
     the tensors pinned at the top of LMEM, the rest packed below them), with its costs; None when it does not
     slice or pack.  ``fixed``: where the giving group put the received tensors, for a group that may also
     hand over (:func:`lgopt.group.handover.pin_below`)."""
     try:
         g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, kept_in=kept_in, kept_out=kept_out,
-                     w_slices=w_slices, receivers=receivers)
+                     w_slices=w_slices, receivers=receivers, reload_columns=reload_columns)
     except SliceError:
         return None
     pinned = pin_kept(chip, g) if fixed is None else pin_below(chip, g, fixed)

@@ -32,7 +32,7 @@ from typing import Mapping
 from lgopt.group.handover import store_skipped
 from lgopt.group.slicing import GroupSlicing, SliceError, SliceWindow
 from lgopt.hw.chip import Chip
-from lgopt.hw.sizing import activation_bytes, column_weights, scratch_bytes, weight_bytes
+from lgopt.hw.sizing import activation_bytes, column_weights, group_weight_bytes, scratch_bytes, weight_bytes
 from lgopt.model.network import Network
 from lgopt.model.plan import Buffer, GroupPlan, Row, Stage, Transfer, core_chunks
 
@@ -194,7 +194,7 @@ def column_sliced_ops(net: Network, sl: GroupSlicing) -> frozenset[str]:
 def column_weight_bytes(net: Network, chip: Chip, sl: GroupSlicing, name: str) -> int:
     """Bytes per lane of the weight buffer of column-sliced op ``name``: its widest slice's columns."""
     op = net.op(name)
-    return max(weight_bytes(chip, op, w.w_len) for w in sl.windows[op.outputs[0]])
+    return max(group_weight_bytes(chip, net, op, w.w_len) for w in sl.windows[op.outputs[0]])
 
 
 def holds_weights(net: Network, chip: Chip, sl: GroupSlicing, by_cols: frozenset[str] = frozenset()) -> bool:
@@ -203,7 +203,7 @@ def holds_weights(net: Network, chip: Chip, sl: GroupSlicing, by_cols: frozenset
     columns (``by_cols``) are never held and do not count."""
     if sl.num_slices <= 1:
         return False
-    return sum(weight_bytes(chip, net.op(o)) for o in sl.ops if o not in by_cols) < chip.lmem_bytes
+    return sum(group_weight_bytes(chip, net, net.op(o)) for o in sl.ops if o not in by_cols) < chip.lmem_bytes
 
 
 def _rows_and_stores(net: Network, ops: tuple[str, ...], loaded: tuple[str, ...], stored: tuple[str, ...],
@@ -325,7 +325,8 @@ def _buffers(net: Network, chip: Chip, sl: GroupSlicing, kept: set[str], num_row
         buffers.append(Buffer(len(buffers), "convert", t, slice_size(t, "f32"), row, row))
     for name in _breadth_first_ops(net, ops):
         op = net.op(name)
-        add("weight", name, column_weight_bytes(net, chip, sl, name) if name in by_cols else weight_bytes(chip, op))
+        add("weight", name, column_weight_bytes(net, chip, sl, name) if name in by_cols
+            else group_weight_bytes(chip, net, op))
         for t in op.outputs:
             add("activation", t, act_size(t))
         i_win = sl.windows[op.inputs[0]] if op.inputs else ()

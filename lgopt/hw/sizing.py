@@ -274,6 +274,43 @@ def int8_matmul_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
     return size
 
 
+def lanes_share_rows(chip: Chip, net: Network, op: Op) -> bool:
+    """Whether TPU-MLIR 1.30.2 spreads the rows of INT8 MatMul ``op``'s operand evenly over the lanes in a group
+    (its small-C layout, ``[N*H*W / lanes, lanes, K]``, where each lane's K-row share of the weight serves):
+    always but for a rank-4 ``[N, H, W, K]`` operand whose N*H*W is not a multiple of the lanes.  There it lays
+    the operand out ``[N*H, W, K]`` and holds the ``[K, N]`` weight whole in a lane's LMEM: ConvNeXt-Tiny's
+    28 x 28 stage on BM1684X, 192 -> 768, 147,456 bytes a lane (its layer-group debugger), where the 56 x 56
+    stage's 96 -> 384 holds 768 (``final.mlir``).  TPU-MLIR's own groupings never group the MatMuls of the
+    28 x 28, 14 x 14 and 7 x 7 stages."""
+    t = net.tensor(op.inputs[0])
+    return len(t.orig_shape) != 4 or (t.orig_shape[0] * t.orig_shape[1] * t.orig_shape[2]) % chip.npu_num == 0
+
+
+def group_weight_bytes(chip: Chip, net: Network, op: Op, cols: int | None = None) -> int:
+    """:func:`weight_bytes` of ``op`` in a group of ``net``: an INT8 MatMul whose rows do not fill the lanes
+    evenly (:func:`lanes_share_rows`) holds its ``[K, N]`` weight whole in a lane, and its bias as N int32.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> w = (Weight("w", (192, 768), "int8", "filter"), Weight("b", (1, 1, 1, 768), "int8", "bias"))
+    >>> def net(h):
+    ...     x = Tensor("x", (1, 1, h * h, 192), "int8", (1, h, h, 192), channels_last=True)
+    ...     y = Tensor("y", (1, 1, h * h, 768), "int8", (1, h, h, 768), channels_last=True)
+    ...     return Network("n", {"x": x, "y": y}, (Op("m", "MatMul", ("x",), ("y",), w),), ("x",), ("y",))
+    >>> chip = get_chip("bm1684x")
+    >>> [group_weight_bytes(chip, n, n.op("m")) for n in (net(56), net(28))]
+    [5376, 150528]
+    """
+    if not int8_matmul_rows(chip, op) or lanes_share_rows(chip, net, op):
+        return weight_bytes(chip, op, cols)
+    f = next(w for w in op.weights if w.role == "filter")
+    k, n = f.shape[0], cols if cols is not None else f.shape[1]
+    size = align_up(k * n * dtype_bytes(f.dtype), chip.eu_bytes)
+    if any(w.role == "bias" for w in op.weights):
+        size += align_up(n * 4, chip.eu_bytes)
+    return size
+
+
 def scale_as_conv(net: Network, op: Op) -> bool:
     """Whether ``op`` multiplies its input by one constant a channel (ConvNeXt's layer scale, ``[1, C, 1, 1]``),
     which TPU-MLIR 1.30.2 runs as a 1 x 1 depthwise convolution (``tpu.Conv2D``, ``group = C``, in its
@@ -368,7 +405,7 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
     a necessary condition).
     """
     if not op.outputs:
-        return weight_bytes(chip, op)
+        return group_weight_bytes(chip, net, op)
     out = net.tensor(op.outputs[0])
     o_n = 1 if sliced and op.n_split else out.n
     o_rows = [(r, r + 1) for r in range(out.h)] if sliced and op.h_split else [(0, out.h)]
@@ -379,7 +416,7 @@ def min_footprint(chip: Chip, net: Network, op: Op, sliced: bool) -> int:
         and spec.family is not opsem.Family.ROWWISE
     cols = 1 if by_cols else None
     chans = 1 if sliced and not opsem.channel_reason(net, op) else None  # a heads slice may hold one channel
-    total = weight_bytes(chip, op, cols if column_weights(op) else None) + \
+    total = group_weight_bytes(chip, net, op, cols if column_weights(op) else None) + \
         activation_bytes(chip, out, o_n, o_rows[0][1] - o_rows[0][0], cols, chans)
     for k, t in enumerate(op.inputs):
         if t in op.inputs[:k]:

@@ -34,7 +34,7 @@ def _try(net: Network, chip: Chip, st: SearchSettings, ops: Sequence[str], n: in
          ) -> tuple[GroupPlan | None, str]:
     """:func:`try_group` under ``st``'s rules, packed as :func:`packing` asks."""
     return try_group(net, chip, ops, n, h, st.h_ratio, st.bank_rule, w_slices=w, c_slices=c,
-                     packing=lambda g: packing(chip, net, st, g))
+                     reload_columns=st.reload_columns, packing=lambda g: packing(chip, net, st, g))
 
 
 def first_feasible_slicing(net: Network, chip: Chip, ops: Sequence[str], st: SearchSettings
@@ -253,7 +253,8 @@ def _hand_over(net: Network, chip: Chip, st: SearchSettings, a: GroupPlan, names
     ws = [a.w_slices] + (w_slice_options(net, chip, a.ops, st.max_w_slices) if a.w_slices > 1 else [])
     for w in dict.fromkeys(ws):  # a column-sliced giver counts its columns again: the handed tensor takes LMEM
         g = try_kept_group(net, chip, a.ops, a.n_slices, a.h_slices, w, a.kept_in, tensors, names,
-                           st.h_ratio, st.bank_rule, fixed=fixed if a.kept_in else None)
+                           st.h_ratio, st.bank_rule, fixed=fixed if a.kept_in else None,
+                           reload_columns=st.reload_columns)
         if g is not None and (ga is None or g.cost["cycles"] < ga.cost["cycles"]):
             ga = g
     if ga is None:
@@ -262,7 +263,8 @@ def _hand_over(net: Network, chip: Chip, st: SearchSettings, a: GroupPlan, names
     best: GroupPlan | None = None
     for w in counts:
         for h in (1, 2, 4):
-            gb = try_kept_group(net, chip, names, 1, h, w, tensors, (), (), st.h_ratio, st.bank_rule, fixed=at)
+            gb = try_kept_group(net, chip, names, 1, h, w, tensors, (), (), st.h_ratio, st.bank_rule, fixed=at,
+                                reload_columns=st.reload_columns)
             if gb is not None and (best is None or gb.cost["cycles"] < best.cost["cycles"]):
                 best = gb
             if gb is not None:

@@ -67,6 +67,12 @@ class SearchSettings:
         """Whether a group outside ``trusted`` packs as the compiler's allocator would need (``compiler`` set)."""
         return self.compiler is not None
 
+    @property
+    def reload_columns(self) -> bool:
+        """Whether a W-sliced group's MatMuls may load only their slice's weight columns, per slice: not in a
+        compiler's space (TPU-MLIR holds a group's weights whole; lgopt's exporter refuses such a group)."""
+        return self.compiler is None
+
 
 GroupShape = tuple[frozenset[str], int, int, int, int]
 """A group's ops and its (n, c, h, w) slice counts: what :attr:`SearchSettings.trusted` lists."""

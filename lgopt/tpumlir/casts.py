@@ -55,7 +55,7 @@ def convert_io_in_groups(net: Network, chip: Chip, plan: Plan, search: SearchSet
         for h in sorted({g.h_slices * m for m in H_FACTORS}):
             wide, _ = try_group(net, chip, g.ops, g.n_slices, h, search.h_ratio, search.bank_rule,
                                 w_slices=g.w_slices, f32_copies=todo, c_slices=g.c_slices,
-                                packing=lambda t: packing(chip, net, search, t))
+                                reload_columns=search.reload_columns, packing=lambda t: packing(chip, net, search, t))
             if wide is None or set(wide.f32_in) | set(wide.f32_out) != set(todo):
                 continue
             wide = with_cost(chip, net, wide)

@@ -34,7 +34,7 @@ from functools import lru_cache
 
 from lgopt.group.slicing import SliceError, UpsampleSliceError, slice_group
 from lgopt.hw.chip import Chip
-from lgopt.hw.sizing import activation_bytes, is_depthwise, weight_bytes
+from lgopt.hw.sizing import activation_bytes, group_weight_bytes, is_depthwise
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network
 
@@ -61,7 +61,7 @@ def estimated_secs(chip: Chip, net: Network, ops: tuple[str, ...]) -> tuple[int,
         op = net.op(name)
         lane = sum(activation_bytes(chip, net.tensor(t), net.tensor(t).n, net.tensor(t).h)
                    for t in op.inputs + op.outputs)
-        most = max(most, lane + weight_bytes(chip, op))
+        most = max(most, lane + group_weight_bytes(chip, net, op))
     total = -(-most // chip.lmem_bytes)
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
     n = min(batch, total)

@@ -342,7 +342,7 @@ class Evaluator:
         ops = space.names[i:j + 1]
         kin, kout = space.kept(i, j, v)
         g = schedule(space.net, space.chip, ops, ev.n, ev.h, space.settings.h_ratio, kept_in=kin, kept_out=kout,
-                     w_slices=ev.w, c_slices=ev.c)
+                     w_slices=ev.w, c_slices=ev.c, reload_columns=space.settings.reload_columns)
         pinned = pin_kept(space.chip, g)
         assert pinned is not None
         g, pchip = pinned

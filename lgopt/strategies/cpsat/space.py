@@ -34,13 +34,13 @@ from lgopt.group.pack import peak_live_bytes
 from lgopt.group.slicing import SliceError, group_io
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import cdiv
-from lgopt.hw.sizing import column_weights, min_footprint, weight_bytes
+from lgopt.hw.sizing import column_weights, group_weight_bytes, min_footprint, weight_bytes
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan
 from lgopt.strategies.cpsat.common import Key, Objective, objective_value
 from lgopt.strategies.cpsat.loadrows import table_bound
 from lgopt.strategies.cpsat.loadtable import chosen_weights, with_loads
-from lgopt.strategies.settings import SearchSettings, group_runs
+from lgopt.strategies.settings import SearchSettings, group_runs, trusted
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ class CandidateSpace:
         self.op_weight_dma = [weight_dma_cycles(self.chip, op) if b and op.local and weight_bytes(self.chip, op) else 0
                       for b, op in zip(self.op_weight_gmem, net.ops)]
         # a MatMul whose weight columns can be reloaded per W slice (column slicing) holds one column's worth
-        self.op_columns = [op.local and column_weights(op) for op in net.ops]
-        self.op_weight_lane = [-(-weight_bytes(self.chip, op, 1 if cols else None) // self.chip.align_bytes)
+        self.op_columns = [op.local and column_weights(op) and self.settings.reload_columns for op in net.ops]
+        self.op_weight_lane = [-(-group_weight_bytes(self.chip, net, op, 1 if cols else None) // self.chip.align_bytes)
                                * self.chip.align_bytes if op.local else 0 for op, cols in zip(net.ops, self.op_columns)]
         self._columns_prefix = [0]
         for cols in self.op_columns:
@@ -303,13 +303,16 @@ class CandidateSpace:
         out: list[Slicing] = []
         for w in w_slice_options(net, chip, ops, st.max_w_slices):
             try:
-                g = schedule(net, chip, ops, 1, 1, st.h_ratio, kept_in=kin, kept_out=kout, w_slices=w)
+                g = schedule(net, chip, ops, 1, 1, st.h_ratio, kept_in=kin, kept_out=kout, w_slices=w,
+                             reload_columns=st.reload_columns)
             except SliceError:
                 break
             pinned = pin_kept(chip, g)
             assert pinned is not None  # pchip exists
             g = pinned[0]
             if peak_live_bytes(pack_items(without_kept(g)), chip.align_bytes) > pchip.lmem_bytes:
+                continue
+            if st.compiler is not None and not trusted(st, g) and st.compiler.refuses(chip, net, g):
                 continue
             out.append(Slicing(1, 1, g, self.value(group_cost(chip, net, g)), False, w))
         return out
