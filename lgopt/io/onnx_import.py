@@ -10,7 +10,7 @@ The importer does what a TPU compiler's front end does before layer grouping:
   aliases of an initializer (Identity, Dropout, a same-shape Expand) become the initializer, and nodes that
   change nothing (a Pad by zeros, a Cast to the same type, a Reshape to the same shape ...) go,
 * folds BatchNormalization into a preceding Conv, fuses Relu / Clip / LeakyRelu
-  into their producer, Sigmoid*x into SiLU and torch's erf GELU chain into one Gelu
+  into their producer, Sigmoid*x into SiLU, HardSigmoid(x)*x into HardSwish and torch's erf GELU chain into one Gelu
   (``fuse=False`` keeps them apart),
 * drops Identity/Dropout, and turns every op lgopt cannot group into a global
   layer instead of failing.
@@ -125,6 +125,13 @@ def _set_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
             del dims[:]
             for d in shape:
                 dims.add().dim_value = int(d)
+
+
+def _hard_swish_gate(op: Op, x: str) -> bool:
+    """Whether ``op`` is the HardSigmoid of ``x`` that a hard swish multiplies ``x`` by: slope 1/6, offset 1/2
+    (torch's ``hardswish``, ``x * relu6(x + 3) / 6``), local and unfused."""
+    return (op.type == "HardSigmoid" and op.inputs == (x,) and not op.fused
+            and abs(op.attrs.get("alpha", 0.2) - 1 / 6) < 1e-4 and abs(op.attrs.get("beta", 0.5) - 0.5) < 1e-6)
 
 
 def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
@@ -978,6 +985,14 @@ class _Builder:
                     gone = self._tombstones([si])
                     self.add(replace(sig, name=node.name or outs[0], type="SiLU", outputs=(outs[0],),
                                      sources=sig.sources + ((node.name or outs[0]),), aliases=gone))
+                    return True
+                if si is not None and _hard_swish_gate(self.ops[si], x) and self.single_use(s):
+                    # torch's hardswish exported as x * HardSigmoid(x): one HardSwish, as TPU-MLIR's front end
+                    # makes it (one tpu.Lut in INT8, "..._Mul_output_0_HardSwish" in every cache)
+                    gate = self.ops[si]
+                    gone = self._tombstones([si])
+                    self.add(replace(gate, name=node.name or outs[0], type="HardSwish", outputs=(outs[0],), attrs={},
+                                     sources=gate.sources + ((node.name or outs[0]),), aliases=gone))
                     return True
         return False
 
