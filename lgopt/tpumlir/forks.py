@@ -25,7 +25,7 @@ downsample, compiles at two H slices).  The exception is BM1688's depthwise conv
 are all depthwise convs compiles there (ConvNeXt-Tiny F16 on 2 cores, 2 of 2: a block's output, stored and read
 by the next block's 7 x 7 depthwise conv), where BM1690 refuses the same forks (7 of 7; the debugger names the
 depthwise conv).  Over ``benchmarks/settings.py``'s scorings on several cores that lgopt read and TPU-MLIR refused,
-the rule names 50 of 126, and none TPU-MLIR compiled.
+the rule names 50 of 94, and none TPU-MLIR compiled.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _several(chip: Chip) -> str:
 
 
 @lru_cache(maxsize=1 << 12)
-def _fork(net: Network, ops: tuple[str, ...], h_slices: int, several_cores: str) -> str:
+def _fork(net: Network, ops: tuple[str, ...], h_slices: int, multicore_chip: str) -> str:
     try:
         sl = slice_group(net, ops, 1, h_slices, h_ratio=None)
     except UpsampleSliceError as e:  # TPU-MLIR's Upsample rule fails in the same pass
@@ -147,8 +147,8 @@ def _fork(net: Network, ops: tuple[str, ...], h_slices: int, several_cores: str)
             if stuck:
                 return (f"{t} is wanted with different rows by its uses and {stuck[0]} ({net.op(stuck[0]).type}) "
                         f"cannot take margins: TPU-MLIR's time-step pass fails at {h_slices} H slices")
-            offsets = several_cores in DEPTHWISE_TAKES_OFFSETS and all(is_depthwise(net.op(u)) for u in users)
-            if several_cores and not offsets and len({tuple(first for first, _ in rows) for rows in wanted}) > 1:
+            offsets = multicore_chip in DEPTHWISE_TAKES_OFFSETS and all(is_depthwise(net.op(u)) for u in users)
+            if multicore_chip and not offsets and len({tuple(first for first, _ in rows) for rows in wanted}) > 1:
                 return (f"{t} is wanted from different first rows by its uses ({', '.join(users)}"
                         f"{' and its store' if t in sl.stores else ''}): on several cores TPU-MLIR's time-step "
                         f"pass does not merge such slicings and fails at {h_slices} H slices")
