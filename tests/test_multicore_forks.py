@@ -82,3 +82,19 @@ def test_a_depthwise_user_takes_offsets_on_bm1688_only(tmp_path, dw):
     assert (forced_fork(get_chip("bm1688", {"used_cores": 2}), net, ops, 2) == "") is dw
     assert "different first rows" in forced_fork(get_chip("bm1690", {"used_cores": 8}), net, ops, 2)
     assert forced_fork(get_chip("bm1690", {"used_cores": 8}), net, ops, 1) == ""  # one slice: no fork
+
+
+def test_a_standalone_batchnorm_takes_margins_on_one_core(tmp_path):
+    """RepGhostNet's ghost module: a conv's output read by a 3 x 3 conv and by a standalone BatchNormalization
+    (its re-parameterised identity branch), summed.  TPU-MLIR runs the BatchNormalization as a per-channel scale,
+    which takes margins: the zoo's RepGhostNet compiled such a group at two H slices on one BM1688 core."""
+    g = G((1, 16, 16, 16))
+    a = g.conv("x", 16, 16, 1)
+    g.out(g.n("Add", [g.conv(a, 16, 16, 3, g=16), g.bn(a, 16)]))
+    p = tmp_path / "ghost.onnx"
+    onnx.save(g.model(), p)
+    net = import_onnx(p, fuse=False)
+    ops = tuple(op.name for op in net.ops)
+    assert "BatchNormalization" in [op.type for op in net.ops]
+    assert forced_fork(get_chip("bm1688"), net, ops, 2) == ""
+    assert "different first rows" in forced_fork(get_chip("bm1688", {"used_cores": 2}), net, ops, 2)

@@ -41,8 +41,10 @@ from lgopt.model.network import Network
 # the chips on which TPU-MLIR 1.30.2 on several cores gives a depthwise conv's input rows before its first
 DEPTHWISE_TAKES_OFFSETS = frozenset({"bm1688"})
 # the op types whose input TPU-MLIR can give margins (rows beyond what one use wants): Conv2D and the binary
-# elementwise ops, Concat and Slice (``backward_update_slice``'s list, in lgopt's op types)
-MARGIN_TYPES = frozenset({"Conv", "Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Slice"})
+# elementwise ops, Concat and Slice (``backward_update_slice``'s list, in lgopt's op types), and a standalone
+# BatchNormalization, which it runs as a per-channel scale (RepGhostNet's fusion_bn on a fork: compiled at two H
+# slices on BM1688, the zoo)
+MARGIN_TYPES = frozenset({"Conv", "Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Slice", "BatchNormalization"})
 
 
 @lru_cache(maxsize=1 << 12)
