@@ -404,7 +404,8 @@ def roundtrip_summary(rt: pd.DataFrame) -> str:
         worst = ok.loc[r.idxmax()] if len(r) else None
         best = ok.loc[r.idxmin()] if len(r) else None
         how = f"judge, {jb} compiles" if jb else "default margin"
-        first = g["first"].fillna("").str.startswith("compile:") if "first" in g else pd.Series(False, index=g.index)
+        first = g["first"].astype("string").fillna("").str.startswith("compile:") if "first" in g \
+            else pd.Series(False, index=g.index)
         refused = g.outcome.str.startswith("compile:")
         twice = refused | (g.outcome == "refused twice, opt2 delivered")
         lines.append(f"| {chip} {q} {n} core(s), {how} | {len(g)} | {(g.outcome == 'kept opt2').sum()} | "
