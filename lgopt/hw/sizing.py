@@ -254,10 +254,11 @@ def int8_matmul_rows(chip: Chip, op: Op) -> bool:
             and chip.conv_buffers in TPU_MLIR_FAMILY)
 
 
-def int8_matmul_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
+def int8_matmul_bytes(chip: Chip, op: Op, cols: int | None = None, whole: bool = False) -> int:
     """An INT8 MatMul's weight as TPU-MLIR 1.30.2 loads it in a group: ``[K, N]`` with K over the lanes, each
-    row of N EU-aligned, and its bias as N int32 on one lane.  ConvNeXt's 96 -> 384 and 384 -> 96 layers: 2,304
-    and 1,152 bytes a lane on BM1684X, 2,688 and 1,536 on BM1688 (their ``final.mlir`` loads).
+    row of N EU-aligned (``whole``: the matrix whole in a lane, :func:`lanes_share_rows`), and its bias as N int32
+    on one lane.  ConvNeXt's 96 -> 384 and 384 -> 96 layers: 2,304 and 1,152 bytes a lane on BM1684X, 2,688 and
+    1,536 on BM1688 (their ``final.mlir`` loads).
 
     >>> from lgopt.hw.chip import get_chip
     >>> from lgopt.model.network import Op, Weight
@@ -268,7 +269,10 @@ def int8_matmul_bytes(chip: Chip, op: Op, cols: int | None = None) -> int:
     """
     f = next(w for w in op.weights if w.role == "filter")
     k, n = f.shape[0], cols if cols is not None else f.shape[1]
-    size = channels_per_lane(k, chip.npu_num) * align_up(n * dtype_bytes(f.dtype), chip.eu_bytes)
+    if whole:
+        size = align_up(k * n * dtype_bytes(f.dtype), chip.eu_bytes)
+    else:
+        size = channels_per_lane(k, chip.npu_num) * align_up(n * dtype_bytes(f.dtype), chip.eu_bytes)
     if any(w.role == "bias" for w in op.weights):
         size += align_up(n * 4, chip.eu_bytes)
     return size
@@ -301,14 +305,9 @@ def group_weight_bytes(chip: Chip, net: Network, op: Op, cols: int | None = None
     >>> [group_weight_bytes(chip, n, n.op("m")) for n in (net(56), net(28))]
     [5376, 150528]
     """
-    if not int8_matmul_rows(chip, op) or lanes_share_rows(chip, net, op):
-        return weight_bytes(chip, op, cols)
-    f = next(w for w in op.weights if w.role == "filter")
-    k, n = f.shape[0], cols if cols is not None else f.shape[1]
-    size = align_up(k * n * dtype_bytes(f.dtype), chip.eu_bytes)
-    if any(w.role == "bias" for w in op.weights):
-        size += align_up(n * 4, chip.eu_bytes)
-    return size
+    if int8_matmul_rows(chip, op) and not lanes_share_rows(chip, net, op):
+        return int8_matmul_bytes(chip, op, cols, whole=True)
+    return weight_bytes(chip, op, cols)
 
 
 def scale_as_conv(net: Network, op: Op) -> bool:

@@ -127,11 +127,19 @@ def _set_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
                 dims.add().dim_value = int(d)
 
 
-def _hard_swish_gate(op: Op, x: str) -> bool:
-    """Whether ``op`` is the HardSigmoid of ``x`` that a hard swish multiplies ``x`` by: slope 1/6, offset 1/2
-    (torch's ``hardswish``, ``x * relu6(x + 3) / 6``), local and unfused."""
-    return (op.type == "HardSigmoid" and op.inputs == (x,) and not op.fused
-            and abs(op.attrs.get("alpha", 0.2) - 1 / 6) < 1e-4 and abs(op.attrs.get("beta", 0.5) - 0.5) < 1e-6)
+def _gated(gate: Op, x: str) -> str:
+    """The one op ``x * gate`` is ("" when none): SiLU when ``gate`` is the Sigmoid of ``x``; HardSwish when it
+    is the unfused HardSigmoid of ``x`` with slope 1/6 and offset 1/2 (torch's ``hardswish``, ``x * relu6(x + 3)
+    / 6``), as TPU-MLIR's front end makes it (one ``tpu.Lut`` in INT8, ``..._Mul_output_0_HardSwish`` in every
+    cache)."""
+    if gate.inputs != (x,):
+        return ""
+    if gate.type == "Sigmoid":
+        return "SiLU"
+    if gate.type == "HardSigmoid" and not gate.fused and abs(gate.attrs.get("alpha", 0.2) - 1 / 6) < 1e-4 \
+            and abs(gate.attrs.get("beta", 0.5) - 0.5) < 1e-6:
+        return "HardSwish"
+    return ""
 
 
 def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
@@ -979,19 +987,13 @@ class _Builder:
         if t == "Mul" and len(ins) == 2 and all(i and i not in self.inits for i in ins):
             for x, s in ((ins[0], ins[1]), (ins[1], ins[0])):
                 si = self.producer.get(s)
-                if si is not None and self.ops[si].type == "Sigmoid" and self.ops[si].inputs == (x,) \
-                        and self.single_use(s):
-                    sig = self.ops[si]
-                    gone = self._tombstones([si])
-                    self.add(replace(sig, name=node.name or outs[0], type="SiLU", outputs=(outs[0],),
-                                     sources=sig.sources + ((node.name or outs[0]),), aliases=gone))
-                    return True
-                if si is not None and _hard_swish_gate(self.ops[si], x) and self.single_use(s):
-                    # torch's hardswish exported as x * HardSigmoid(x): one HardSwish, as TPU-MLIR's front end
-                    # makes it (one tpu.Lut in INT8, "..._Mul_output_0_HardSwish" in every cache)
+                if si is None or not self.single_use(s):
+                    continue
+                fused = _gated(self.ops[si], x)
+                if fused:
                     gate = self.ops[si]
                     gone = self._tombstones([si])
-                    self.add(replace(gate, name=node.name or outs[0], type="HardSwish", outputs=(outs[0],), attrs={},
+                    self.add(replace(gate, name=node.name or outs[0], type=fused, outputs=(outs[0],), attrs={},
                                      sources=gate.sources + ((node.name or outs[0]),), aliases=gone))
                     return True
         return False

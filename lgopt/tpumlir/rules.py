@@ -1,8 +1,8 @@
 """TPU-MLIR 1.30.2's rules that lgopt's own do not have, as the search's :class:`CompilerRules`: groups its
-time-step pass cannot slice (:mod:`lgopt.tpumlir.forks`), transformer groups cut into more row sections
-than it allows, and groups that reload a MatMul's weights by columns (TPU-MLIR holds a group's weights
-whole).  A search in the compiler's space asks them before it packs a group TPU-MLIR has not been seen to
-compile (:func:`lgopt.strategies.settings.packing`).
+time-step pass cannot slice (:mod:`lgopt.tpumlir.forks`) and transformer groups cut into more row sections
+than it allows.  A search in the compiler's space asks them before it packs a group TPU-MLIR has not been
+seen to compile (:func:`lgopt.strategies.settings.packing`); its groups hold their weights whole
+(:attr:`lgopt.strategies.settings.SearchSettings.reload_columns`), as TPU-MLIR's do.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ class TpuMlirRules:
     """
 
     def refuses(self, chip: Chip, net: Network, g: GroupPlan) -> str:
-        if g.weight_cols:  # the exporter cannot write it (lgopt.tpumlir.export): TPU-MLIR holds weights whole
-            return f"it reloads the weights of {next(iter(g.weight_cols))} by columns, which TPU-MLIR does not"
         fork = tpumlir_fork(chip, net, g.ops, g.h_slices)
         if fork:
             return fork
