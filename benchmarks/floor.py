@@ -2,6 +2,7 @@
 
     python benchmarks/floor.py                       # batch 1, from ../shared/calibration (seconds)
     python benchmarks/floor.py --int8                # and INT8 on one core beside it (benchmarks/timelines.py's data)
+    python benchmarks/floor.py --settings            # every setting benchmarks/timelines.py read, several cores too
     PEER_RUN=/path/to/tpu-mlir-run python benchmarks/floor.py --batch 4 [--models M,..] [--chips C,..]
                                                      # also batch 4, by compiling (a few minutes)
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 from common import write_table
+from settings import SETTINGS, setting_key
 
 from lgopt.tpumlir import floor
 from lgopt.tpumlir.runs import unpack
@@ -118,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--int8", type=Path, nargs="?", const=ROOT / "benchmarks" / "out" / "timelines" / "int8_1core",
                     help="also INT8 on one core beside F16, from benchmarks/timelines.py's folder (default path)")
     ap.add_argument("--int8-out", type=Path, default=ROOT / "benchmarks" / "calibration" / "floor_int8.csv")
+    ap.add_argument("--settings", type=Path, nargs="?", const=ROOT / "benchmarks" / "out" / "timelines",
+                    help="also every setting benchmarks/timelines.py read (its QUANT_Ncore folders under this path), "
+                         "several cores from core 0's timeline, beside one core")
+    ap.add_argument("--settings-out", type=Path, default=ROOT / "benchmarks" / "calibration" / "floor_settings.csv")
     a = ap.parse_args(argv)
     if not (CAL / "ops.csv.gz").exists():
         print(f"no calibration data at {CAL}", file=sys.stderr)
@@ -148,7 +154,43 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{r.model} {r.chip} b{r.batch} {r.floor_over_opt2:.3f}" for r in n.itertuples()))
     if a.int8 is not None:
         print(int8_beside_f16(a.int8, df, a.int8_out))
+    if a.settings is not None:
+        print(settings_floors(a.settings, a.settings_out))
     return 0
+
+
+def settings_floors(timelines: Path, out: Path) -> str:
+    """The batch-1 floors of every setting in ``timelines`` (``benchmarks/timelines.py``'s ``QUANT_Ncore`` folders,
+    the shared F16 calibration as ``f16_1core``), the best grouping measured beside each, as a markdown table.
+
+    On several cores each core's timeline runs on its own and the total is core 0's end; core 0 runs a part of
+    every group and global layer, so its TIU and GDMA sums bound the total as one core's do
+    (:mod:`lgopt.tpumlir.floor`), each op at the least core 0 spent on it in any grouping measured, a global
+    layer by its own commands (``segments=False``: its segment is not reliable there)."""
+    read = [p for p in sorted(timelines.glob("*_*core")) if (p / "ops.csv.gz").exists()]
+    folders = [("f16_1core", CAL), *((p.name, p) for p in read)]
+    frames = []
+    for name, folder in folders:
+        q, cores = name.split("_")
+        n = int(cores.removesuffix("core"))
+        rows = pd.DataFrame(floor.calibration_rows(folder, segments=n == 1)).assign(quantize=q.upper(), cores=n)
+        frames.append(rows.merge(floor.best_measured(folder), on=["model", "chip"], how="left"))
+    df = pd.concat(frames, ignore_index=True)
+    measured = {setting_key(st) for st in SETTINGS} | {(c, "F16", 1) for c in ("bm1684x", "bm1688")}
+    df = df[[k in measured for k in zip(df.chip, df.quantize, df.cores)]]  # not BM1690's 8-core groupings on 1 core
+    df["floor_over_opt2"] = df[["floor", "floor_gdma"]].max(axis=1) / df.opt2_measured
+    df["best_over_opt2"] = df.best_measured / df.opt2_measured
+    df = df.sort_values(["chip", "quantize", "cores", "model"], kind="stable")
+    write_table(df[["chip", "quantize", "cores", "model", "groupings", "opt2_measured", "floor", "floor_gdma",
+                    "floor_over_opt2", "best_measured", "best_over_opt2"]], out,
+                f"cycles measured by {SOURCE} (several cores: core 0's timeline, whose end is the total)")
+    lines = ["| chip | quantize | cores | models | floor / opt2, geometric mean (lowest) | best measured / opt2 |",
+             "|---|---|---:|---:|---|---|"]
+    for (chip, q, n), g in df.groupby(["chip", "quantize", "cores"], sort=False):
+        low = g.loc[g.floor_over_opt2.idxmin()]
+        lines.append(f"| {chip} | {q} | {n} | {len(g)} | {floor.geomean(g.floor_over_opt2):.3f} "
+                     f"({low.model} {low.floor_over_opt2:.3f}) | {floor.geomean(g.best_over_opt2):.3f} |")
+    return "\n".join(lines)
 
 
 def int8_beside_f16(data: Path, f16: pd.DataFrame, out: Path) -> str:

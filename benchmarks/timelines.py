@@ -12,14 +12,19 @@ INT8).  Resumable: each scoring's rows are kept as they are made.
     lgopt fit benchmarks/out/timelines/int8_1core -o lgopt/cost/models/int8 --chips bm1684x,bm1688 \
         --holdout mobilenet_v3_small,resnet50,unet_small --name tpu-mlir-1.30-int8   # the shipped INT8 constants
 
-Only one-core settings: on several cores the timeline of core 0 is not the whole compile (``settings.md``).  A chip
-measured only on several cores (BM1690: 8) is read on one core from the groupings of its several-core scorings.
-Each quantisation's folder is written from the settings listed, so list every chip of it (the shipped data):
+On several cores each core's timeline is simulated on its own (:mod:`lgopt.tpumlir.timeline`) and the rows are
+core 0's, which runs a part of every group and global layer and whose end is the compile's total: what
+``benchmarks/floor.py --settings`` needs.  The fit reads one-core folders only (core 0 is not the whole compile).
+A chip measured only on several cores (BM1690: 8) is read on one core from the groupings of its several-core
+scorings.  Each quantisation's and core count's folder (``int8_1core``, ``int8_2core``...) is written from the
+settings listed, so list every chip of it (the shipped data):
 
     python benchmarks/timelines.py --groupings-cores 8 \
         --settings bm1684x:INT8:1,bm1688:INT8:1,bm1684:INT8:1,bm1690:INT8:1,bm1690:F16:1
     lgopt fit benchmarks/out/timelines/f16_1core -o lgopt/cost/models --chips bm1690 \
         --holdout mobilenet_v3_small,resnet50,unet_small                  # BM1690's F16 constants
+    python benchmarks/timelines.py --settings bm1688:INT8:2                 # core 0 on several cores: the floors
+    python benchmarks/timelines.py --settings bm1690:INT8:8
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ def make_parts(peer: Path, folder: Path, setting: str, parts: Path) -> None:
                 why = f"{m.status}, {r.get('total_cycles')} cycles against {first.get('total_cycles')} first"
                 print(f"  {model} {variant}: not read ({why})", file=sys.stderr)
                 continue
-            t = read_timeline(work, r, {"model": model, "chip": chip, "variant": variant})
+            t = read_timeline(work, r, {"model": model, "chip": chip, "variant": variant}, core=0, cores=n)
             t.ops.to_csv(parts / f"{model}__{variant}.ops.csv.gz", index=False)
             t.glob.to_csv(parts / f"{model}__{variant}.globals.csv", index=False)
             done.write_text(json.dumps({"score": r, "uneven": list(t.uneven), "model_cache": str(judge.model_cache)}))
@@ -105,7 +110,7 @@ def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onn
     groups: list[dict[str, object]] = []
     ops, glob, mops = [], [], []
     for setting, done in ((st, f) for st in settings for f in sorted((out / "parts" / name_of(st)).glob("*__*.json"))):
-        chip, q, _ = setting_key(setting)
+        chip, q, n = setting_key(setting)
         parts = done.parent
         if done.name.endswith(".score.json"):
             continue
@@ -122,6 +127,7 @@ def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onn
         shutil.copyfile(folder / "caches" / f"{variant}.layer_group_cache.json", cache)
         totals.append({"model": model, "chip": chip, "variant": variant, "kind": kind, "status": "ok",
                        "total_cycles": r["total_cycles"], "tpu_mlir": version_of(r.get("tpu_mlir")), "quantize": q,
+                       "cores": n,
                        "uneven_ops": len(d["uneven"]), "cache_file": str(cache.relative_to(dest))})
         for pos, g in enumerate(r.get("groups", ())):
             secs = g.get("compiled_secs") or [1] * 5
@@ -151,7 +157,7 @@ def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onn
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--settings", default=",".join(SETTINGS), help="CHIP:QUANTIZE:1, comma-separated")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="CHIP:QUANTIZE:CORES, comma-separated")
     ap.add_argument("--models", default="", help="comma-separated (default: every model settings.py measured)")
     ap.add_argument("--settings-out", type=Path, default=OUT / "settings", help="benchmarks/settings.py's output")
     ap.add_argument("--out", type=Path, default=OUT / "timelines")
@@ -165,16 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     peer = a.peer_run or Path(os.environ.get("PEER_RUN", ""))
     settings = a.settings.split(",")
     for setting in settings:
-        if setting_key(setting)[2] != 1:
-            print(f"{setting}: only one-core settings have a whole timeline in core 0's profile", file=sys.stderr)
-            return 2
         if not a.assemble_only:
             for folder in sorted(a.settings_out.glob(f"*_{source_name(a.settings_out, setting, a.groupings_cores)}")):
                 if (folder / "scores").is_dir() and (not a.models or setting_of(folder)[0] in a.models.split(",")):
                     make_parts(peer, folder, setting, a.out / "parts" / name_of(setting))
-    for q in sorted({setting_key(s)[1] for s in settings}):
-        same = [s for s in settings if setting_key(s)[1] == q]
-        dest = assemble(a.settings_out, same, a.out, a.out / f"{q.lower()}_1core", a.calibration / "onnx",
+    for q, n in sorted({setting_key(s)[1:] for s in settings}):
+        same = [s for s in settings if setting_key(s)[1:] == (q, n)]
+        dest = assemble(a.settings_out, same, a.out, a.out / f"{q.lower()}_{n}core", a.calibration / "onnx",
                         a.groupings_cores)
         print(f"{', '.join(same)}: {dest}")
     return 0

@@ -86,6 +86,15 @@ def test_the_gdma_floor_takes_each_ops_coefficient_loads_or_its_global_segment(t
     assert floor.floor_of(costs, "opt2")["floor"] == 12 + 20  # a_Conv cheapest as a global layer, b in opt2
 
 
+def test_the_best_measured_grouping_is_the_least_compiled_total(tmp_path: Path):
+    """What the measured groupings already show beside the floor: a refused grouping's total is no measurement."""
+    pd.DataFrame([["m", "c", "opt2", "ok", 100], ["m", "c", "v1", "ok", 90], ["m", "c", "v2", "failed", 10],
+                  ["n", "c", "opt2", "ok", 50]], columns=["model", "chip", "variant", "status", "total_cycles"]
+                 ).to_csv(tmp_path / "totals.csv", index=False)
+    best = floor.best_measured(tmp_path)
+    assert [tuple(r) for r in best.itertuples(index=False)] == [("m", "c", 90, "v1"), ("n", "c", 50, "opt2")]
+
+
 @needs_reader
 def test_read_run_takes_local_ops_tiu_and_global_ops_segments(tmp_path: Path):
     (tmp_path / "m_final.mlir").write_text("\n".join([
@@ -150,3 +159,20 @@ def test_a_partial_rerun_keeps_the_rows_it_does_not_measure_again():
 def test_the_scoring_tools_reader_loads_from_its_file_alone(tmp_path: Path):
     (tmp_path / "reader.py").write_text("import json\n\ndef read_final(path):\n    return [], None\n")
     assert floor.load_reader(tmp_path / "reader.py").read_final("x") == ([], None)
+
+
+def test_on_several_cores_a_global_layer_counts_its_own_commands_not_its_segment(tmp_path: Path):
+    """Core 0's segment of a global layer can hold an unsynced one-slice group's time (BM1690 INT8's UNet floor
+    came out above opt2 so); its own commands, the busier engine's, bound it without that."""
+    pd.DataFrame([["m", "c", "opt2", "ok", 100]], columns=["model", "chip", "variant", "status", "total_cycles"]
+                 ).to_csv(tmp_path / "totals.csv", index=False)
+    ops = [["m", "c", "opt2", 0, "conv", "TIU", 0, 40], ["m", "c", "opt2", -1, "pool", "TIU", None, 7],
+           ["m", "c", "opt2", -1, "pool", "GDMA", 0, 9], ["m", "c", "opt2", -1, "pool", "GDMA", 0, 3]]
+    pd.DataFrame(ops, columns=["model", "chip", "variant", "group_pos", "op_name", "engine", "is_weight", "cycles"]
+                 ).to_csv(tmp_path / "ops.csv.gz", index=False)
+    pd.DataFrame([["m", "c", "opt2", "pool", "tpu.Pool2D", 60], ["m", "c", "opt2", "view", "tpu.Reshape", None]],
+                 columns=["model", "chip", "variant", "name", "type", "cycles"]).to_csv(tmp_path / "globals.csv")
+    by_segment = floor.calibration_costs(tmp_path)
+    own = floor.calibration_costs(tmp_path, segments=False)
+    assert dict(zip(by_segment.op, by_segment.cycles)) == {"conv": 40, "pool": 60, "view": 0}
+    assert dict(zip(own.op, own.cycles)) == {"conv": 40, "pool": 12, "view": 0}  # GDMA 9 + 3 beats TIU 7

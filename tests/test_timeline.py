@@ -192,6 +192,9 @@ def test_measurements_say_their_deployment(tmp_path):
     pd.concat([tot, tot.assign(quantize="F16")]).to_csv(tmp_path / "totals.csv", index=False)
     with pytest.raises(LgoptError, match="mixes deployments"):
         _ = read_measurements(tmp_path).dtype
+    tot.assign(cores=2).to_csv(tmp_path / "totals.csv", index=False)  # core 0's timelines: not a whole compile
+    with pytest.raises(LgoptError, match="measured on 2 cores"):
+        read_measurements(tmp_path)
 
 
 def test_an_integer_conv_holds_a_requantisation_block_per_output_channel():
@@ -208,3 +211,16 @@ def test_an_integer_conv_holds_a_requantisation_block_per_output_channel():
     assert weight_bytes(bm1684x, conv("int8")) == 384
     assert weight_bytes(bm1684x, conv("f16")) == 3 * 32 * 2 + 64  # 24 channels rounded to 32 f16s, one bias block
     assert weight_transfers(conv("int8"), chip=bm1684x) == [(384 * 64, 64, False)]
+
+
+def test_a_core_of_several_reads_its_own_profile_and_its_chunk_of_the_slices(tmp_path):
+    """On 2 cores the group's 2 H slices are one a core (``core_chunks``): core 1's profile holds one CONV run, read
+    as its one slice, and the weight load every core makes."""
+    work, score = kept(tmp_path)
+    one = "\n".join(ln for ln in PROFILE.splitlines() if "s:135" not in ln and "s:235" not in ln and "s:245" not in ln)
+    (work / "compiler_profile_1.txt").write_text(one + "\n")
+    t = read_timeline(work, score, {"model": "m", "chip": "bm1688", "variant": "opt2"}, core=1, cores=2)
+    tiu = t.ops[(t.ops.op_name == "y_Conv") & (t.ops.engine == "TIU")]
+    assert list(tiu.cycles) == [110] and list(tiu.n_slices) == [1] and list(tiu.hslice) == [4]
+    w = t.ops[t.ops.op_name == "load_y_Conv_merge"]  # each core running a part of the group loads its weights
+    assert list(w.bytes) == [1536] and t.uneven == ()

@@ -32,7 +32,7 @@ from lgopt.tpumlir.heldout import Check, HeldOut, evaluate
 from lgopt.tpumlir.measurements import FitTables, Measurements, chip_tables, fit_tables, global_rows, read_measurements
 from lgopt.tpumlir.timeline import PROFILES
 
-TIMELINE = f"codegen simulated command timeline ({' or '.join(PROFILES)})"
+TIMELINE = f"codegen simulated command timeline ({' or '.join(p.format(core=0) for p in PROFILES)})"
 
 
 @dataclass(frozen=True)

@@ -63,13 +63,28 @@ def floor_of(costs: pd.DataFrame, own: str) -> dict[str, int]:
             "floor": int(least.sum())}
 
 
-def calibration_costs(cal: Path) -> pd.DataFrame:
+def calibration_costs(cal: Path, segments: bool = True) -> pd.DataFrame:
     """Per-op costs (``model``, ``chip``, ``key``, ``op``, ``cycles``) of every grouping TPU-MLIR compiled in the
-    calibration data at ``cal`` (``ops.csv.gz``: each local op's TIU commands; ``globals.csv``: global layers)."""
+    calibration data at ``cal`` (``ops.csv.gz``: each local op's TIU commands; ``globals.csv``: global layers).
+    ``segments=False``: a global layer's own commands instead of its segment (:func:`engine_globals`)."""
     ops, glob = _compiled(cal)
     loc = (ops[(ops.engine == "TIU") & (ops.group_pos >= 0)].groupby(["model", "chip", "variant", "op_name"])
            .cycles.sum().reset_index())
-    return op_costs(loc.rename(columns={"variant": "key", "op_name": "op"}), glob)
+    return op_costs(loc.rename(columns={"variant": "key", "op_name": "op"}),
+                    glob if segments else engine_globals(ops, glob))
+
+
+def engine_globals(ops: pd.DataFrame, glob: pd.DataFrame) -> pd.DataFrame:
+    """``glob`` with each global layer's ``cycles`` the busier engine's of its own commands (none: no measurement,
+    or free for a view).  On several cores the scoring tool splits core 0's timeline at its syncs, and one-slice
+    groups run between them unsynced, so a global layer's segment can hold a group's time (BM1690 INT8's UNet:
+    its floor came out above opt2).  A global layer still has core 0 to itself between two syncs, so its own
+    commands on either engine bound its time there as its segment does, a little lower."""
+    own = (ops[ops.group_pos < 0].groupby(["model", "chip", "variant", "op_name", "engine"]).cycles.sum()
+           .groupby(level=[0, 1, 2, 3]).max().rename("own").reset_index()
+           .rename(columns={"variant": "key", "op_name": "op"}))
+    out = glob.drop(columns="cycles").merge(own, on=["model", "chip", "key", "op"], how="left")
+    return out.rename(columns={"own": "cycles"})
 
 
 def _compiled(cal: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -84,27 +99,28 @@ def _compiled(cal: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 WEIGHT_LOAD = re.compile(r"^load_(.+?)_(?:merge|filter_reorderd)$")  # an op's coefficients: INT8's merged, F16's filter
 
 
-def weight_gdma_costs(cal: Path) -> pd.DataFrame:
+def weight_gdma_costs(cal: Path, segments: bool = True) -> pd.DataFrame:
     """Per-op GDMA costs (``model``, ``chip``, ``key``, ``op``, ``cycles``) of every compiled grouping: a local op's
     coefficient loads (its merged INT8 tensor, its F16 filter; a load named otherwise, an F16 bias, is left out,
     which only lowers the floor), a global op's segment.  The GDMA engine runs one transfer at a time and a global
-    op has the timeline to itself, so a grouping's total is at least their sum, as it is the TIU one's."""
+    op has the timeline to itself, so a grouping's total is at least their sum, as it is the TIU one's.
+    ``segments=False``: a global layer's own commands instead of its segment (:func:`engine_globals`)."""
     ops, glob = _compiled(cal)
     w = ops[(ops.engine == "GDMA") & (ops.group_pos >= 0) & (ops.is_weight == 1)]
     w = w.assign(op=w.op_name.str.extract(WEIGHT_LOAD, expand=False)).dropna(subset=["op"])
     loc = w.groupby(["model", "chip", "variant", "op"]).cycles.sum().reset_index()
-    return op_costs(loc.rename(columns={"variant": "key"}), glob)
+    return op_costs(loc.rename(columns={"variant": "key"}), glob if segments else engine_globals(ops, glob))
 
 
-def calibration_rows(cal: Path) -> list[dict[str, Any]]:
+def calibration_rows(cal: Path, segments: bool = True) -> list[dict[str, Any]]:
     """Batch-1 floors, one row per model and chip whose opt2 compiled, from the calibration data at ``cal``:
     ``floor`` the TIU one; ``floor_gdma`` the same over the GDMA engine (:func:`weight_gdma_costs`), the one that
-    binds a weight-bound network."""
+    binds a weight-bound network.  ``segments=False`` (several cores): global layers by their own commands."""
     tot = pd.read_csv(cal / "totals.csv")
     groups = pd.read_csv(cal / "groups.csv")
-    gdma = weight_gdma_costs(cal)
+    gdma = weight_gdma_costs(cal, segments)
     rows = []
-    for (model, chip), c in calibration_costs(cal).groupby(["model", "chip"]):
+    for (model, chip), c in calibration_costs(cal, segments).groupby(["model", "chip"]):
         o2 = tot[(tot.model == model) & (tot.chip == chip) & (tot.variant == "opt2")]
         if o2.empty or o2.status.iloc[0] != "ok":
             continue
@@ -114,6 +130,15 @@ def calibration_rows(cal: Path) -> list[dict[str, Any]]:
                      "opt2_measured": int(o2.total_cycles.iloc[0]), **floor_of(c, "opt2"),
                      "floor_gdma": floor_of(g, "opt2")["floor"] if len(g) else 0})
     return rows
+
+
+def best_measured(cal: Path) -> pd.DataFrame:
+    """The least total of any grouping TPU-MLIR compiled, per model and chip, in calibration data at ``cal``
+    (``model``, ``chip``, ``best_measured``, ``best_variant``): the room the measured groupings already show."""
+    tot = pd.read_csv(cal / "totals.csv").query("status == 'ok'")
+    best = tot.loc[tot.groupby(["model", "chip"]).total_cycles.idxmin()]
+    return best.rename(columns={"total_cycles": "best_measured", "variant": "best_variant"})[
+        ["model", "chip", "best_measured", "best_variant"]].reset_index(drop=True)
 
 
 def load_reader(path: Path) -> ModuleType:

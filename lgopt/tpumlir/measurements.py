@@ -91,6 +91,9 @@ def read_measurements(path: Path, chips: Sequence[str] = (), models: Sequence[st
             raise LgoptError(f"{path / name}: no column {', '.join(c for c in want if c not in have)} "
                              "(the calibration format: shared/calibration/README.md)")
     tot = pd.read_csv(path / "totals.csv")
+    if "cores" in tot and (tot.cores > 1).any():
+        raise LgoptError(f"{path}: measured on {int(tot.cores.max())} cores, where a timeline is one core's part of "
+                         "the compile (benchmarks/timelines.py reads core 0 for the floors); fit one-core measurements")
     chips = _pick("chip", chips, tot.chip, path)
     for c in chips:
         get_chip(c)  # a chip lgopt has no preset of cannot be priced

@@ -10,8 +10,12 @@ time order, split into that many runs of equal length, one per slice.  An op who
 is left out (counted in :attr:`Timeline.uneven`): a guess at which command belongs to which slice would teach
 the fit noise.
 
-Only core 0's timeline is read (``compiler_profile_0.txt``, BM1684's ``_0.dat``): on one core it is the whole
-compile.  The rows follow ``shared/calibration/README.md``'s columns.
+One core's timeline is read (``compiler_profile_<core>.txt``, BM1684's ``_<core>.dat``; core 0 by default): on one
+core it is the whole compile.  On several cores each core's timeline is simulated on its own (its sync commands
+cost 0 and it never waits for another core: core 1 of resnet18 on BM1688 with 2 cores ends at 97,160 cycles in a
+compile whose total, core 0's end, is 1,074,161), and a group's slices are shared between the cores in
+contiguous chunks (:func:`lgopt.model.plan.core_chunks`), so a core's rows are its chunk of each group's slices.
+The rows follow ``shared/calibration/README.md``'s columns.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from lgopt.model.plan import core_chunks
+
 COMMAND = re.compile(r"([A-Za-z0-9]+?)_(\d+)\|([A-Za-z_0-9]+)\|s:(\d+)\|b:\d+\|g:\d+(?:\|[a-z]+:\d+)*\|e:(\d+)"
                      r"\|t:(\d+)(?:\|dr:(\d+)\|sz:(\d+))?")
-PROFILES = ("compiler_profile_0.txt", "_0.dat")  # core 0's timeline as codegen writes it; BM1684's the second
+PROFILES = ("compiler_profile_{core}.txt", "_{core}.dat")  # a core's timeline as codegen writes it; BM1684's the second
 OP_LINE = re.compile(r'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"(tpu|top)\.(\w+)"(?:\(([^)]*)\))?')
 LOC_DEF = re.compile(r'^#(loc\d*) = loc\("([^"]*)"\)')
 LOC_USE = re.compile(r"loc\(#(loc\d*)\)\s*$")
@@ -54,6 +60,9 @@ class Command:
         return self.nbytes is not None
 
 
+Sizes = tuple[int, int, int, int]  # one slice's n, c, h and w sizes (``ginfo``'s ``n_slice`` ... ``w_slice``)
+
+
 @dataclass(frozen=True)
 class Line:
     """An op of ``final.mlir``: its type, name (its location), the value it reads first, result shape and the
@@ -64,7 +73,7 @@ class Line:
     name: str
     operand: str
     shape: str
-    slices: tuple[tuple[int, int, int, int], ...]
+    slices: tuple[Sizes, ...]
 
 
 @dataclass(frozen=True)
@@ -150,11 +159,33 @@ def _row(ln: Line, pos: int, dma: bool, run: list[Command], i: int, n: int, weig
             "out_shape": ln.shape}
 
 
-def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str]) -> Timeline:
-    """The calibration rows of one kept compile in ``workdir`` (its score JSON ``score``); ``key`` (``model``,
-    ``chip``, ``variant``) is put on every row."""
+def profile_of(workdir: Path, core: int = 0) -> Path:
+    """The timeline codegen wrote for ``core`` in ``workdir`` (``StopIteration`` when there is none)."""
+    return next(p for name in PROFILES for p in sorted(workdir.glob(name.format(core=core))))
+
+
+def core_slices(slices: tuple[Sizes, ...], core: int, cores: int) -> tuple[Sizes, ...]:
+    """The slices of a group op that ``core`` of ``cores`` runs: its chunk of them in loop order.  An op of one
+    slice (a weight's load: its ``ginfo`` lists one) runs on every core that runs a part of the group (each core
+    loads the group's weights; a core with no part has no commands to read).
+
+    >>> core_slices(((1, 64, 4, 56), (1, 64, 4, 56), (1, 64, 3, 56)), 1, 2)
+    ((1, 64, 3, 56),)
+    >>> core_slices(((1, 64, 1, 576),), 1, 2)
+    ((1, 64, 1, 576),)
+    """
+    if len(slices) <= 1:
+        return slices
+    chunks = core_chunks(len(slices), cores)
+    return slices[slice(*chunks[core])] if core < len(chunks) else ()
+
+
+def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str], core: int = 0,
+                  cores: int = 1) -> Timeline:
+    """The calibration rows of one kept compile in ``workdir`` (its score JSON ``score``) on ``core`` of the
+    ``cores`` it was compiled for; ``key`` (``model``, ``chip``, ``variant``) is put on every row."""
     final = next(workdir.glob("*_final.mlir"))
-    profile = next(p for name in PROFILES for p in sorted(workdir.glob(name)))
+    profile = profile_of(workdir, core)
     lines, weights = read_lines(final), weight_values(final)
     spans = [(int(a), int(b)) for a, b in (g.get("final_mlir_lines") or (-1, -1) for g in score.get("groups", ()))]
     by_line: dict[tuple[int, bool, int], list[Command]] = {}  # a global op's transfers both ways apart
@@ -167,7 +198,7 @@ def read_timeline(workdir: Path, score: Mapping[str, Any], key: Mapping[str, str
         if ln is None:
             continue
         pos = group_of(no, spans)
-        slices = ln.slices if pos >= 0 and ln.slices else ((0, 0, 0, 0),)
+        slices = core_slices(ln.slices, core, cores) if pos >= 0 and ln.slices else ((0, 0, 0, 0),)
         runs = _runs(cmds, len(slices))
         if runs is None:
             uneven.append(ln.name)
