@@ -215,3 +215,30 @@ def test_new_groups_keep_their_slices_as_tall_as_the_fitted_rates_hold():
     assert packing(chip, net, st, fine)[0] is not None and packing(chip, net, st, short)[0] is None
     assert packing(chip, net, replace(st, min_slice_rows=0), short)[0] is not None
     assert packing(chip, net, replace(st, trusted=frozenset({group_shape(ops, 1, 1, 16, 1)})), short)[0] is chip
+
+
+def test_tpu_mlir_moves_a_one_slice_groups_stores_later_past_the_rows_that_touch_them():
+    """UNet's encoder as one slice: each skip tensor is stored (a group output) and pooled.  TPU-MLIR's timeline
+    (BM1690 INT8) stores it beside a later conv, not beside the pool after its producer (reference s4.3: stores
+    only later, never into a row whose ops touch the tensor): lgopt moves it there, the group costs less, and an
+    untrusted group packs with the store's longer lifetime (``packing``, through ``with_stores``)."""
+    from lgopt.cost.pipeline import group_cost, moved_transfers
+    from lgopt.strategies.cpsat.loadtable import with_stores
+
+    net = load_problem(PROBLEMS / "unet.json")
+    chip = get_chip("bm1684x", {"cost_model": "tpu-mlir-1.30"})
+    ops = [op.name for op in net.ops[:9]]  # three conv-conv-pool stages
+    g = schedule(net, chip, ops, 1, 1, None)
+    own = {tr.name: r for r, row in enumerate(g.rows) for tr in row.stores}
+    moved = {name: r for (name, store), r in moved_transfers(chip, net, g).items() if store}
+    assert moved and set(moved) <= set(own) and all(moved[t] >= own[t] for t in moved)
+    assert any(moved[t] > own[t] for t in moved)
+    for t, r in moved.items():
+        assert not any(t in net.op(o).inputs or t in net.op(o).outputs for o in g.rows[r].ops) or r == own[t]
+    plain = group_cost(get_chip("bm1684x"), net, g)  # the analytic model moves nothing
+    assert moved_transfers(get_chip("bm1684x"), net, g) == {} and plain["cycles"] > 0
+    table = with_stores(g, moved)  # what packing() gives a group TPU-MLIR's rules do not refuse
+    stores = {tr.name: r for r, row in enumerate(table.rows) for tr in row.stores}
+    assert all(stores[t] == r for t, r in moved.items())
+    ends = {b.name: b.end for b in table.buffers if b.kind == "activation"}
+    assert all(ends[t] >= moved[t] for t in moved)

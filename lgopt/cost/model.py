@@ -46,7 +46,7 @@ class CostModel(Protocol):
       compute, no transfer), as on TPU-MLIR's timeline; its ``global_compute`` is then 0 too, so the lower
       bound stays below every plan;
     * ``rebalance_loads``: whether a one-slice group's weight loads move to earlier rows with spare GDMA time
-      the way TPU-MLIR's timestep pass moves them (:func:`rebalance_weight_loads`); a row still costs the
+      the way TPU-MLIR's timestep pass moves them (:func:`lgopt.cost.pipeline.rebalance`); a row still costs the
       larger of its TIU and GDMA cycles, so the bounds hold.
     * ``pipelined_preloads``: whether a sliced group's resident weights load in the first slice's pass, each
       in the row before its op's (beside the previous op's compute, as TPU-MLIR's timeline shows), rather

@@ -46,25 +46,24 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int]
     pc = _table_cells(chip, net, g, (a, b))
     if not cost_model(chip).rebalance_loads:
         return pc
-    loads = _movable_weight_loads(chip, net, g)
-    if not loads:
+    movable = _movable_transfers(chip, net, g)
+    if not movable:
         return pc
     # the moves are the table's, so every slice's pass makes them: found on the first pass's rows (a one-slice
     # group's only one), applied to each.  ResNet-18 / BM1688 at batch 4 reloads its weights in each of 4 N
     # slices; TPU-MLIR's timeline loads a 3x3 conv's 1.2 MB beside the conv before, not beside a 1x1 one
     cells = dict(pc.cells)
     rows = len(g.rows)
-    moved = [(r, c) for _, r, c in loads]
-    dest = weight_load_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moved)
+    moves = [(r, c, ok) for _, _, r, c, ok in movable]
+    dest = timestep_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moves)
     for i in range(a, b):
-        passed = rebalance_weight_loads([cells.get((i, r), (0, 0)) for r in range(rows)], moved, dest)
+        passed = rebalance([cells.get((i, r), (0, 0)) for r in range(rows)], moves, dest)
         for r, cell in enumerate(passed):
             if any(cell):
                 cells[(i, r)] = cell
             else:
                 cells.pop((i, r), None)
     return replace(pc, cells=cells)
-
 
 
 def _table_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int]) -> PipelineCells:
@@ -191,71 +190,100 @@ def _shared_f32_rows(g: GroupPlan, f32_in: frozenset[str]) -> dict[tuple[int, st
 
 
 
-def _movable_weight_loads(chip: Chip, net: Network, g: GroupPlan) -> list[tuple[str, int, int]]:
-    """(op, row, cycles) of each weight load of a one-slice group TPU-MLIR may move (not a column run)."""
-    return [(tr.name, r, weight_dma_cycles(chip, net.op(tr.name)))
-            for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "weight" and tr.stage == 1
-            and g.weight_columns(tr.name, 0) is None]
+Move = tuple[int, int, tuple[int, ...]]  # a transfer's row, its cycles and the rows it may move to
 
+
+def _movable_transfers(chip: Chip, net: Network, g: GroupPlan) -> list[tuple[str, bool, int, int, tuple[int, ...]]]:
+    """(tensor, is a store, row, cycles, rows it may move to) of each transfer TPU-MLIR's memory-aware pass may
+    move (reference s4.3): a weight load in the table (not a column run) to any earlier row, its weight having no
+    earlier use; in a one-slice group, also a store of the slice's own (stage 1) to any later row whose ops do not
+    touch the tensor (in a sliced group the next slice's rows are the pipeline's, not modelled as moved)."""
+    out = [(tr.name, False, r, weight_dma_cycles(chip, net.op(tr.name)), tuple(range(r)))
+           for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "weight" and tr.stage == 1
+           and g.weight_columns(tr.name, 0) is None]
+    if g.num_slices != 1:
+        return out
+    x = _Transfers(chip, net, g)
+    n = len(g.rows)
+    for r, row in enumerate(g.rows):
+        for tr in row.stores:
+            if STAGE_SERVES[tr.stage] != 0:
+                continue
+            later = tuple(j for j in range(r + 1, n) if not _touches(net, g.rows[j].ops, tr.name))
+            out.append((tr.name, True, r, x.transfer(tr.name, tr.kind, True, 0)[1], later))
+    return out
+
+
+def _touches(net: Network, ops: tuple[str, ...], tensor: str) -> bool:
+    return any(tensor in net.op(o).inputs or tensor in net.op(o).outputs for o in ops)
+
+
+def moved_transfers(chip: Chip, net: Network, g: GroupPlan) -> dict[tuple[str, bool], int]:
+    """The row each movable transfer of one-slice group ``g`` (keyed by tensor and whether it is a store) sits in
+    once TPU-MLIR's memory-aware pass has moved it (reference s4.3, :func:`timestep_moves`): the rows whose
+    lifetimes its allocator packs (a load moved earlier, a store later: both live longer).  Empty for a sliced
+    group (its weights are held, or reloaded in place) or a cost model that does not move transfers."""
+    if g.num_slices != 1 or not cost_model(chip).rebalance_loads:
+        return {}
+    movable = _movable_transfers(chip, net, g)
+    if not movable:
+        return {}
+    cells = _table_cells(chip, net, g, (0, 1)).cells
+    dest = timestep_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))],
+                          [(r, c, ok) for _, _, r, c, ok in movable])
+    return {(name, store): row for (name, store, _, _, _), row in zip(movable, dest)}
 
 
 def moved_weight_loads(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
-    """The row each weight load of one-slice group ``g`` sits in once TPU-MLIR's memory-aware pass has moved the
-    loads (reference s4.3, :func:`rebalance_weight_loads`): the rows whose lifetimes its allocator packs.  Empty
-    for a sliced group (its weights are held, or reloaded in place) or a cost model that does not move loads."""
-    model = cost_model(chip)
-    if g.num_slices != 1 or not model.rebalance_loads:
-        return {}
-    loads = _movable_weight_loads(chip, net, g)
-    cells = _table_cells(chip, net, g, (0, 1)).cells
-    dest = weight_load_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))], [(r, c) for _, r, c in loads])
-    return {name: row for (name, _, _), row in zip(loads, dest)}
+    """The rows :func:`moved_transfers` gives the weight loads of ``g``."""
+    return {name: row for (name, store), row in moved_transfers(chip, net, g).items() if not store}
 
 
-
-def rebalance_weight_loads(rows: list[tuple[int, int]], loads: list[tuple[int, int]],
-                           dest: list[int] | None = None) -> list[tuple[int, int]]:
-    """Rows' (TIU, GDMA) cycles after moving weight loads to earlier rows, as TPU-MLIR's
-    ``memory_aware_timestep_assignment`` moves them (reference s4.3): to ``dest``, by default the rows
-    :func:`weight_load_moves` finds for these ``rows``.
+def rebalance(rows: list[tuple[int, int]], moves: list[Move], dest: list[int] | None = None) -> list[tuple[int, int]]:
+    """Rows' (TIU, GDMA) cycles after moving transfers, as TPU-MLIR's ``memory_aware_timestep_assignment`` moves
+    them (reference s4.3): to ``dest``, by default the rows :func:`timestep_moves` finds for these ``rows``.
 
     On TPU-MLIR's timeline a weight-bound one-slice group runs near its GDMA time (ResNet-18's 29-op group on
-    BM1684X: 539,578 cycles, 513,697 of GDMA); without the moves lgopt charged it 652,496, with them 576,796.
+    BM1684X: 539,578 cycles, 513,697 of GDMA); without the load moves lgopt charged it 652,496, with them 576,796.
+    UNet's one-slice encoder group on BM1690 (INT8) stores its skip tensors beside a later conv, not beside the
+    pool that follows their producer: 112,970 cycles measured, 136,704 charged without the store moves.
 
-    >>> rebalance_weight_loads([(10, 0), (0, 10)], [(1, 10)])
+    >>> rebalance([(10, 0), (0, 10)], [(1, 10, (0,))])
     [(10, 10), (0, 0)]
     """
     t = [a for a, _ in rows]
     d = [b for _, b in rows]
-    for (r, c), j in zip(loads, weight_load_moves(rows, loads) if dest is None else dest):
+    for (r, c, _), j in zip(moves, timestep_moves(rows, moves) if dest is None else dest):
         d[r] -= c
         d[j] += c
     return list(zip(t, d))
 
 
+def timestep_moves(rows: list[tuple[int, int]], moves: list[Move]) -> list[int]:
+    """The row each transfer ends in: while some row's GDMA exceeds its TIU, the (transfer, allowed row) pair
+    with the largest gain ``min(0, slack_src + c) - slack_src + min(0, slack_dst - c)`` moves (``slack`` = TIU -
+    GDMA of a row, ``c`` the transfer's cycles; ties: the smaller ``c * distance``).  LMEM is not checked
+    (TPU-MLIR does not check it there either).  ``rows``: (TIU, GDMA) cycles, the transfers counted in;
+    ``moves``: (row, cycles, rows it may move to) of each movable transfer.
 
-def weight_load_moves(rows: list[tuple[int, int]], loads: list[tuple[int, int]]) -> list[int]:
-    """The row each load ends in: while some row's GDMA exceeds its TIU, the (load, earlier row) pair with the
-    largest gain ``min(0, slack_src + c) - slack_src + min(0, slack_dst - c)`` moves (``slack`` = TIU - GDMA of a
-    row, ``c`` the load's cycles; ties: the smaller ``c * distance``).  A weight of a one-slice group has no
-    earlier use, so any earlier row is legal; LMEM is not checked (TPU-MLIR does not check it there either).
-    ``rows``: (TIU, GDMA) cycles, the loads counted in; ``loads``: (row, cycles) of each movable load.
-
-    >>> weight_load_moves([(10, 0), (0, 10)], [(1, 10)])
+    >>> timestep_moves([(10, 0), (0, 10)], [(1, 10, (0,))])
     [0]
+    >>> timestep_moves([(0, 10), (4, 0), (9, 0)], [(0, 10, (1, 2))])  # a store, later, to the row with room
+    [2]
     """
     t = [a for a, _ in rows]
     d = [b for _, b in rows]
-    at = [[r, c] for r, c in loads]
-    for _ in range(4 * len(at) + 1):  # a load rarely moves twice; the gains strictly decrease the total
-        best: tuple[int, int, int, int] | None = None  # (gain, -(c * distance), load, destination)
+    at = [[r, c] for r, c, _ in moves]
+    allowed = [set(ok) | {r} for r, _, ok in moves]
+    for _ in range(4 * len(at) + 1):  # a transfer rarely moves twice; the gains strictly decrease the total
+        best: tuple[int, int, int, int] | None = None  # (gain, -(c * distance), transfer, destination)
         for k, (r, c) in enumerate(at):
             src = t[r] - d[r]
             if src >= 0 or c <= 0:
                 continue
-            for j in range(r):
+            for j in sorted(allowed[k] - {r}):
                 gain = min(0, src + c) - src + min(0, t[j] - d[j] - c)
-                key = (gain, -c * (r - j), k, j)
+                key = (gain, -c * abs(r - j), k, j)
                 if gain > 0 and (best is None or key[:2] > best[:2]):
                     best = key
         if best is None:
@@ -266,7 +294,6 @@ def weight_load_moves(rows: list[tuple[int, int]], loads: list[tuple[int, int]])
         d[j] += c
         at[k][0] = j
     return [r for r, _ in at]
-
 
 
 def group_cost(chip: Chip, net: Network, g: GroupPlan) -> GroupCost:

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
-from lgopt.cost.pipeline import moved_weight_loads
+from lgopt.cost.pipeline import moved_transfers
 from lgopt.group.handover import packing_chip
 from lgopt.group.slicing import DEFAULT_H_RATIO
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import BankRule, GroupPlan, Plan
-from lgopt.strategies.cpsat.loadtable import with_loads
+from lgopt.strategies.cpsat.loadtable import with_loads, with_stores
 
 Progress = Callable[[str], None]
 """Called with a one-line status message while a strategy runs (the CLI draws it on stderr)."""
@@ -103,9 +103,9 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
     another, None where ``st.compiler_packing`` and TPU-MLIR's time-step pass may fail to slice it
     (``st.compiler.refuses``), else all but ``st.reserve_banks`` banks
     at the top of LMEM (None: nothing is left) and, with ``st.compiler_packing``, the table with a one-slice
-    group's weight loads moved where TPU-MLIR's memory-aware pass moves them
-    (:func:`lgopt.cost.pipeline.moved_weight_loads`; earlier, so longer lived).  Offsets that pack the returned
-    table pack ``g`` too: its lifetimes are the same or shorter.  Only the packing changes; the
+    group's weight loads and stores moved where TPU-MLIR's memory-aware pass moves them
+    (:func:`lgopt.cost.pipeline.moved_transfers`; loads earlier, stores later, so longer lived).  Offsets that
+    pack the returned table pack ``g`` too: its lifetimes are the same or shorter.  Only the packing changes; the
     group's table and costs stay those of ``g`` on the whole chip.
 
     >>> from dataclasses import replace
@@ -131,9 +131,13 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
     if st.reserve_banks > 0:
         room = packing_chip(chip, chip.lmem_bytes - st.reserve_banks * chip.bank_bytes)
     if st.compiler_packing:
-        moved = moved_weight_loads(chip, net, g)
-        if moved:
-            g = with_loads(g, {name: (row, 1) for name, row in moved.items()})
+        moved = moved_transfers(chip, net, g)
+        loads = {name: (row, 1) for (name, store), row in moved.items() if not store}
+        stores = {name: row for (name, store), row in moved.items() if store}
+        if loads:
+            g = with_loads(g, loads)
+        if stores:
+            g = with_stores(g, stores)
         g = with_f32_copies(g, st.f32_tensors)
     return room, g
 

@@ -58,6 +58,18 @@ def with_loads(g: GroupPlan, loads: Mapping[str, Load]) -> GroupPlan:
     return replace(g, rows=tuple(rows), buffers=bufs)
 
 
+def with_stores(g: GroupPlan, stores: Mapping[str, int]) -> GroupPlan:
+    """The same one-slice group with the named tensors' stores in the rows ``stores`` says, each no earlier than
+    the table's (a store moved later keeps its tensor live until it runs)."""
+    moved = {tr.name: tr for row in g.rows for tr in row.stores if tr.name in stores}
+    rows = tuple(Row(row.ops, row.loads, tuple(tr for tr in row.stores if tr.name not in moved)
+                     + tuple(moved[name] for name, r2 in sorted(stores.items()) if r2 == r and name in moved))
+                 for r, row in enumerate(g.rows))
+    bufs = tuple(replace(b, end=max(b.end, stores[b.name])) if b.kind == "activation" and b.name in moved
+                 and b.start <= b.end else b for b in g.buffers)
+    return replace(g, rows=rows, buffers=bufs)
+
+
 def without_weight_loads(g: GroupPlan) -> GroupPlan:
     """The table with its in-table weight loads removed: what every load choice shares."""
     rows = tuple(Row(r.ops, tuple(t for t in r.loads if t.kind != "weight"), r.stores) for r in g.rows)
