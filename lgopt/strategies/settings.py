@@ -131,15 +131,22 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
     if st.reserve_banks > 0:
         room = packing_chip(chip, chip.lmem_bytes - st.reserve_banks * chip.bank_bytes)
     if st.compiler_packing:
-        moved = moved_transfers(chip, net, g)
-        loads = {name: (row, 1) for (name, store), row in moved.items() if not store}
-        stores = {name: row for (name, store), row in moved.items() if store}
-        if loads:
-            g = with_loads(g, loads)
-        if stores:
-            g = with_stores(g, stores)
-        g = with_f32_copies(g, st.f32_tensors)
+        g = with_f32_copies(compiler_lifetimes(chip, net, g), st.f32_tensors)
     return room, g
+
+
+def compiler_lifetimes(chip: Chip, net: Network, g: GroupPlan) -> GroupPlan:
+    """``g``'s table with a one-slice group's weight loads and stores where TPU-MLIR's memory-aware pass moves
+    them (:func:`lgopt.cost.pipeline.moved_transfers`: loads earlier, stores later), the lifetimes its allocator
+    packs; ``g`` itself for a sliced group or a cost model that does not move them."""
+    moved = moved_transfers(chip, net, g)
+    loads = {name: (row, 1) for (name, store), row in moved.items() if not store}
+    stores = {name: row for (name, store), row in moved.items() if store}
+    if loads:
+        g = with_loads(g, loads)
+    if stores:
+        g = with_stores(g, stores)
+    return g
 
 
 def with_f32_copies(g: GroupPlan, tensors: frozenset[str]) -> GroupPlan:
