@@ -10,7 +10,7 @@ import pytest
 
 from lgopt.check.verify import verify_plan
 from lgopt.cli import main
-from lgopt.cost.pipeline import moved_weight_loads
+from lgopt.cost.pipeline import moved_transfers
 from lgopt.errors import LgoptError
 from lgopt.group.build import schedule, try_group
 from lgopt.hw.chip import get_chip
@@ -160,6 +160,11 @@ def test_a_group_not_known_to_compile_leaves_the_reserved_banks_empty():
     assert again is not None and again.cost["lmem_peak"] == big.cost["lmem_peak"]  # trusted: all of LMEM
 
 
+def moved_weight_loads(chip, net, g):
+    """The rows TPU-MLIR's memory-aware pass gives a group's weight loads (its stores apart)."""
+    return {name: row for (name, store), row in moved_transfers(chip, net, g).items() if not store}
+
+
 def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
     """TPU-MLIR's memory-aware pass moves a one-slice group's weight loads to earlier rows with spare GDMA time
     (reference s4.3), lengthening their lifetimes; an untrusted group must still pack with them there."""
@@ -222,7 +227,7 @@ def test_tpu_mlir_moves_a_one_slice_groups_stores_later_past_the_rows_that_touch
     (BM1690 INT8) stores it beside a later conv, not beside the pool after its producer (reference s4.3: stores
     only later, never into a row whose ops touch the tensor): lgopt moves it there, the group costs less, and an
     untrusted group packs with the store's longer lifetime (``packing``, through ``with_stores``)."""
-    from lgopt.cost.pipeline import group_cost, moved_transfers
+    from lgopt.cost.pipeline import group_cost
     from lgopt.strategies.cpsat.loadtable import with_stores
 
     net = load_problem(PROBLEMS / "unet.json")

@@ -198,12 +198,12 @@ def _movable_transfers(chip: Chip, net: Network, g: GroupPlan) -> list[tuple[str
     move (reference s4.3): a weight load in the table (not a column run) to any earlier row, its weight having no
     earlier use; in a one-slice group, also a store of the slice's own (stage 1) to any later row whose ops do not
     touch the tensor (in a sliced group the next slice's rows are the pipeline's, not modelled as moved)."""
-    out = [(tr.name, False, r, weight_dma_cycles(chip, net.op(tr.name)), tuple(range(r)))
+    x = _Transfers(chip, net, g)
+    out = [(tr.name, False, r, x.transfer(tr.name, tr.kind, False, 0)[1], tuple(range(r)))
            for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "weight" and tr.stage == 1
            and g.weight_columns(tr.name, 0) is None]
     if g.num_slices != 1:
         return out
-    x = _Transfers(chip, net, g)
     n = len(g.rows)
     for r, row in enumerate(g.rows):
         for tr in row.stores:
@@ -232,11 +232,6 @@ def moved_transfers(chip: Chip, net: Network, g: GroupPlan) -> dict[tuple[str, b
     dest = timestep_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))],
                           [(r, c, ok) for _, _, r, c, ok in movable])
     return {(name, store): row for (name, store, _, _, _), row in zip(movable, dest)}
-
-
-def moved_weight_loads(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
-    """The rows :func:`moved_transfers` gives the weight loads of ``g``."""
-    return {name: row for (name, store), row in moved_transfers(chip, net, g).items() if not store}
 
 
 def rebalance(rows: list[tuple[int, int]], moves: list[Move], dest: list[int] | None = None) -> list[tuple[int, int]]:
