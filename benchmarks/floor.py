@@ -162,11 +162,13 @@ def main(argv: list[str] | None = None) -> int:
 def settings_floors(timelines: Path, out: Path) -> str:
     """The batch-1 floors of every setting in ``timelines`` (``benchmarks/timelines.py``'s ``QUANT_Ncore`` folders,
     the shared F16 calibration as ``f16_1core``), the best grouping measured beside each, as a markdown table.
+    The rows ``out`` holds of a setting ``timelines`` does not are kept as they are.
 
     On several cores each core's timeline runs on its own and the total is core 0's end; core 0 runs a part of
     every group and global layer, so its TIU and GDMA sums bound the total as one core's do
     (:mod:`lgopt.tpumlir.floor`), each op at the least core 0 spent on it in any grouping measured, a global
-    layer by its own commands (``segments=False``: its segment is not reliable there)."""
+    layer by the span of its own commands (``segments=False``: its segment is not reliable there).  The floor is
+    the joint one (both engines at once) and ``exceeding`` counts the groupings its assumptions fail on."""
     read = [p for p in sorted(timelines.glob("*_*core")) if (p / "ops.csv.gz").exists()]
     folders = [("f16_1core", CAL), *((p.name, p) for p in read)]
     frames = []
@@ -178,39 +180,47 @@ def settings_floors(timelines: Path, out: Path) -> str:
     df = pd.concat(frames, ignore_index=True)
     measured = {setting_key(st) for st in SETTINGS} | {(c, "F16", 1) for c in ("bm1684x", "bm1688")}
     df = df[[k in measured for k in zip(df.chip, df.quantize, df.cores)]]  # not BM1690's 8-core groupings on 1 core
-    df["floor_over_opt2"] = df[["floor", "floor_gdma"]].max(axis=1) / df.opt2_measured
+    df["floor_over_opt2"] = df[list(floor.FLOORS)].max(axis=1) / df.opt2_measured
     df["best_over_opt2"] = df.best_measured / df.opt2_measured
+    if out.exists():  # a setting whose timelines are not here now keeps its rows (the joint floor: blank if older)
+        old = pd.read_csv(out)
+        done = set(zip(df.chip, df.quantize, df.cores))
+        df = pd.concat([df, old[[k not in done for k in zip(old.chip, old.quantize, old.cores)]]], ignore_index=True)
     df = df.sort_values(["chip", "quantize", "cores", "model"], kind="stable")
-    write_table(df[["chip", "quantize", "cores", "model", "groupings", "opt2_measured", "floor", "floor_gdma",
+    write_table(df[["chip", "quantize", "cores", "model", "groupings", "opt2_measured", *floor.FLOORS, "exceeding",
                     "floor_over_opt2", "best_measured", "best_over_opt2"]], out,
                 f"cycles measured by {SOURCE} (several cores: core 0's timeline, whose end is the total)")
-    lines = ["| chip | quantize | cores | models | floor / opt2, geometric mean (lowest) | best measured / opt2 |",
-             "|---|---|---:|---:|---|---|"]
+    lines = ["| chip | quantize | cores | models | floor / opt2, geometric mean (lowest) | best measured / opt2 | "
+             "groupings a floor's rows overrule |", "|---|---|---:|---:|---|---|---:|"]
     for (chip, q, n), g in df.groupby(["chip", "quantize", "cores"], sort=False):
         low = g.loc[g.floor_over_opt2.idxmin()]
         lines.append(f"| {chip} | {q} | {n} | {len(g)} | {floor.geomean(g.floor_over_opt2):.3f} "
-                     f"({low.model} {low.floor_over_opt2:.3f}) | {floor.geomean(g.best_over_opt2):.3f} |")
+                     f"({low.model} {low.floor_over_opt2:.3f}) | {floor.geomean(g.best_over_opt2):.3f} | "
+                     + (f"{int(g.exceeding.sum())} of {int(g.groupings.sum())} |" if g.exceeding.notna().all()
+                        else "not read again |"))
     return "\n".join(lines)
 
 
 def int8_beside_f16(data: Path, f16: pd.DataFrame, out: Path) -> str:
     """The batch-1 floors of INT8 on one core (a calibration-format folder of ``benchmarks/timelines.py``) beside
-    F16's, each the larger of the TIU and the GDMA floor (``lgopt.tpumlir.floor.calibration_rows``)."""
+    F16's, each the joint floor (both engines at once), the TIU and the GDMA one apart beside it
+    (``lgopt.tpumlir.floor.calibration_rows``)."""
     if not (data / "ops.csv.gz").exists():
         return f"no INT8 timelines at {data} (python benchmarks/timelines.py)"
     int8 = floor.floor_table(floor.calibration_rows(data))
     f16_rows = floor.floor_table(floor.calibration_rows(CAL))
     both = f16_rows.merge(int8, on=["model", "chip"], how="right", suffixes=("_f16", "_int8"))
     write_table(int8, out, f"cycles measured by {SOURCE}, INT8 on one core")
-    lines = ["| model | chip | F16 opt2 | F16 floor / opt2 (TIU, GDMA) | INT8 opt2 | INT8 floor / opt2 (TIU, GDMA) |",
+    lines = ["| model | chip | F16 opt2 | F16 floor / opt2 (TIU, GDMA apart) | INT8 opt2 "
+             "| INT8 floor / opt2 (TIU, GDMA apart) |",
              "|---|---|---:|---|---:|---|"]
-    def cell(m: float, t: float, d: float) -> str:
-        return "-" if pd.isna(m) else f"{max(t, d) / m:.3f} ({t / m:.3f}, {d / m:.3f})"
+    def cell(m: float, t: float, d: float, j: float) -> str:
+        return "-" if pd.isna(m) else f"{j / m:.3f} ({t / m:.3f}, {d / m:.3f})"
 
     for r in both.itertuples():
         f16_opt2 = "-" if pd.isna(r.opt2_measured_f16) else f"{int(r.opt2_measured_f16):,}"
-        f16_cell = cell(r.opt2_measured_f16, r.floor_f16, r.floor_gdma_f16)
-        int8_cell = cell(r.opt2_measured_int8, r.floor_int8, r.floor_gdma_int8)
+        f16_cell = cell(r.opt2_measured_f16, r.floor_f16, r.floor_gdma_f16, r.floor_joint_f16)
+        int8_cell = cell(r.opt2_measured_int8, r.floor_int8, r.floor_gdma_int8, r.floor_joint_int8)
         int8_opt2 = f"{int(r.opt2_measured_int8):,}"
         lines.append(f"| {r.model} | {r.chip} | {f16_opt2} | {f16_cell} | {int8_opt2} | {int8_cell} |")
     return "\n".join(lines)

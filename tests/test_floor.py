@@ -66,24 +66,61 @@ def test_calibration_floor_bounds_every_compiled_grouping():
         assert 0 < r["floor"] <= r["opt2_op_sum"] <= r["opt2_measured"], r
         assert r["floor"] <= best[(r["model"], r["chip"])], r
         assert 0 < r["floor_gdma"] <= best[(r["model"], r["chip"])], r  # the GDMA engine's floor bounds them too
+        assert max(r["floor"], r["floor_gdma"]) <= r["floor_joint"] <= best[(r["model"], r["chip"])], r
+        assert r["exceeding"] == 0, r  # no compiled grouping's own rows overrule its measured total
+
+
+def _calibration(folder: Path, totals: list, ops: list, glob: list) -> Path:
+    """A calibration-format folder: ``totals`` (model, chip, variant, status, total), ``ops`` (model, chip, variant,
+    group_pos, op_name, engine, is_weight, cycles, start, end) and ``glob`` (model, chip, variant, name, type,
+    cycles) rows, and an empty ``groups.csv``."""
+    pd.DataFrame(totals, columns=["model", "chip", "variant", "status", "total_cycles"]).to_csv(
+        folder / "totals.csv", index=False)
+    pd.DataFrame(ops, columns=["model", "chip", "variant", "group_pos", "op_name", "engine", "is_weight", "cycles",
+                               "start", "end"]).to_csv(folder / "ops.csv.gz", index=False)
+    pd.DataFrame(glob, columns=["model", "chip", "variant", "name", "type", "cycles"]).to_csv(
+        folder / "globals.csv", index=False)
+    pd.DataFrame(columns=["model", "chip", "variant"]).to_csv(folder / "groups.csv", index=False)
+    return folder
 
 
 def test_the_gdma_floor_takes_each_ops_coefficient_loads_or_its_global_segment(tmp_path: Path):
     """An op's GDMA term: its coefficient loads where a group ran it (INT8's merged tensor, F16's reordered filter;
-    an F16 bias, named after no op, is left out), its segment where it ran as a global layer."""
-    pd.DataFrame([["m", "c", "opt2", "ok", 100], ["m", "c", "v1", "ok", 120]],
-                 columns=["model", "chip", "variant", "status", "total_cycles"]).to_csv(tmp_path / "totals.csv")
-    ops = [["m", "c", "opt2", 0, "load_a_Conv_merge", "GDMA", 1, 30], ["m", "c", "opt2", 0, "load_b_filter_reorderd",
-           "GDMA", 1, 20], ["m", "c", "opt2", 0, "load_onnx::Conv_7", "GDMA", 1, 5],
-           ["m", "c", "opt2", 0, "load_x", "GDMA", 0, 50], ["m", "c", "v1", 0, "load_b_filter_reorderd", "GDMA", 1, 25]]
-    pd.DataFrame(ops, columns=["model", "chip", "variant", "group_pos", "op_name", "engine", "is_weight", "cycles"]
-                 ).to_csv(tmp_path / "ops.csv.gz", index=False)
-    pd.DataFrame([["m", "c", "v1", "a_Conv", "tpu.Conv2D", 12]], columns=["model", "chip", "variant", "name", "type",
-                                                                          "cycles"]).to_csv(tmp_path / "globals.csv")
-    costs = floor.weight_gdma_costs(tmp_path)
+    an F16 bias, named after no op, is left out; an op with no coefficients loads none), its segment where it ran
+    as a global layer."""
+    cal = _calibration(tmp_path, [["m", "c", "opt2", "ok", 100], ["m", "c", "v1", "ok", 120]], [
+        ["m", "c", "opt2", 0, "load_a_Conv_merge", "GDMA", 1, 30, 0, 29],
+        ["m", "c", "opt2", 0, "load_b_filter_reorderd", "GDMA", 1, 20, 30, 49],
+        ["m", "c", "opt2", 0, "load_onnx::Conv_7", "GDMA", 1, 5, 50, 54], ["m", "c", "opt2", 0, "load_x", "GDMA", 0,
+                                                                         50, 55, 104],
+        ["m", "c", "opt2", 0, "a_Conv", "TIU", 0, 9, 30, 38], ["m", "c", "opt2", 0, "b", "TIU", 0, 9, 50, 58],
+        ["m", "c", "v1", 0, "load_b_filter_reorderd", "GDMA", 1, 25, 0, 24], ["m", "c", "v1", 0, "b", "TIU", 0, 9, 25,
+                                                                            33],
+        ["m", "c", "v1", 0, "relu", "TIU", 0, 4, 34, 37]],  # no coefficients: 0 on the GDMA engine when local
+        [["m", "c", "v1", "a_Conv", "tpu.Conv2D", 12], ["m", "c", "opt2", "relu", "tpu.Relu", 15]])
+    costs = floor.engine_costs(floor.context_costs(cal), "dma")
     got = {(r.key, r.op): r.cycles for r in costs.itertuples()}
-    assert got == {("opt2", "a_Conv"): 30, ("opt2", "b"): 20, ("v1", "b"): 25, ("v1", "a_Conv"): 12}
-    assert floor.floor_of(costs, "opt2")["floor"] == 12 + 20  # a_Conv cheapest as a global layer, b in opt2
+    assert got == {("opt2", "a_Conv"): 30, ("opt2", "b"): 20, ("v1", "b"): 25, ("v1", "relu"): 0,
+                   ("v1", "a_Conv"): 12, ("opt2", "relu"): 15}
+    assert floor.floor_of(costs, "opt2")["floor"] == 12 + 20 + 0  # a_Conv as a global layer, b in opt2, relu local
+
+
+def test_the_joint_floor_does_not_hide_a_global_layers_load_behind_other_ops_compute(tmp_path: Path):
+    """Each engine's floor alone takes a conv at its cheaper global load and overlaps it with the other ops'
+    compute; a global layer has the timeline to itself, so both at once cost more, and the joint floor says so.
+    It still bounds every grouping it comes from, and :func:`exceeding` flags one that its rows would overrule."""
+    cal = _calibration(tmp_path, [["m", "c", "opt2", "ok", 140], ["m", "c", "v1", "ok", 130]], [
+        ["m", "c", "opt2", 0, "load_conv_merge", "GDMA", 1, 100, 0, 99], ["m", "c", "opt2", 0, "conv", "TIU", 0, 30,
+                                                                          100, 129],
+        ["m", "c", "opt2", 0, "add", "TIU", 0, 60, 40, 99], ["m", "c", "v1", 0, "add", "TIU", 0, 60, 70, 129],
+        ["m", "c", "v1", -1, "conv", "GDMA", 0, 40, 0, 39], ["m", "c", "v1", -1, "conv", "TIU", 0, 30, 40, 69]],
+        [["m", "c", "v1", "conv", "tpu.Conv2D", 70]])
+    row = floor.calibration_rows(cal)[0]
+    assert (row["floor"], row["floor_gdma"]) == (30 + 60, 70 + 0)
+    assert row["floor_joint"] == 100  # conv local: max(30 + 60, 100 + 0); global: 70 then add's 60, 130
+    assert row["exceeding"] == 0  # opt2: 100 <= 140; v1: 70 + 60 <= 130
+    ctx = floor.context_costs(cal)
+    assert floor.exceeding(ctx, pd.DataFrame({"key": ["opt2", "v1"], "total_cycles": [140, 120]})) == 1
 
 
 def test_the_best_measured_grouping_is_the_least_compiled_total(tmp_path: Path):
@@ -161,18 +198,19 @@ def test_the_scoring_tools_reader_loads_from_its_file_alone(tmp_path: Path):
     assert floor.load_reader(tmp_path / "reader.py").read_final("x") == ([], None)
 
 
-def test_on_several_cores_a_global_layer_counts_its_own_commands_not_its_segment(tmp_path: Path):
+def test_on_several_cores_a_global_layer_counts_its_own_commands_on_each_engine_not_its_segment(tmp_path: Path):
     """Core 0's segment of a global layer can hold an unsynced one-slice group's time (BM1690 INT8's UNet floor
-    came out above opt2 so); its own commands, the busier engine's, bound it without that."""
-    pd.DataFrame([["m", "c", "opt2", "ok", 100]], columns=["model", "chip", "variant", "status", "total_cycles"]
-                 ).to_csv(tmp_path / "totals.csv", index=False)
-    ops = [["m", "c", "opt2", 0, "conv", "TIU", 0, 40], ["m", "c", "opt2", -1, "pool", "TIU", None, 7],
-           ["m", "c", "opt2", -1, "pool", "GDMA", 0, 9], ["m", "c", "opt2", -1, "pool", "GDMA", 0, 3]]
-    pd.DataFrame(ops, columns=["model", "chip", "variant", "group_pos", "op_name", "engine", "is_weight", "cycles"]
-                 ).to_csv(tmp_path / "ops.csv.gz", index=False)
-    pd.DataFrame([["m", "c", "opt2", "pool", "tpu.Pool2D", 60], ["m", "c", "opt2", "view", "tpu.Reshape", None]],
-                 columns=["model", "chip", "variant", "name", "type", "cycles"]).to_csv(tmp_path / "globals.csv")
-    by_segment = floor.calibration_costs(tmp_path)
-    own = floor.calibration_costs(tmp_path, segments=False)
-    assert dict(zip(by_segment.op, by_segment.cycles)) == {"conv": 40, "pool": 60, "view": 0}
-    assert dict(zip(own.op, own.cycles)) == {"conv": 40, "pool": 12, "view": 0}  # GDMA 9 + 3 beats TIU 7
+    came out above opt2 so), and its own commands interleave with the group's: each engine's own commands count,
+    beside every other op's on that engine, and no wall."""
+    cal = _calibration(tmp_path, [["m", "c", "opt2", "ok", 100]], [
+        ["m", "c", "opt2", 0, "conv", "TIU", 0, 40, 0, 39], ["m", "c", "opt2", -1, "pool", "TIU", None, 7, 52, 58],
+        ["m", "c", "opt2", -1, "pool", "GDMA", 0, 9, 43, 51], ["m", "c", "opt2", -1, "pool", "GDMA", 0, 3, 59, 61]],
+        [["m", "c", "opt2", "pool", "tpu.Pool2D", 60], ["m", "c", "opt2", "view", "tpu.Reshape", None],
+         ["m", "c", "opt2", "lost", "tpu.Add", None]])  # an add with no command of its own: no measurement
+    by_segment = floor.context_costs(cal).set_index("op")
+    own = floor.context_costs(cal, segments=False).set_index("op")
+    assert by_segment.wall.to_dict() == {"conv": 0, "pool": 60, "view": 0}
+    assert own.wall.to_dict() == {"conv": 0, "pool": 0, "view": 0}
+    assert (own.tiu.to_dict(), own.dma.to_dict()) == ({"conv": 40, "pool": 7, "view": 0}, {"conv": 0, "pool": 12,
+                                                                                            "view": 0})
+    assert floor.own_bound(own.reset_index()) == max(40 + 7, 12)

@@ -71,6 +71,7 @@ def test_each_slice_of_a_group_op_is_a_row_with_its_commands_shape_and_bytes(tmp
     conv = t.ops[t.ops.op_name == "y_Conv"]
     tiu = conv[conv.engine == "TIU"]
     assert list(tiu.slice_idx) == [0, 1] and list(tiu.cycles) == [110, 110] and list(tiu.n_cmds) == [2, 2]
+    assert list(tiu.start) == [25, 135] and list(tiu.end) == [134, 244]  # first start, last end, as the timeline's
     assert list(tiu.hslice) == [4, 4] and list(tiu.cslice) == [16, 16] and set(tiu.role) == {"compute"}
     stores = conv[conv.engine == "GDMA"]  # the Store is named after the value it stores
     assert list(stores.role) == ["store", "store"] and list(stores.bytes) == [512, 512] and set(stores.dir) == {1}

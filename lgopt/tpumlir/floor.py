@@ -7,7 +7,10 @@ timeline to itself (a group's and a global op's segments partition the total).  
 least the sum, over its ops, of the op's TIU cycles (local) or its segment (global).  Each op's *floor* is the
 least that term was in any grouping TPU-MLIR compiled, and the model's floor is the sum of its ops' floors:
 no grouping in the measured set, and none that does not make some op cheaper than every measured grouping
-did, beats it.
+did, beats it.  The same holds of the GDMA engine (a local op's coefficient loads), and of both at once
+(:func:`joint_floor`: each op chosen local or global, the global ones' walls plus the busier engine of the
+local ones), which is at least either.  Each floor is checked against the groupings it is made of
+(:func:`exceeding`: no grouping's own rows may say more than its measured total).
 
 It is an empirical floor, not a proof: a grouping never measured could run an op cheaper (fewer H slices
 recompute fewer halo rows, a layout with more lanes), and a little of a group's work can spill into its
@@ -34,6 +37,7 @@ from lgopt.tpumlir.judge import cache_digest
 
 FREE_WHEN_GLOBAL = ("tpu.Reshape", "tpu.Slice", "tpu.Buffer", "tpu.Concat")
 CASES = ("yolov5s_like", "unet_small")  # the models issue 13's 8 % target names at any batch and chip
+FLOORS = ("floor", "floor_gdma", "floor_joint")  # TIU's, GDMA's, both at once: each bounds a grouping
 COLUMNS = ["model", "chip", "batch", "groups", "opt2_measured", "groupings", "opt2_op_sum", "floor"]
 
 
@@ -63,30 +67,6 @@ def floor_of(costs: pd.DataFrame, own: str) -> dict[str, int]:
             "floor": int(least.sum())}
 
 
-def calibration_costs(cal: Path, segments: bool = True) -> pd.DataFrame:
-    """Per-op costs (``model``, ``chip``, ``key``, ``op``, ``cycles``) of every grouping TPU-MLIR compiled in the
-    calibration data at ``cal`` (``ops.csv.gz``: each local op's TIU commands; ``globals.csv``: global layers).
-    ``segments=False``: a global layer's own commands instead of its segment (:func:`engine_globals`)."""
-    ops, glob = _compiled(cal)
-    loc = (ops[(ops.engine == "TIU") & (ops.group_pos >= 0)].groupby(["model", "chip", "variant", "op_name"])
-           .cycles.sum().reset_index())
-    return op_costs(loc.rename(columns={"variant": "key", "op_name": "op"}),
-                    glob if segments else engine_globals(ops, glob))
-
-
-def engine_globals(ops: pd.DataFrame, glob: pd.DataFrame) -> pd.DataFrame:
-    """``glob`` with each global layer's ``cycles`` the busier engine's of its own commands (none: no measurement,
-    or free for a view).  On several cores the scoring tool splits core 0's timeline at its syncs, and one-slice
-    groups run between them unsynced, so a global layer's segment can hold a group's time (BM1690 INT8's UNet:
-    its floor came out above opt2).  A global layer still has core 0 to itself between two syncs, so its own
-    commands on either engine bound its time there as its segment does, a little lower."""
-    own = (ops[ops.group_pos < 0].groupby(["model", "chip", "variant", "op_name", "engine"]).cycles.sum()
-           .groupby(level=[0, 1, 2, 3]).max().rename("own").reset_index()
-           .rename(columns={"variant": "key", "op_name": "op"}))
-    out = glob.drop(columns="cycles").merge(own, on=["model", "chip", "key", "op"], how="left")
-    return out.rename(columns={"own": "cycles"})
-
-
 def _compiled(cal: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The op rows (``ops.csv.gz``) and the global layers' segments (``globals.csv``: ``model``, ``chip``, ``key``,
     ``op``, ``type``, ``cycles``) of the groupings TPU-MLIR compiled in the calibration data at ``cal``."""
@@ -99,36 +79,135 @@ def _compiled(cal: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 WEIGHT_LOAD = re.compile(r"^load_(.+?)_(?:merge|filter_reorderd)$")  # an op's coefficients: INT8's merged, F16's filter
 
 
-def weight_gdma_costs(cal: Path, segments: bool = True) -> pd.DataFrame:
-    """Per-op GDMA costs (``model``, ``chip``, ``key``, ``op``, ``cycles``) of every compiled grouping: a local op's
-    coefficient loads (its merged INT8 tensor, its F16 filter; a load named otherwise, an F16 bias, is left out,
-    which only lowers the floor), a global op's segment.  The GDMA engine runs one transfer at a time and a global
-    op has the timeline to itself, so a grouping's total is at least their sum, as it is the TIU one's.
-    ``segments=False``: a global layer's own commands instead of its segment (:func:`engine_globals`)."""
+def context_costs(cal: Path, segments: bool = True) -> pd.DataFrame:
+    """Every op of every grouping TPU-MLIR compiled in the calibration data at ``cal``, in the context it ran: one
+    row per (``model``, ``chip``, ``key``, ``op``), ``kind`` ``local`` (in a group) or ``global``, with ``tiu`` and
+    ``dma`` the cycles it keeps each engine busy and ``wall`` the timeline it has to itself.
+
+    A local op: its TIU commands and its coefficient loads (the loads named after it: INT8's merged tensor, F16's
+    reordered filter; a load named otherwise, an F16 bias, is left out, which only lowers the floors), 0 where it
+    has none; no wall.  A global op on one core: its segment as ``wall`` (``globals.csv``), engines 0.  The
+    segments partition the timeline, so a grouping's total is at least its global walls plus the busier engine of
+    its local ops (:func:`own_bound`).
+
+    ``segments=False`` (several cores): a global op's own commands on core 0 on each engine instead, no wall.  A
+    core's timeline is not cut there as on one core: one-slice groups run between the syncs unsynced and a global
+    layer's commands interleave with theirs (MobileNetV2's input Cast on BM1690 INT8, 8 cores: its first command
+    at 0, its last at 81,982 of 91,724, the group's in between), so only the engines' occupancy bounds the total:
+    each runs one command at a time, local or global.
+
+    A global op with no command of its own costs 0 if it is a view or an in-place concat; any other is no
+    measurement, and left out.
+    """
     ops, glob = _compiled(cal)
-    w = ops[(ops.engine == "GDMA") & (ops.group_pos >= 0) & (ops.is_weight == 1)]
-    w = w.assign(op=w.op_name.str.extract(WEIGHT_LOAD, expand=False)).dropna(subset=["op"])
-    loc = w.groupby(["model", "chip", "variant", "op"]).cycles.sum().reset_index()
-    return op_costs(loc.rename(columns={"variant": "key"}), glob if segments else engine_globals(ops, glob))
+    keys = ["model", "chip", "variant", "op_name"]
+    loc = ops[ops.group_pos >= 0]
+    tiu = loc[loc.engine == "TIU"].groupby(keys).cycles.sum().rename("tiu")
+    w = loc[(loc.engine == "GDMA") & (loc.is_weight == 1)]
+    w = w.assign(op_name=w.op_name.str.extract(WEIGHT_LOAD, expand=False)).dropna(subset=["op_name"])
+    dma = w.groupby(keys).cycles.sum().rename("dma")
+    local = pd.concat([tiu, dma], axis=1).fillna(0).reset_index().assign(kind="local", wall=0)
+    if segments:
+        glob = glob.assign(tiu=0, dma=0)
+    else:
+        own = (ops[ops.group_pos < 0].assign(engine=lambda d: d.engine.map({"TIU": "tiu", "GDMA": "dma"}))
+               .pivot_table(index=keys, columns="engine", values="cycles", aggfunc="sum").reset_index()
+               .rename(columns={"variant": "key", "op_name": "op"}))
+        own = own.reindex(columns=["model", "chip", "key", "op", "tiu", "dma"])
+        glob = glob.merge(own, on=["model", "chip", "key", "op"], how="left")
+        measured = glob[["tiu", "dma"]].notna().any(axis=1)  # no wall, but a row only where it has commands
+        glob = glob.assign(cycles=glob.cycles.where(~measured, 0).where(measured), tiu=glob.tiu.fillna(0),
+                           dma=glob.dma.fillna(0))
+    free = glob.type.isin(FREE_WHEN_GLOBAL) & glob.cycles.isna()
+    walls = glob.assign(wall=glob.cycles.where(~free, 0)).dropna(subset=["wall"])
+    out = pd.concat([local.rename(columns={"variant": "key", "op_name": "op"}),
+                     walls[["model", "chip", "key", "op", "tiu", "dma", "wall"]].assign(kind="global")],
+                    ignore_index=True)
+    return out[["model", "chip", "key", "op", "kind", "tiu", "dma", "wall"]]
+
+
+def engine_costs(ctx: pd.DataFrame, engine: str) -> pd.DataFrame:
+    """``ctx`` (:func:`context_costs`) as one engine's costs for :func:`floor_of` (``key``, ``op``, ``cycles``): an
+    op's ``engine`` column (``tiu`` or ``dma``) and its wall.  That engine runs one command at a time and a wall
+    is a stretch no other op has, so a grouping's total is at least their sum."""
+    return ctx.assign(cycles=ctx[engine] + ctx.wall)[["key", "op", "cycles"]]
+
+
+def own_bound(ctx: pd.DataFrame) -> int:
+    """What the rows of one grouping say its total is at least: its ops' walls, then the busier engine of the rest
+    (each engine runs one command at a time)."""
+    return int(ctx.wall.sum() + max(ctx.tiu.sum(), ctx.dma.sum()))
+
+
+def joint_floor(ctx: pd.DataFrame, own: str, workers: int = 2) -> int:
+    """The least :func:`own_bound` a grouping of ``own``'s ops can have, each op local or global as some measured
+    grouping ran it, at the least it cost there: CP-SAT over the choice (a few hundred booleans, solved to
+    optimality in well under a second; a proven bound if not).
+
+    It is at least both engines' floors (:func:`floor_of` over :func:`engine_costs`), which may take an op local
+    for one engine and global for the other: a stage's convs loading their weights as global layers (24 bytes a
+    cycle on BM1688 INT8 against 16.6 in a group) in the GDMA floor, computing in a group in the TIU floor.
+
+    >>> ctx = pd.DataFrame({"key": ["opt2", "opt2", "v1"], "op": ["a", "b", "a"], "kind": ["local", "local", "global"],
+    ...                     "tiu": [10, 40, 0], "dma": [50, 0, 0], "wall": [0, 0, 30]})
+    >>> joint_floor(ctx, "opt2")  # both local: max(10 + 40, 50 + 0); a global: 30 + max(40, 0) = 70
+    50
+    """
+    from ortools.sat.python import cp_model  # loaded only here (a second at start-up otherwise)
+
+    mine = ctx[ctx.op.isin(set(ctx[ctx.key == own].op))]
+    least = {kind: mine[mine.kind == kind].groupby("op")[["tiu", "dma", "wall"]].min().astype(int)
+             for kind in ("local", "global")}
+    m = cp_model.CpModel()
+    ops = sorted(set(least["local"].index) | set(least["global"].index))
+    is_global = {o: m.new_bool_var(f"global_{o}") for o in ops}
+    for o, g in is_global.items():
+        if o not in least["local"].index or o not in least["global"].index:  # measured one way only
+            m.add(g == int(o not in least["local"].index))
+
+    def term(column: str) -> cp_model.LinearExpr:
+        return cp_model.LinearExpr.sum([int(least[k].at[o, column]) * (g if k == "global" else 1 - g)
+                                        for o, g in is_global.items() for k in ("local", "global")
+                                        if o in least[k].index])
+
+    busier = m.new_int_var(0, int(sum(t[["tiu", "dma"]].to_numpy().sum() for t in least.values())), "busier")
+    m.add(busier >= term("tiu"))
+    m.add(busier >= term("dma"))
+    m.minimize(term("wall") + busier)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers
+    solver.parameters.max_time_in_seconds = 60.0
+    solver.solve(m)
+    return int(math.ceil(solver.best_objective_bound))  # the optimum when solved, a proven bound if not
+
+
+def exceeding(ctx: pd.DataFrame, totals: pd.DataFrame) -> int:
+    """How many groupings in ``ctx`` have an :func:`own_bound` above their measured total (``totals``: ``key``,
+    ``total_cycles``).  0 is what makes the floors floors on this data; anything else says an assumption (the
+    segments partition the timeline, a global layer's commands are alone in their span) fails here."""
+    total = dict(zip(totals.key, totals.total_cycles))
+    return sum(own_bound(c) > total[k] for k, c in ctx.groupby("key") if k in total)
 
 
 def calibration_rows(cal: Path, segments: bool = True) -> list[dict[str, Any]]:
     """Batch-1 floors, one row per model and chip whose opt2 compiled, from the calibration data at ``cal``:
-    ``floor`` the TIU one; ``floor_gdma`` the same over the GDMA engine (:func:`weight_gdma_costs`), the one that
-    binds a weight-bound network.  ``segments=False`` (several cores): global layers by their own commands."""
-    tot = pd.read_csv(cal / "totals.csv")
+    ``floor`` the TIU engine's, ``floor_gdma`` the GDMA engine's (the one that binds a weight-bound network),
+    ``floor_joint`` both at once (:func:`joint_floor`, at least either), and ``exceeding`` the compiled groupings
+    whose own bound is above their total (:func:`exceeding`).  ``segments=False`` (several cores): global layers
+    by the span of their own commands (:func:`context_costs`)."""
+    tot = pd.read_csv(cal / "totals.csv").rename(columns={"variant": "key"})
     groups = pd.read_csv(cal / "groups.csv")
-    gdma = weight_gdma_costs(cal, segments)
     rows = []
-    for (model, chip), c in calibration_costs(cal, segments).groupby(["model", "chip"]):
-        o2 = tot[(tot.model == model) & (tot.chip == chip) & (tot.variant == "opt2")]
+    for (model, chip), c in context_costs(cal, segments).groupby(["model", "chip"]):
+        t = tot[(tot.model == model) & (tot.chip == chip)]
+        o2 = t[t.key == "opt2"]
         if o2.empty or o2.status.iloc[0] != "ok":
             continue
         n_groups = int(((groups.model == model) & (groups.chip == chip) & (groups.variant == "opt2")).sum())
-        g = gdma[(gdma.model == model) & (gdma.chip == chip)]
         rows.append({"model": model, "chip": chip, "batch": 1, "groups": n_groups,
-                     "opt2_measured": int(o2.total_cycles.iloc[0]), **floor_of(c, "opt2"),
-                     "floor_gdma": floor_of(g, "opt2")["floor"] if len(g) else 0})
+                     "opt2_measured": int(o2.total_cycles.iloc[0]), **floor_of(engine_costs(c, "tiu"), "opt2"),
+                     "floor_gdma": floor_of(engine_costs(c, "dma"), "opt2")["floor"],
+                     "floor_joint": joint_floor(c, "opt2"), "exceeding": exceeding(c, t[t.status == "ok"])})
     return rows
 
 
@@ -209,10 +288,11 @@ def with_kept_rows(rows: list[dict[str, Any]], old: pd.DataFrame) -> list[dict[s
 
 
 def floor_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """The rows as a table by batch, model and chip, with ``floor_over_opt2`` (the most a grouping can save is
-    1 minus it) and ``opt2_ops_over_total`` (the share of opt2's time its ops' own costs cover)."""
+    """The rows as a table by batch, model and chip, with ``floor_over_opt2`` (the highest of the row's floors: the
+    most a grouping can save is 1 minus it) and ``opt2_ops_over_total`` (the share of opt2's time its ops' own
+    costs cover)."""
     df = pd.DataFrame(list(rows)).sort_values(["batch", "model", "chip"], kind="stable")
-    df["floor_over_opt2"] = df.floor / df.opt2_measured
+    df["floor_over_opt2"] = df[[c for c in FLOORS if c in df]].max(axis=1) / df.opt2_measured
     df["opt2_ops_over_total"] = df.opt2_op_sum / df.opt2_measured
     return df
 

@@ -39,8 +39,8 @@ LOC_USE = re.compile(r"loc\(#(loc\d*)\)\s*$")
 RESULT = re.compile(r"-> (?:\()?tensor<((?:\d+x)+)")
 SLICES = {k: re.compile(rf"\b{k}_slice = \[([\d, ]*)\]") for k in ("n", "c", "h", "w")}
 OPS_COLUMNS = ["model", "chip", "variant", "group_pos", "op_name", "op_type", "role", "tensor", "is_weight", "engine",
-               "slice_idx", "n_slices", "n_cmds", "cycles", "bytes", "dir", "out_shape", "nslice", "cslice", "hslice",
-               "wslice"]
+               "slice_idx", "n_slices", "n_cmds", "cycles", "start", "end", "bytes", "dir", "out_shape", "nslice",
+               "cslice", "hslice", "wslice"]
 
 
 @dataclass(frozen=True)
@@ -149,12 +149,14 @@ def _role(op_type: str) -> str:
 
 
 def _row(ln: Line, pos: int, dma: bool, run: list[Command], i: int, n: int, weight: bool) -> dict[str, Any]:
-    """The columns of one op's slice ``i`` of ``n`` on one engine (``run``: its commands) but the key and shape."""
+    """The columns of one op's slice ``i`` of ``n`` on one engine (``run``: its commands) but the key and shape;
+    ``start`` and ``end`` its first command's start and its last one's end (inclusive), as the calibration's."""
     moves = ln.type in ("Load", "Store")
     return {"group_pos": pos, "op_name": ln.name, "op_type": ln.type, "role": _role(ln.type) if pos >= 0 else "global",
             "tensor": ln.name.removeprefix("load_").removeprefix("store_") if moves else None,
             "is_weight": float(weight) if ln.type == "Load" else None, "engine": "GDMA" if dma else "TIU",
             "slice_idx": i, "n_slices": n, "n_cmds": len(run), "cycles": sum(c.cycles for c in run),
+            "start": min(c.start for c in run), "end": max(c.start + c.cycles - 1 for c in run),
             "bytes": sum(c.nbytes or 0 for c in run) if dma else None, "dir": run[0].direction if dma else None,
             "out_shape": ln.shape}
 
