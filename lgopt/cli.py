@@ -465,6 +465,8 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
               f"{sv.get('space', 'the candidate space')}")
         if sv.get("outside_space"):
             print(f"cpsat: {sv['outside_space']}")
+        if sv.get("resliced"):
+            print(f"cpsat: kept {sv['resliced']}")
     if sv.get("stopped"):
         print(f"cpsat: stopped early: {sv['stopped']}")
     if sv.get("judge"):
