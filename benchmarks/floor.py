@@ -167,8 +167,9 @@ def settings_floors(timelines: Path, out: Path) -> str:
     On several cores each core's timeline runs on its own and the total is core 0's end; core 0 runs a part of
     every group and global layer, so its TIU and GDMA sums bound the total as one core's do
     (:mod:`lgopt.tpumlir.floor`), each op at the least core 0 spent on it in any grouping measured, a global
-    layer by the span of its own commands (``segments=False``: its segment is not reliable there).  The floor is
-    the joint one (both engines at once) and ``exceeding`` counts the groupings its assumptions fail on."""
+    layer by each engine's own commands (``segments=False``: neither its segment nor its span bounds it there).
+    The floor is the joint one (both engines at once) and ``exceeding`` counts the groupings its assumptions fail
+    on."""
     read = [p for p in sorted(timelines.glob("*_*core")) if (p / "ops.csv.gz").exists()]
     folders = [("f16_1core", CAL), *((p.name, p) for p in read)]
     frames = []

@@ -48,11 +48,16 @@ def op_costs(local_tiu: pd.DataFrame, global_wall: pd.DataFrame) -> pd.DataFrame
     were written in place that is real: it costs 0.  For any other type the timeline's attribution missed it,
     and the row is no measurement.
     """
-    free = global_wall.type.isin(FREE_WHEN_GLOBAL)
-    g = global_wall.assign(cycles=global_wall.cycles.where(~(free & global_wall.cycles.isna()), 0)).dropna(
-        subset=["cycles"])
+    g = measured_globals(global_wall)
     return pd.concat([local_tiu.assign(kind="local"), g.drop(columns="type").assign(kind="global")],
                      ignore_index=True)
+
+
+def measured_globals(glob: pd.DataFrame) -> pd.DataFrame:
+    """``glob`` (global ops with ``type`` and ``cycles``, NaN where they have no commands) without the rows that
+    are no measurement, a view's or an in-place concat's cycles 0 (:func:`op_costs` says why)."""
+    free = glob.type.isin(FREE_WHEN_GLOBAL) & glob.cycles.isna()
+    return glob.assign(cycles=glob.cycles.where(~free, 0)).dropna(subset=["cycles"])
 
 
 def floor_of(costs: pd.DataFrame, own: str) -> dict[str, int]:
@@ -115,11 +120,10 @@ def context_costs(cal: Path, segments: bool = True) -> pd.DataFrame:
                .rename(columns={"variant": "key", "op_name": "op"}))
         own = own.reindex(columns=["model", "chip", "key", "op", "tiu", "dma"])
         glob = glob.merge(own, on=["model", "chip", "key", "op"], how="left")
-        measured = glob[["tiu", "dma"]].notna().any(axis=1)  # no wall, but a row only where it has commands
-        glob = glob.assign(cycles=glob.cycles.where(~measured, 0).where(measured), tiu=glob.tiu.fillna(0),
+        has = glob[["tiu", "dma"]].notna().any(axis=1)  # no wall, but a measurement only where it has commands
+        glob = glob.assign(cycles=pd.Series(0.0, index=glob.index).where(has), tiu=glob.tiu.fillna(0),
                            dma=glob.dma.fillna(0))
-    free = glob.type.isin(FREE_WHEN_GLOBAL) & glob.cycles.isna()
-    walls = glob.assign(wall=glob.cycles.where(~free, 0)).dropna(subset=["wall"])
+    walls = measured_globals(glob).rename(columns={"cycles": "wall"})
     out = pd.concat([local.rename(columns={"variant": "key", "op_name": "op"}),
                      walls[["model", "chip", "key", "op", "tiu", "dma", "wall"]].assign(kind="global")],
                     ignore_index=True)
@@ -184,7 +188,7 @@ def joint_floor(ctx: pd.DataFrame, own: str, workers: int = 2) -> int:
 def exceeding(ctx: pd.DataFrame, totals: pd.DataFrame) -> int:
     """How many groupings in ``ctx`` have an :func:`own_bound` above their measured total (``totals``: ``key``,
     ``total_cycles``).  0 is what makes the floors floors on this data; anything else says an assumption (the
-    segments partition the timeline, a global layer's commands are alone in their span) fails here."""
+    segments partition the timeline on one core) fails here."""
     total = dict(zip(totals.key, totals.total_cycles))
     return sum(own_bound(c) > total[k] for k, c in ctx.groupby("key") if k in total)
 
@@ -194,7 +198,7 @@ def calibration_rows(cal: Path, segments: bool = True) -> list[dict[str, Any]]:
     ``floor`` the TIU engine's, ``floor_gdma`` the GDMA engine's (the one that binds a weight-bound network),
     ``floor_joint`` both at once (:func:`joint_floor`, at least either), and ``exceeding`` the compiled groupings
     whose own bound is above their total (:func:`exceeding`).  ``segments=False`` (several cores): global layers
-    by the span of their own commands (:func:`context_costs`)."""
+    by each engine's own commands (:func:`context_costs`)."""
     tot = pd.read_csv(cal / "totals.csv").rename(columns={"variant": "key"})
     groups = pd.read_csv(cal / "groups.csv")
     rows = []

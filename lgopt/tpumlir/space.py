@@ -117,7 +117,7 @@ def _or_resliced(net: Network, chip: Chip, st: SearchSettings, r: ReferenceSpace
     where the cost model prices that lower: a search stopped by its time limit can miss it, and the judge starts
     from what this returns.  The search's bound still holds (the resliced grouping is in its space); its value and
     gap are the plan's."""
-    if ref is None or chip.used_cores < 2:
+    if ref is None:
         return plan
     better, n = resliced(net, chip, Path(str(r.reference)), st, ref)
     cycles = int(better.cost["cycles"])
