@@ -76,7 +76,7 @@ def main() -> int:
             built = build_groups(nets[r.model], chip, path, exact=True)
         except LgoptError:
             continue
-        net = lower_like(nets[r.model], load_cache(path))[0]
+        net = lower_like(nets[r.model], load_cache(path), chip)[0]
         if (r.model, r.chip) not in f32:
             opt2 = CAL / "caches" / f"{r.model}_{r.chip}" / "opt2.layer_group_cache.json"
             f32[(r.model, r.chip)] = f32_tensors(net, load_cache(str(opt2)))

@@ -52,7 +52,7 @@ def room_row(net, chip_name: str, cache: Path, measured: float) -> dict | None:
     except LgoptError as e:
         print(f"  {cache.name}: not built ({e})", file=sys.stderr)
         return None
-    lb = lower_bound(chip, lower_like(net, load_cache(str(cache)))[0])
+    lb = lower_bound(chip, lower_like(net, load_cache(str(cache)), chip)[0])
     pred = plan.cost["cycles"]
     return {"groups": len(plan.groups), "opt2_measured": measured, "opt2_predicted": pred,
             "lower_bound": lb["cycles"], "bound_by": "compute" if lb["compute_cycles"] >= lb["cycles"] else "gdma",

@@ -362,7 +362,7 @@ def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Pat
             cpsat=CpsatSettings(time_limit=time_limit, workers=2), space=space))
     except LgoptError as e:
         return {**row, "outcome": "lgopt refused", "why": str(e)[:200]}
-    planned = space.lowered(net)[0]
+    planned = space.lowered(net, chip)[0]
     bad = verify(planned, plan)
     if bad:
         return {**row, "outcome": "lgopt:verify", "why": str(bad[0])[:200]}

@@ -404,7 +404,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     progress = None if args.json else stderr_progress
     space = _space(args, chip, budget, margin)
     # the network every plan of this run is of: with a reference, lowered once as its cache lowered it
-    planned = net if space is None else space.lowered(net)[0]
+    planned = net if space is None else space.lowered(net, chip)[0]
     keep = _Incumbents(planned, args.output, args.objective)
     try:
         plan, extra = choice.run(net, chip, StrategyOptions(settings, cpsat, progress=progress, incumbent=keep,

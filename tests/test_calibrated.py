@@ -476,7 +476,7 @@ def test_the_lower_bound_prices_weights_by_the_model_and_stays_below_every_compi
         net = load_model(CAL / "onnx" / f"{r.model}.weightless.onnx", dtype="f16")
         chip = get_chip(r.chip, {"cost_model": NAME})
         plan, _ = score(net, chip, str(CAL / r.cache_file))
-        lb = lower_bound(chip, lower_like(net, load_cache(str(CAL / r.cache_file)))[0])
+        lb = lower_bound(chip, lower_like(net, load_cache(str(CAL / r.cache_file)), chip)[0])
         assert lb["cycles"] <= plan.cost["cycles"], (r.model, r.chip)
         if (r.model, r.chip) == ("mnasnet1_0", "bm1684x"):
             weights = sum(weight_gmem_bytes(op) for op in net.ops)

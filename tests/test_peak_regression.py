@@ -82,9 +82,9 @@ def test_greedy_plans_in_the_compiler_space_verify(model, chip):
     net = load_model(onnx)
     plans: list = []
     space = ReferenceSpace(str(ref))
-    plan, _ = parse_strategy("greedy").run(net, get_chip(chip, {"cost_model": "tpu-mlir-1.30"}),
-                                           StrategyOptions(space=space, incumbent=plans.append))
-    planned = space.lowered(net)[0]
+    on = get_chip(chip, {"cost_model": "tpu-mlir-1.30"})
+    plan, _ = parse_strategy("greedy").run(net, on, StrategyOptions(space=space, incumbent=plans.append))
+    planned = space.lowered(net, on)[0]
     for p in plans + [plan]:
         assert verify(network_of(planned, p), p) == []
         assert all(g.cost["lmem_peak"] == _reach(g) for g in p.groups)

@@ -234,7 +234,7 @@ def _round_trip(net, path, reference):
 def test_tpu_mlirs_own_grouping_reads_exactly_and_exports_back(tmp_path, case):
     net, locs = _model(tmp_path, case)
     ref = _cache(tmp_path / "own.layer_group_cache.json", locs)
-    low, notes = lower_like(net, load_cache(ref))
+    low, notes = lower_like(net, load_cache(ref), None)
     assert all(any(rule in n for n in notes) for rule in RULES[case]), notes
     apart = sum("an op of its own" in n for n in notes)  # each adds an op, each fusion takes one away
     assert len(low.ops) == len(net.ops) + apart - (len(notes) - apart)
@@ -259,7 +259,7 @@ def test_an_op_tpu_mlir_names_is_not_fused_away(tmp_path):
     net, locs = _model(tmp_path, "preact")
     at = locs.index("/relu_d/Relu_output_0_Relu")
     named = locs[:at] + ["/conv_j/Conv_output_0_Conv"] + locs[at:]
-    low, notes = lower_like(net, load_cache(_cache(tmp_path / "c.layer_group_cache.json", named)))
+    low, notes = lower_like(net, load_cache(_cache(tmp_path / "c.layer_group_cache.json", named)), None)
     assert "/conv_j/Conv" in {o.name for o in low.ops}
     assert low.op("/add_j/Add").type == "BatchNormalization" and low.op("/add_j/Add").inputs == \
         low.op("/conv_j/Conv").outputs
@@ -272,18 +272,18 @@ def test_the_folds_keep_shapes_and_what_each_op_computes(tmp_path):
     scales are one BatchNormalization of a scale and a bias; the crop is the conv padded 1 less; the Relu
     after a Concat is the Concat's; a LeakyRelu is an op on the tensor its node read."""
     net, locs = _model(tmp_path, "preact")
-    low, _ = lower_like(net, load_cache(_cache(tmp_path / "p.json", locs)))
+    low, _ = lower_like(net, load_cache(_cache(tmp_path / "p.json", locs)), None)
     d = low.op("/add_j/Add")
     assert d.type == "Conv" and d.fused == ("Relu",) and [w.role for w in d.weights] == ["filter", "bias"]
     cat = low.op("/cat_h/Concat")
     assert cat.fused == ("Relu",) and cat.outputs == ("/relu_h/Relu_output_0",)
     net2, locs2 = _model(tmp_path, "slices")
-    low2, _ = lower_like(net2, load_cache(_cache(tmp_path / "s.json", locs2)))
+    low2, _ = lower_like(net2, load_cache(_cache(tmp_path / "s.json", locs2)), None)
     crop = low2.op("/crop/Slice")
     assert crop.type == "Conv" and crop.local and tuple(crop.attrs["pads"]) == (1, 1, 1, 1)
     assert low2.tensor(crop.outputs[0]).shape == net2.tensor("/crop/Slice_output_0").shape
     net3, locs3 = _model(tmp_path, "scales")
-    low3, _ = lower_like(net3, load_cache(_cache(tmp_path / "c.json", locs3)))
+    low3, _ = lower_like(net3, load_cache(_cache(tmp_path / "c.json", locs3)), None)
     b2 = low3.op("/bn_b2/BatchNormalization")
     assert b2.inputs == ("/add_b/Add_output_0",) and [w.role for w in b2.weights] == ["scale", "bias"]
     lrelu = low3.op("/lrelu_n/LeakyRelu")

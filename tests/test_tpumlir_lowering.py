@@ -51,7 +51,7 @@ def _cache(tmp_path, h: str, a: str, y: str, grouped: tuple[int, ...]) -> str:
 
 def test_column_pieces_compute_what_the_whole_mlp_computes(tmp_path):
     net, h, a, y = _mlp(tmp_path)
-    low, notes = lower_like(net, load_cache(_cache(tmp_path, h, a, y, (1, 4))))
+    low, notes = lower_like(net, load_cache(_cache(tmp_path, h, a, y, (1, 4))), None)
     assert len(notes) == 1 and [op.type for op in low.ops] == ["MatMul", "Gelu", "MatMul"] * 2 + ["Add"]
     assert low.op(f"{y}_Add_1_add_").outputs == (y,) and set(low.outputs) == set(net.outputs)
     # the pieces' weights cut from the whole ones: the same output, up to summation order
@@ -117,7 +117,7 @@ def test_two_linear_pointwise_convs_are_the_one_conv_tpu_mlir_merges_them_into()
 
     net = load_model(CAL / "onnx" / "mnasnet1_0.weightless.onnx", dtype="f16")
     cache = str(CAL / "caches" / "mnasnet1_0_bm1688" / "opt2.layer_group_cache.json")
-    low, notes = lower_like(net, load_cache(cache))
+    low, notes = lower_like(net, load_cache(cache), None)
     merged = [n for n in notes if "merges" in n]
     assert len(merged) == 2 and len(low.ops) == len(net.ops) - 2
     ops = pd.read_csv(CAL / "ops.csv.gz")

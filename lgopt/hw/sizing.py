@@ -228,6 +228,8 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
             return 0
         relaid = activation_bytes(chip, tin, *in_slice)
         return relaid + align_up(2 * channels_per_lane(tin.c, chip.npu_num) * dtype_bytes(tin.dtype), chip.eu_bytes)
+    if int8_lut(chip, op, tin, tout):  # TPU-MLIR's Lut: no work buffer (getBufferSize 0), its table beside it
+        return align_up(LUT_ENTRIES, chip.eu_bytes)
     if op.type in opsem.TABLE_ACTIVATIONS:
         per_n = kernel_n_bytes(chip, tin, in_slice)
         coeffs = align_up(32 * dtype_bytes(tin.dtype), chip.eu_bytes)
@@ -244,6 +246,22 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
         lanes = tout.lane_shape(out_slice[0], out_slice[1], out_slice[2], out_slice[3])  # (a rank-3 one's rows
         return 2 * activation_lane_bytes(lanes, "int16", chip.npu_num, chip.eu_bytes)  # over the lanes)
     return 0
+
+
+LUT_ENTRIES = 256  # an INT8 Lut's table: one int8 result for each int8 input
+
+
+def int8_lut(chip: Chip, op: Op, tin: Tensor, tout: Tensor) -> bool:
+    """Whether TPU-MLIR's BM1684X-family backend runs this activation as a ``tpu.Lut``: an elementwise activation
+    of an 8-bit input to an 8-bit output (GELU, SiLU, hard swish, sigmoid ...: ViT-B's 12 GELUs, yolov5s's 57
+    SiLUs, MobileNetV3's 28 hard activations in their INT8 ``tpu.mlir``), whose local buffer is none and whose
+    table of 256 entries is loaded beside it.  A float-series activation's work copies (:func:`op_scratch`) are
+    what the float lowering needs; an INT8 one charged them is refused groups TPU-MLIR compiles (ViT-B's MLP on
+    BM1688, 36,912 bytes of a GELU's copies for 3 rows of 3,072)."""
+    spec = opsem.OP_SPECS.get(op.type)
+    return (spec is not None and spec.family is opsem.Family.UNARY and op.type in opsem.TABLE_ACTIVATIONS
+            and chip.conv_buffers in TPU_MLIR_FAMILY and is_integer(tin.dtype) and is_integer(tout.dtype)
+            and dtype_bytes(tin.dtype) == 1 and dtype_bytes(tout.dtype) == 1)
 
 
 def int8_matmul_rows(chip: Chip, op: Op) -> bool:

@@ -431,6 +431,11 @@ def network_to_dict(net: Network) -> dict[str, Any]:
 
 
 def network_digest(net: Network) -> str:
-    """Content hash a plan records, so a plan is never verified against another model."""
-    blob = json.dumps(network_to_dict(net), sort_keys=True).encode()
+    """Content hash a plan records, so a plan is never verified against another model (nor against the same
+    ops with a tensor held another way: the tensors a TPU-MLIR lowering holds rows over the lanes count)."""
+    d = network_to_dict(net)
+    held = sorted(t.name for t in net.tensors.values() if t.rows_lanes)
+    if held:
+        d["rows_lanes"] = held
+    blob = json.dumps(d, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

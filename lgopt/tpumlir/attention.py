@@ -156,7 +156,10 @@ def hold_moves(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
         shape_out = net.tensor(op.outputs[0]).orig_shape
         if not opsem.whole_only(op.type, op.attrs, shapes_in, shape_out, bool(op.weights)):
             continue
-        per_batch = opsem.keeps_batches(op.type, op.attrs, shapes_in, shape_out)
+        # a batch slice of it is one only where lgopt's fold sees the same batches on both sides: ViT's INT8
+        # (197, 1, 12, 64) -> (197, 1, 768) keeps its 197 leading rows, folded as 197 batches in, 1 batch out
+        per_batch = opsem.keeps_batches(op.type, op.attrs, shapes_in, shape_out) and all(
+            net.tensor(t).n == net.tensor(op.outputs[0]).n for t in op.inputs)
         if batches[name] and not per_batch:
             continue  # TPU-MLIR cuts the group into batches, and this move mixes them
         held[name] = replace(op, local=True, h_split=False, n_split=per_batch, reason="",

@@ -550,29 +550,31 @@ def write_secs(net: Network, ops: Sequence[str], n: int, h: int, w: int, c: int 
     if flat_elementwise(net, ops):
         return [n * h, 1, 1, w, 1]
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
-    if (h > 1 or w > 1) and rank3_rows_group(net, ops):  # [B, M, K] is TPU-MLIR's n=B, c=M, h=K
+    if (h > 1 or w > 1) and rows_as_channels_group(net, ops):  # [B, M, K] is TPU-MLIR's n=B, c=M, h=K
         return [n, h, 1, w, 1]
     if h > 1 and n == batch and rows_on_lanes_group(net, ops):  # rows to nsecs, as TPU-MLIR's own caches have it
         return [n * h, 1, 1, 1, w]
     return [n, 1, 1, h, w]
 
 
-def rank3_rows_group(net: Network, ops: Sequence[str]) -> bool:
-    """Whether every tensor of the group is a rank-3 ``[B, M, K]`` (a transformer's tokens): TPU-MLIR's matmul
-    group views it as ``n=B, c=M, h=K``, so its rows are sliced by ``csecs`` (at most ``ceil(M / lanes)``, its
-    ``get_group_max_secs``) and its columns by ``hsecs``.  ViT's final Add + LayerNorm on BM1688 written with its
-    six row slices as ``nsecs`` fails to allocate (every secs above the group's maximum), as ``csecs`` it
-    compiles.  A channels-last 4-D block (ConvNeXt's) keeps its rows in ``nsecs``.
+def rows_as_channels_group(net: Network, ops: Sequence[str]) -> bool:
+    """Whether every tensor of the group is a rank-3 ``[B, M, K]`` (a transformer's tokens) or a rank-4 one a
+    TPU-MLIR lowering holds rows over the lanes (``Tensor.rows_lanes``: an attention's ``[B, H, T, D]``):
+    TPU-MLIR's matmul group views the first as ``n=B, c=M, h=K``, its small-C group the second as ``n=B*H,
+    c=T, h=D`` (:mod:`lgopt.tpumlir.smallc`), so the rows are sliced by ``csecs`` (at most ``ceil(M / lanes)``,
+    its ``get_group_max_secs``) and the columns by ``hsecs``.  ViT's final Add + LayerNorm on BM1688 written
+    with its six row slices as ``nsecs`` fails to allocate (every secs above the group's maximum), as ``csecs``
+    it compiles.  A channels-last 4-D block (ConvNeXt's) keeps its rows in ``nsecs``.
 
     >>> from lgopt.model.network import Network, Op, Tensor
     >>> t = {k: Tensor(k, (1, 1, 197, 768), "f16", (1, 197, 768)) for k in "xy"}
     >>> net = Network("n", t, (Op("a", "Add", ("x", "x"), ("y",)),), ("x",), ("y",))
-    >>> rank3_rows_group(net, ["a"]), write_secs(net, ["a"], 1, 6, 1)
+    >>> rows_as_channels_group(net, ["a"]), write_secs(net, ["a"], 1, 6, 1)
     (True, [1, 6, 1, 1, 1])
     """
     tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
-    return bool(tensors) and all(net.tensor(t).rows_on_lanes and len(net.tensor(t).orig_shape or ()) == 3
-                                 for t in tensors)
+    return bool(tensors) and all(net.tensor(t).rows_on_lanes and (len(net.tensor(t).orig_shape or ()) == 3 or (
+        net.tensor(t).rows_lanes and len(net.tensor(t).orig_shape or ()) == 4)) for t in tensors)
 
 
 def rows_on_lanes_group(net: Network, ops: Sequence[str]) -> bool:

@@ -221,7 +221,7 @@ def _search(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | None, r
         space = replace(space, reserve_banks=reserve)
     cpsat = CpsatSettings(time_limit=req.time_limit, workers=req.workers)
     plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(cpsat=cpsat, space=space))
-    planned = space.lowered(net)[0]
+    planned = space.lowered(net, chip)[0]
     return planned, plan
 
 

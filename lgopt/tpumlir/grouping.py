@@ -35,7 +35,15 @@ from lgopt.model.dtype import is_integer
 from lgopt.model.network import Network, Tensor, reorder
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
-from lgopt.tpumlir.cache import CacheMap, cast_operands, check_secs, load_cache, map_cache, rank3_rows_group, read_secs
+from lgopt.tpumlir.cache import (
+    CacheMap,
+    cast_operands,
+    check_secs,
+    load_cache,
+    map_cache,
+    read_secs,
+    rows_as_channels_group,
+)
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.lowering import lower_like
 
@@ -149,7 +157,7 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     """A group at the slice counts the cache forces: (plan or None, lgopt's n/h/w, why not, how the counts
     were read when not literally)."""
     n, c, d, h, w = secs
-    if (c > 1 or h > 1) and w == 1 and rank3_rows_group(net, ops):  # rows in csecs, columns in hsecs
+    if (c > 1 or h > 1) and w == 1 and rows_as_channels_group(net, ops):  # rows in csecs, columns in hsecs
         n, c, h, w = n, 1, c, h
     if d > 1:
         return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, C, H and W, not D", ""
@@ -231,7 +239,7 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
     cache = load_cache(cache_path)
     lowered: tuple[str, ...] = ()
     if exact:  # the ops the cache cuts into column pieces run in different steps, cut the same way
-        net, lowered = lower_like(net, cache)
+        net, lowered = lower_like(net, cache, chip)
     cm = map_cache(net, cache)
     # each group's ops run in TPU-MLIR's order (its timestep table follows it: resnet50's downsample conv runs
     # before the block's first conv, which decides whether a bm1688 group packs); plans keep the given network

@@ -17,9 +17,11 @@ build such a grouping exactly, :func:`lower_like` splits them the way the cache 
 Each new op is named after the TPU-MLIR op it is (:func:`lgopt.tpumlir.cache.tensor_aliases` maps such a
 name to it directly) and its weights after the original's (``#cols<k>``, ``#rows<k>``).  Only chains whose
 pieces the cache runs in different steps are split: where they share a group, the whole ops are that group.
-The other rules, applied in this order after the MLP's: an attention's qkv projection cut into Q, K and V, and
-the moves TPU-MLIR runs in groups it holds whole (:mod:`lgopt.tpumlir.attention`); an INT8 ConvTranspose run
-apart from its requantisation (:func:`split_requant`).
+The other rules, applied in this order after the MLP's: an attention's qkv projection cut into Q, K and V
+(:func:`lgopt.tpumlir.attention.split_qkv`); an INT8 ConvTranspose run apart from its requantisation
+(:func:`split_requant`); a LayerNorm run as BM1684's GroupNorm (:func:`split_layernorm`); the moves TPU-MLIR runs
+in groups it holds whole (:func:`lgopt.tpumlir.attention.hold_moves`); and, on the chip the cache was compiled
+for, the tensors of its ``GROUP_SMALL_C`` groups held rows over the lanes (:mod:`lgopt.tpumlir.smallc`).
 
 A plan built on the lowered network records the cache (``solver.tpu_mlir``) and :func:`network_of` rebuilds
 the same network from a model and such a plan, so every command that loads the plan checks it against it.
@@ -32,11 +34,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from lgopt.hw.chip import Chip, chip_from_dict
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, Op, Tensor, Weight, check_network, network_digest, to_nchw
 from lgopt.tpumlir.attention import hold_moves, split_qkv
 from lgopt.tpumlir.cache import LOWERED, Cache, anchor, is_cast, load_cache, tensor_aliases, tpu_mlir_fuses
 from lgopt.tpumlir.fusions import Fold, find_fold
+from lgopt.tpumlir.smallc import hold_small_c
 
 PIECE = re.compile(r"_(\d+)(_add_)?$")
 
@@ -71,19 +75,22 @@ def _chain(net: Network, first: str) -> list[Op] | None:
             return None
 
 
-def lower_like(net: Network, cache: Cache) -> tuple[Network, tuple[str, ...]]:
+def lower_like(net: Network, cache: Cache, chip: Chip | None) -> tuple[Network, tuple[str, ...]]:
     """``net`` as TPU-MLIR lowered it for ``cache``: the ops it fuses into one that lgopt's importer keeps apart
     (:func:`fold_like_tpu_mlir`: pairs of convolutions, per-channel scales into a conv or into each other, a
     Relu after a Concat, a crop of a conv's padding; a LeakyRelu or a Clip not from 0 the importer fused made an
-    op again), every MatMul chain the cache cuts into column pieces run in different steps split the same way;
-    and one line per change (the network unchanged and no lines when there is none)."""
+    op again), every MatMul chain the cache cuts into column pieces run in different steps split the same way,
+    and on ``chip`` the tensors of its ``GROUP_SMALL_C`` groups held as those hold them
+    (:func:`lgopt.tpumlir.smallc.hold_small_c`; ``None``: no chip's); and one line per change (the network unchanged
+    and no lines when there is none)."""
     net, merged = fold_like_tpu_mlir(net, named_ops(net, cache.locs))
     split, notes = _split_chains(net, cache)
     split, qkv = split_qkv(split, cache)
     split, requants = split_requant(split, cache)
     split, norms = split_layernorm(split, cache)
     held, moves = hold_moves(split, cache)
-    return held, merged + notes + qkv + requants + norms + moves
+    held, small = hold_small_c(held, cache, chip)
+    return held, merged + notes + qkv + requants + norms + moves + small
 
 
 GROUP_NORM = "_convert_to_group_norm"  # ``<tensor>_LayerNormalization_convert_to_group_norm``: TPU-MLIR's GroupNorm
@@ -389,8 +396,8 @@ def _split_chain(net: Network, chain: list[Op], pieces: dict[str, list[tuple[str
 
 def network_of(net: Network, plan: Any) -> Network:
     """The network ``plan`` was built on: ``net``, or ``net`` lowered like the TPU-MLIR cache the plan was read
-    from when that cache split ops (``plan.solver["tpu_mlir"]["lowered"]``)."""
+    from when that cache split ops (``plan.solver["tpu_mlir"]["lowered"]``), on the plan's chip."""
     info = (plan.solver or {}).get("tpu_mlir") or {}
     if not info.get("lowered") or plan.model_digest == network_digest(net):
         return net  # nothing split, or ``net`` is that network already (lowered once by whoever built the plan)
-    return lower_like(net, load_cache(str(info["cache"])))[0]
+    return lower_like(net, load_cache(str(info["cache"])), chip_from_dict(plan.chip))[0]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan
-from lgopt.tpumlir.cache import rank3_rows_group
+from lgopt.tpumlir.cache import rows_as_channels_group
 from lgopt.tpumlir.forks import tpumlir_fork
 
 
@@ -41,10 +41,10 @@ class TpuMlirRules:
 TPU_MLIR_RULES = TpuMlirRules()
 
 def rows_over_lanes(chip: Chip, net: Network, g: GroupPlan) -> bool:
-    """Whether a transformer group (rank-3 ``[B, M, K]`` tensors, :func:`lgopt.tpumlir.cache.rank3_rows_group`)
+    """Whether a transformer group (its rows TPU-MLIR's channels: :func:`lgopt.tpumlir.cache.rows_as_channels_group`)
     cuts its rows into more slices than TPU-MLIR allows there: its rows are channels, at most ``ceil(M /
     lanes)`` sections (``get_group_max_secs``); more fail to allocate whatever the LMEM."""
-    if g.h_slices <= 1 or not rank3_rows_group(net, g.ops):
+    if g.h_slices <= 1 or not rows_as_channels_group(net, g.ops):
         return False
     rows = min(net.tensor(t).h for o in g.ops for t in net.op(o).outputs)
     return g.h_slices > -(-rows // chip.npu_num)

@@ -56,12 +56,12 @@ class ReferenceSpace:
         """The reference, read once however often the space is asked."""
         return load_cache(str(self.reference))
 
-    def lowered(self, net: Network) -> tuple[Network, tuple[str, ...]]:
+    def lowered(self, net: Network, chip: Chip) -> tuple[Network, tuple[str, ...]]:
         """``net`` lowered as the reference lowered it (MatMul chains it runs as column pieces cut the same
         way) and what was cut: once per network, so the search, the verifier and the report share one."""
-        key = network_digest(net)
+        key = f"{network_digest(net)}:{chip.conv_buffers}:{chip.npu_num}"
         if key not in self._lowered:
-            self._lowered[key] = lower_like(net, self.cache)
+            self._lowered[key] = lower_like(net, self.cache, chip)
         return self._lowered[key]
 
     def run(self, spec: StrategySpec, net: Network, chip: Chip, options: StrategyOptions
@@ -83,7 +83,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     cache = r.cache
     # the MatMul chains the reference runs as column pieces in different steps are cut the same way, so that each
     # piece can be grouped within its own base group (ConvNeXt's GELU halves on BM1684X); network_of redoes it
-    net, lowered = r.lowered(net)
+    net, lowered = r.lowered(net, chip)
     as_lowered = {"tpu_mlir": {"cache": str(r.reference), "lowered": list(lowered)}} if lowered else {}
     space = compiler_space(net, str(r.reference), r.base_groups)
     onet = reorder(net, list(space.order))

@@ -1,0 +1,88 @@
+"""TPU-MLIR's INT8 lowering as the reader holds it: a ``GROUP_SMALL_C`` group's tensors rows over the lanes
+(lgopt.tpumlir.smallc) and an INT8 activation run as a table lookup (lgopt.hw.sizing.int8_lut).
+
+ViT-B in INT8 on BM1688 runs each attention Softmax in f16 between two casts, a group of three TPU-MLIR ops;
+held channels over the lanes its ``1x12x197x197`` scores overflow a lane, held as TPU-MLIR holds them they fit.
+The model here is the same pattern at a size a test builds in a moment."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+from onnx_graphs import G
+
+from lgopt.hw.chip import get_chip
+from lgopt.hw.sizing import LUT_ENTRIES, int8_lut, scratch_bytes
+from lgopt.io.onnx_import import import_onnx
+from lgopt.model.network import network_digest
+from lgopt.report.verdict import verify
+from lgopt.tpumlir.cache import load_cache
+from lgopt.tpumlir.grouping import score
+from lgopt.tpumlir.lowering import lower_like, network_of
+
+
+def _scores(tmp_path, heads: int, tokens: int):
+    """x ``[1, heads, tokens, tokens]`` -> MatMul(x, x) -> Softmax over the last axis, in INT8."""
+    g = G((1, heads, tokens, tokens))
+    s = g.n("MatMul", ["x", "x"])
+    p = g.n("Softmax", [s], axis=-1)
+    g.out(p)
+    path = tmp_path / "scores.onnx"
+    onnx.save(g.model(), str(path))
+    return import_onnx(path, dtype="int8"), s, p
+
+
+def _cache(tmp_path, s: str, p: str) -> str:
+    """TPU-MLIR's grouping of it: the MatMul global, the Softmax in a group between its two casts."""
+    groups = [{"locs": [f"{s}_MatMul{p}_Softmax_f16", f"{p}_Softmax", f"{p}_Softmax_ui8"],
+               "shape_secs": [1, 1, 1, 1, 1], "func_start_idx": 1, "func_end_idx": 3, "group_cost": 0}]
+    glob = [{"loc": f"{s}_MatMul", "func_idx": 0}]
+    path = tmp_path / "scores.layer_group_cache.json"
+    path.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": groups, "GlobalLayer": glob}}))
+    return str(path)
+
+
+def test_a_small_c_group_holds_its_scores_rows_over_the_lanes(tmp_path):
+    net, s, p = _scores(tmp_path, 12, 197)
+    cache = _cache(tmp_path, s, p)
+    low, notes = lower_like(net, load_cache(cache), get_chip("bm1688"))
+    assert low.tensor(s).rows_lanes and low.tensor(p).rows_lanes and len(notes) == 1 and "GROUP_SMALL_C" in notes[0]
+    assert network_digest(low) != network_digest(net)  # a plan of it is checked on it, not on the unlowered one
+    # BM1684 never types a group so; 20 channels, at least half of BM1688's 32 lanes and 20 x 197 rows not a
+    # multiple of them, are not remapped either
+    assert lower_like(net, load_cache(cache), get_chip("bm1684"))[0] is net
+    wide, s2, p2 = _scores(tmp_path, 20, 197)
+    assert not lower_like(wide, load_cache(_cache(tmp_path, s2, p2)), get_chip("bm1688"))[0].tensor(s2).rows_lanes
+
+
+def test_the_softmax_group_loads_and_verifies_only_held_as_tpu_mlir_holds_it(tmp_path):
+    net, s, p = _scores(tmp_path, 12, 197)
+    cache = _cache(tmp_path, s, p)
+    chip = get_chip("bm1688", {"used_cores": 2})
+    plan, info = score(net, chip, cache)
+    assert verify(net, plan) == [] and any("GROUP_SMALL_C" in x for x in info["lowered"])
+    assert network_of(net, plan).tensor(s).rows_lanes  # rebuilt from the plan's cache and chip
+    # held channels over the lanes each of the scores would take 197 x 197 bytes of 12 of the 32 lanes; rows
+    # over the lanes, 7 rows of 12 x 197 a lane
+    held = [b.size for b in plan.groups[0].buffers if b.name in (s, p)]
+    assert held and all(size == 7 * 12 * 197 + 28 for size in held)  # EU-aligned (16 bytes on BM1688)
+
+
+@pytest.mark.parametrize("chip_name, dtype, lut", [("bm1688", "int8", True), ("bm1684x", "int8", True),
+                                                   ("bm1688", "f16", False), ("bm1684", "int8", False)])
+def test_an_int8_activation_is_a_table_lookup_with_no_work_buffer(tmp_path, chip_name, dtype, lut):
+    g = G((1, 8, 16, 16), opset=20)
+    y = g.n("Gelu", [g.conv("x", 8, 8)])  # after a conv: an NCHW activation, 8 channels over the lanes
+    g.out(y)
+    path = tmp_path / "gelu.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype=dtype)
+    op, chip = next(o for o in net.ops if o.type == "Gelu"), get_chip(chip_name)
+    assert int8_lut(chip, op, net.tensor(op.inputs[0]), net.tensor(op.outputs[0])) is lut
+    rows16, rows1 = (scratch_bytes(chip, net, op, (1, h, 16, None), (1, h, 16, None)) for h in (16, 1))
+    if lut:  # its table, aligned, whatever the slice: no copy of it
+        assert rows16 == rows1 == max(LUT_ENTRIES, chip.eu_bytes)
+    else:  # the float series' work copies grow with the slice
+        assert rows16 > rows1
