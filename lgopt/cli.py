@@ -243,6 +243,26 @@ def _with_cores(chip: Any, cores: int) -> Any:
 DEFAULT_DTYPE = "f16"  # an ONNX model's float tensors computed in: TPU-MLIR's F16 deployment, the fitted model's
 
 
+def _dtype_hint(args: argparse.Namespace, plan: Any) -> str:
+    """When an ONNX model read in the default dtype is not the plan's model but the same file read in another
+    dtype is (a plan solved with ``--dtype int8``, checked without it), what to type; else ``""``."""
+    from lgopt.io.problem import load_model
+    from lgopt.model.dtype import COMPUTE_DTYPES
+    from lgopt.model.network import network_digest
+    from lgopt.tpumlir.lowering import network_of
+
+    if getattr(args, "dtype", None) or not str(args.model).lower().endswith(".onnx") or not plan.model_digest:
+        return ""
+    for dtype in (d for d in COMPUTE_DTYPES if d != DEFAULT_DTYPE):
+        try:
+            same = network_digest(network_of(load_model(args.model, dtype=dtype), plan)) == plan.model_digest
+        except LgoptError:  # the model cannot be read so: not the one
+            continue
+        if same:
+            return f" -- it was made for {args.model} in {dtype}: pass --dtype {dtype}"
+    return ""
+
+
 def _load_model(args: argparse.Namespace, path: str):
     from lgopt.io.problem import load_model
 
@@ -308,7 +328,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     net = _load_model(args, args.model)
     vs = verify(net, plan)
     if vs:
-        print(f"FAIL {args.plan}: {vs[0]}" + (f" (+{len(vs) - 1} more)" if len(vs) > 1 else ""))
+        print(f"FAIL {args.plan}: {vs[0]}" + (f" (+{len(vs) - 1} more)" if len(vs) > 1 else "")
+              + _dtype_hint(args, plan))
         if args.all:
             for v in vs[1:]:
                 print(f"  {v}")
@@ -535,7 +556,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from lgopt.model.network import network_digest
 
     if plan.model_digest and plan.model_digest != network_digest(net):
-        raise LgoptError(f"{args.plan} was made for another model than {args.model}")
+        raise LgoptError(f"{args.plan} was made for another model than {args.model}{_dtype_hint(args, plan)}")
     t0 = time.perf_counter()
     res = simulate(net, plan, args.seed)
     print(f"{res.summary()} ({time.perf_counter() - t0:.1f} s, seed {args.seed})")

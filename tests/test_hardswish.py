@@ -1,7 +1,7 @@
 """torch's hard swish, exported as ``x * HardSigmoid(x)`` (slope 1/6, offset 1/2), is one HardSwish op, as TPU-MLIR's
 front end makes it (MobileNetV3's caches name ``..._Mul_output_0_HardSwish``); a HardSigmoid that gates another
 tensor (a squeeze-excite block) stays a HardSigmoid and a Mul.  In INT8 both run as TPU-MLIR's table lookup and
-are priced by one fitted rate (lgopt.cost.fitted.table_lookup)."""
+are priced by one fitted rate (lgopt.hw.sizing.table_lookup)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from onnx_graphs import G
 
 from lgopt.check.simulate import simulate
-from lgopt.cost.fitted import LUT, table_lookup, tiu_category
+from lgopt.cost.fitted import LUT, tiu_category
 from lgopt.hw.chip import get_chip
+from lgopt.hw.sizing import table_lookup
 from lgopt.io.onnx_import import import_onnx
 from lgopt.model.network import Network
 from lgopt.report.verdict import verify

@@ -85,3 +85,19 @@ def test_reference_kept_on_several_cores_unless_judged(capsys):
                          "--reference", str(ref), "--time-limit", "5")
     assert code == 0, err
     assert "trusted only when judged" in out and "reference grouping is kept" in out
+
+
+def test_a_plan_checked_in_another_dtype_names_the_one_it_was_made_in(capsys, tmp_path):
+    """A plan solved with ``--dtype int8`` and checked without it is of another model (its tensors' bytes
+    differ); ``verify`` says which dtype it was made in, and passes with it."""
+    from test_cli import run
+
+    onnx = need(FIXTURES / "onnx" / "resnet18.weightless.onnx")
+    plan = tmp_path / "p.json"
+    code, _, err = run(capsys, "solve", str(onnx), "--chip", "bm1688", "--dtype", "int8", "--strategy", "greedy",
+                       "-o", str(plan))
+    assert code == 0, err
+    code, out, _ = run(capsys, "verify", "--model", str(onnx), str(plan))
+    assert code == 1 and "made for another model" in out and "pass --dtype int8" in out
+    code, out, _ = run(capsys, "verify", "--model", str(onnx), str(plan), "--dtype", "int8")
+    assert code == 0 and out.startswith("OK")

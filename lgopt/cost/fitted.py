@@ -54,9 +54,9 @@ from lgopt.cost.work import (
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane
-from lgopt.hw.sizing import is_depthwise, merged_conv
+from lgopt.hw.sizing import is_depthwise, merged_conv, table_lookup
 from lgopt.model import ops as opsem
-from lgopt.model.dtype import dtype_bytes, is_integer
+from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "models"
@@ -65,25 +65,6 @@ INT8_MODEL_NAME = "tpu-mlir-1.30-int8"  # the same form, fitted on TPU-MLIR's IN
 
 
 LUT = "lut"  # the TIU category of an activation TPU-MLIR's INT8 lowering runs as a table lookup
-
-
-def table_lookup(net: Network, op: Op) -> bool:
-    """Whether TPU-MLIR's INT8 lowering runs activation ``op`` as a table lookup (``tpu.Lut``: one pass an
-    element, whatever the function): an integer activation of one of the table-computed types (SiLU, GELU,
-    Sigmoid, hard-swish ...).  Their fitted INT8 rates agree per element once the assumed vector passes are
-    taken out (SiLU 9.12 x 7 and GELU 6.40 x 10, about 64 a pass on BM1684X), so they share one category and an
-    activation no fitted model has (MobileNetV3's hard-swish) is priced as the lookups measured.
-
-    >>> from lgopt.hw.chip import get_chip
-    >>> from lgopt.model.network import Tensor
-    >>> x, y = Tensor("x", (1, 8, 4, 4), "int8"), Tensor("y", (1, 8, 4, 4), "int8")
-    >>> net = Network("n", {"x": x, "y": y}, (Op("h", "HardSwish", ("x",), ("y",)),), ("x",), ("y",))
-    >>> table_lookup(net, net.op("h")), tiu_category(get_chip("bm1684x"), net, net.op("h"))
-    (True, ('lut', 'unary'))
-    """
-    spec = opsem.OP_SPECS.get(op.type)
-    return (spec is not None and spec.family is opsem.Family.UNARY and spec.table and bool(op.outputs)
-            and is_integer(net.tensor(op.outputs[0]).dtype))
 
 
 def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:

@@ -228,7 +228,7 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
             return 0
         relaid = activation_bytes(chip, tin, *in_slice)
         return relaid + align_up(2 * channels_per_lane(tin.c, chip.npu_num) * dtype_bytes(tin.dtype), chip.eu_bytes)
-    if int8_lut(chip, op, tin, tout):  # TPU-MLIR's Lut: no work buffer (getBufferSize 0), its table beside it
+    if chip.conv_buffers in TPU_MLIR_FAMILY and table_lookup(net, op):  # no work buffer, its table beside it
         return align_up(LUT_ENTRIES, chip.eu_bytes)
     if op.type in opsem.TABLE_ACTIVATIONS:
         per_n = kernel_n_bytes(chip, tin, in_slice)
@@ -251,17 +251,24 @@ def scratch_bytes(chip: Chip, net: Network, op: Op, in_slice: tuple[int, int, in
 LUT_ENTRIES = 256  # an INT8 Lut's table: one int8 result for each int8 input
 
 
-def int8_lut(chip: Chip, op: Op, tin: Tensor, tout: Tensor) -> bool:
-    """Whether TPU-MLIR's BM1684X-family backend runs this activation as a ``tpu.Lut``: an elementwise activation
-    of an 8-bit input to an 8-bit output (GELU, SiLU, hard swish, sigmoid ...: ViT-B's 12 GELUs, yolov5s's 57
-    SiLUs, MobileNetV3's 28 hard activations in their INT8 ``tpu.mlir``), whose local buffer is none and whose
-    table of 256 entries is loaded beside it.  A float-series activation's work copies (:func:`op_scratch`) are
-    what the float lowering needs; an INT8 one charged them is refused groups TPU-MLIR compiles (ViT-B's MLP on
-    BM1688, 36,912 bytes of a GELU's copies for 3 rows of 3,072)."""
+def table_lookup(net: Network, op: Op) -> bool:
+    """Whether TPU-MLIR's INT8 lowering runs activation ``op`` as a table lookup (``tpu.Lut``: one pass an
+    element, whatever the function; no work buffer, ``LutOp::getBufferSize`` 0, and a table of 256 entries): an
+    integer activation of one of the table-computed types (SiLU, GELU, Sigmoid, hard-swish ...: ViT-B's GELUs,
+    yolov5s's 57 SiLUs, MobileNetV3's 28 hard activations in their INT8 ``tpu.mlir``).  The float series' work
+    copies (:func:`scratch_bytes`) refused groups TPU-MLIR compiles (ViT-B's MLP on BM1688: 36,912 bytes of a
+    GELU's copies for 3 rows of 3,072); the fitted INT8 models price them as one category
+    (:func:`lgopt.cost.fitted.tiu_category`).
+
+    >>> from lgopt.model.network import Tensor
+    >>> x, y = Tensor("x", (1, 8, 4, 4), "int8"), Tensor("y", (1, 8, 4, 4), "int8")
+    >>> net = Network("n", {"x": x, "y": y}, (Op("h", "HardSwish", ("x",), ("y",)),), ("x",), ("y",))
+    >>> table_lookup(net, net.op("h"))
+    True
+    """
     spec = opsem.OP_SPECS.get(op.type)
-    return (spec is not None and spec.family is opsem.Family.UNARY and op.type in opsem.TABLE_ACTIVATIONS
-            and chip.conv_buffers in TPU_MLIR_FAMILY and is_integer(tin.dtype) and is_integer(tout.dtype)
-            and dtype_bytes(tin.dtype) == 1 and dtype_bytes(tout.dtype) == 1)
+    return (spec is not None and spec.family is opsem.Family.UNARY and spec.table and bool(op.outputs)
+            and is_integer(net.tensor(op.outputs[0]).dtype))
 
 
 def int8_matmul_rows(chip: Chip, op: Op) -> bool:
