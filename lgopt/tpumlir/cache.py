@@ -573,8 +573,8 @@ def rows_as_channels_group(net: Network, ops: Sequence[str]) -> bool:
     (True, [1, 6, 1, 1, 1])
     """
     tensors = {t for o in ops for t in net.op(o).inputs + net.op(o).outputs if t in net.tensors}
-    return bool(tensors) and all(net.tensor(t).rows_on_lanes and (len(net.tensor(t).orig_shape or ()) == 3 or (
-        net.tensor(t).rows_lanes and len(net.tensor(t).orig_shape or ()) == 4)) for t in tensors)
+    ranks = {t: len(net.tensor(t).orig_shape or ()) for t in tensors}  # a rank-3 tensor is held rows on lanes
+    return bool(tensors) and all(r == 3 or (r == 4 and net.tensor(t).rows_lanes) for t, r in ranks.items())
 
 
 def rows_on_lanes_group(net: Network, ops: Sequence[str]) -> bool:

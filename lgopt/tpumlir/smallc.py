@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lgopt.hw.chip import Chip
+from lgopt.hw.sizing import TPU_MLIR_FAMILY
 from lgopt.model import ops as opsem
 from lgopt.model.network import Network, Op, Tensor, check_network
 from lgopt.tpumlir.cache import Cache, map_cache
 
-SMALL_C_FAMILIES = ("bm1684x", "bm1688", "bm1690")  # conv_buffers rules of the chips whose compiler uses the type
 VIT_ROWS = 197  # a rank-3 [b, 197, k] with b > 4 qualifies whatever its shape (TPU-MLIR's own ViT special case)
 
 
@@ -33,7 +33,7 @@ def hold_small_c(net: Network, cache: Cache, chip: Chip | None) -> tuple[Network
     """``net`` with every tensor of a ``GROUP_SMALL_C`` group of ``cache`` that TPU-MLIR holds differently from
     lgopt's channels-over-lanes (a rank-4 tensor with fewer channels than lanes and more rows than channels)
     held rows over the lanes, and one line per group that changed; ``net`` and no lines on other chips."""
-    if chip is None or chip.conv_buffers not in SMALL_C_FAMILIES:
+    if chip is None or chip.conv_buffers not in TPU_MLIR_FAMILY:  # the BM1684X family's backend types them
         return net, ()
     cm = map_cache(net, cache)
     flipped: dict[str, Tensor] = {}

@@ -49,7 +49,8 @@ class ReferenceSpace:
     reserve_banks: int = REFERENCE_RESERVE_BANKS  # banks a new group of lgopt's search leaves empty
     judge: Any = None  # a lgopt.tpumlir.judge.Judge: TPU-MLIR measures and the search refines
     judge_settings: Any = None  # its lgopt.tpumlir.judged.JudgeSettings (None: the defaults)
-    _lowered: dict[str, tuple[Network, tuple[str, ...]]] = field(default_factory=dict, compare=False, repr=False)
+    _lowered: dict[tuple[str, Chip], tuple[Network, tuple[str, ...]]] = field(default_factory=dict, compare=False,
+                                                                              repr=False)
 
     @cached_property
     def cache(self) -> Cache:
@@ -58,8 +59,9 @@ class ReferenceSpace:
 
     def lowered(self, net: Network, chip: Chip) -> tuple[Network, tuple[str, ...]]:
         """``net`` lowered as the reference lowered it (MatMul chains it runs as column pieces cut the same
-        way) and what was cut: once per network, so the search, the verifier and the report share one."""
-        key = f"{network_digest(net)}:{chip.conv_buffers}:{chip.npu_num}"
+        way, its small-C groups held as on ``chip``) and what was cut: once per network and chip, so the search,
+        the verifier and the report share one."""
+        key = (network_digest(net), chip)
         if key not in self._lowered:
             self._lowered[key] = lower_like(net, self.cache, chip)
         return self._lowered[key]
