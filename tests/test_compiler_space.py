@@ -161,8 +161,9 @@ def test_a_group_not_known_to_compile_leaves_the_reserved_banks_empty():
 
 
 def moved_weight_loads(chip, net, g):
-    """The rows TPU-MLIR's memory-aware pass gives a group's weight loads (its stores apart)."""
-    return {name: row for (name, store), row in moved_transfers(chip, net, g).items() if not store}
+    """The rows TPU-MLIR's memory-aware pass gives a group's weight loads (its stores and activations apart)."""
+    weights = {tr.name for row in g.rows for tr in row.loads if tr.kind == "weight"}
+    return {name: row for (name, store), row in moved_transfers(chip, net, g).items() if not store and name in weights}
 
 
 def test_tpu_mlir_moves_a_weight_bound_one_slice_groups_loads_earlier():
@@ -247,3 +248,31 @@ def test_tpu_mlir_moves_a_one_slice_groups_stores_later_past_the_rows_that_touch
     assert all(stores[t] == r for t, r in moved.items())
     ends = {b.name: b.end for b in table.buffers if b.kind == "activation"}
     assert all(ends[t] >= moved[t] for t in moved)
+
+
+def test_tpu_mlir_moves_a_groups_own_activation_loads_earlier():
+    """ResNet-50's [layer1.0] group (conv, conv, the shortcut Add, the next conv) reads the downsample branch's
+    output from GMEM, a load the table puts in the row before the Add.  TPU-MLIR's memory-aware pass moves it
+    beside an earlier, longer conv (reference s4.3; core 0's timeline on two BM1688 cores runs it beside the
+    first conv): lgopt charges it there, on every slice's pass, and a new one-slice group packs it live from there
+    (``compiler_lifetimes``)."""
+    from lgopt.cost.pipeline import _table_cells, pipeline_cells
+    from lgopt.strategies.settings import compiler_lifetimes
+
+    net = load_problem(PROBLEMS / "resnet50.json")
+    chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30", "used_cores": 2})
+    ops = ["/Conv_11", "/Conv_15", "/Add_20", "/Conv_23"]
+    shortcut = "/BatchNormalization_19_output_0"
+    for h in (1, 2):
+        g = schedule(net, chip, ops, 1, h, None)
+        row = next(r for r, x in enumerate(g.rows) for tr in x.loads if tr.name == shortcut and tr.stage == 1)
+        first = (0, 1)  # core 0's slices: one
+        table, moved = _table_cells(chip, net, g, first).cells, pipeline_cells(chip, net, g, first).cells
+        assert moved[(0, row)][1] < table[(0, row)][1]  # the load left its row ...
+        assert sum(d for _, d in moved.values()) == sum(d for _, d in table.values())  # ... and went earlier
+        assert pipeline_cells(chip, net, g, first).cycles() < sum(max(c) for c in table.values())
+    one = schedule(net, chip, ops, 1, 1, None)
+    to = moved_transfers(chip, net, one)[(shortcut, False)]
+    assert to < row and not any(shortcut in net.op(o).inputs for o in one.rows[to].ops)
+    early = {b.name: b for b in compiler_lifetimes(chip, net, one).buffers if b.kind == "activation"}
+    assert early[shortcut].start == to

@@ -47,17 +47,20 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int]
     if not cost_model(chip).rebalance_loads:
         return pc
     movable = _movable_transfers(chip, net, g)
-    if not movable:
+    held = _held_moves(chip, net, g)
+    if not movable and not held:
         return pc
     # the moves are the table's, so every slice's pass makes them: found on the first pass's rows (a one-slice
     # group's only one), applied to each.  ResNet-18 / BM1688 at batch 4 reloads its weights in each of 4 N
-    # slices; TPU-MLIR's timeline loads a 3x3 conv's 1.2 MB beside the conv before, not beside a 1x1 one
+    # slices; TPU-MLIR's timeline loads a 3x3 conv's 1.2 MB beside the conv before, not beside a 1x1 one.  The
+    # held weights load in the first pass only, so they move in it alone
     cells = dict(pc.cells)
     rows = len(g.rows)
     moves = [(r, c, ok) for _, _, r, c, ok in movable]
-    dest = timestep_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moves)
+    dest = timestep_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moves + held)
     for i in range(a, b):
-        passed = rebalance([cells.get((i, r), (0, 0)) for r in range(rows)], moves, dest)
+        now = moves + held if i == a else moves
+        passed = rebalance([cells.get((i, r), (0, 0)) for r in range(rows)], now, dest[:len(now)])
         for r, cell in enumerate(passed):
             if any(cell):
                 cells[(i, r)] = cell
@@ -164,17 +167,36 @@ def _resident_weights(chip: Chip, net: Network, g: GroupPlan, first: int = 0
     timeline (5,635,175 measured); charged before the loop, 6,176,644 predicted."""
     traffic = pre = 0
     held: dict[tuple[int, int], int] = {}
-    row_of = {name: r for r, row in enumerate(g.rows) for name in row.ops}
-    in_table = cost_model(chip).pipelined_preloads
+    in_table = _held_rows(chip, g)
     for name in g.preloads:
         traffic += weight_gmem_bytes(net.op(name))
         c = weight_dma_cycles(chip, net.op(name))
-        if in_table and name in row_of:
-            at = (first, row_of[name] - 1) if row_of[name] > 0 else (first - 1, len(g.rows) - 1)
+        if name in in_table:
+            r = in_table[name]
+            at = (first, r) if r >= 0 else (first - 1, len(g.rows) - 1)
             held[at] = held.get(at, 0) + c
         else:
             pre += c
     return traffic, pre, held
+
+
+def _held_rows(chip: Chip, g: GroupPlan) -> dict[str, int]:
+    """The table row each resident weight loads in during the first slice's pass, where the model loads them
+    there (``pipelined_preloads``): the row before its op's (-1: op0's, with the fill's loads)."""
+    if not cost_model(chip).pipelined_preloads:
+        return {}
+    row_of = {name: r for r, row in enumerate(g.rows) for name in row.ops}
+    return {name: row_of[name] - 1 for name in g.preloads if name in row_of}
+
+
+def _held_moves(chip: Chip, net: Network, g: GroupPlan) -> list[Move]:
+    """(row, cycles, earlier rows) of each resident weight loaded in the first pass's table (not the fill's):
+    TPU-MLIR's memory-aware pass moves them as it moves the table's loads (reference s4.3).  UNet's decoder
+    group on BM1690 (F16, 3 slices on 8 cores: one a core) loads a 2.4 MB conv weight beside the transposed conv
+    two rows before it, not beside the Concat just before it (330,904 cycles measured on core 0; 369,950 charged
+    with it in its own row)."""
+    return [(r, weight_dma_cycles(chip, net.op(name)), tuple(range(r)))
+            for name, r in _held_rows(chip, g).items() if r > 0]
 
 
 def _shared_f32_rows(g: GroupPlan, f32_in: frozenset[str]) -> dict[tuple[int, str], int]:
@@ -196,12 +218,21 @@ Move = tuple[int, int, tuple[int, ...]]  # a transfer's row, its cycles and the 
 def _movable_transfers(chip: Chip, net: Network, g: GroupPlan) -> list[tuple[str, bool, int, int, tuple[int, ...]]]:
     """(tensor, is a store, row, cycles, rows it may move to) of each transfer TPU-MLIR's memory-aware pass may
     move (reference s4.3): a weight load in the table (not a column run) to any earlier row, its weight having no
-    earlier use; in a one-slice group, also a store of the slice's own (stage 1) to any later row whose ops do not
-    touch the tensor (in a sliced group the next slice's rows are the pipeline's, not modelled as moved)."""
+    earlier use; a load of the slice's own activation (stage 1) to any earlier row whose ops do not touch it; in a
+    one-slice group, also a store of the slice's own to any later row whose ops do not touch the tensor (in a
+    sliced group the next slice's rows are the pipeline's, not modelled as moved).
+
+    The activation loads matter where a core runs one slice of a group (two slices on BM1688's two cores):
+    ResNet-50's [layer1.0] group, F16, core 0 loads the 802,816-byte shortcut input beside the 57,232-cycle conv
+    before the one that reads it (168,135 cycles measured; 191,369 charged with the load in its own row,
+    167,522 with it moved)."""
     x = _Transfers(chip, net, g)
     out = [(tr.name, False, r, x.transfer(tr.name, tr.kind, False, 0)[1], tuple(range(r)))
            for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "weight" and tr.stage == 1
            and g.weight_columns(tr.name, 0) is None]
+    out += [(tr.name, False, r, x.transfer(tr.name, tr.kind, False, 0)[1],
+             tuple(j for j in range(r) if not _touches(net, g.rows[j].ops, tr.name)))
+            for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "activation" and tr.stage == 1]
     if g.num_slices != 1:
         return out
     n = len(g.rows)

@@ -16,7 +16,7 @@ from lgopt.group.slicing import DEFAULT_H_RATIO
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import BankRule, GroupPlan, Plan
-from lgopt.strategies.cpsat.loadtable import with_loads, with_stores
+from lgopt.strategies.cpsat.loadtable import with_early_loads, with_loads, with_stores
 
 Progress = Callable[[str], None]
 """Called with a one-line status message while a strategy runs (the CLI draws it on stderr)."""
@@ -136,14 +136,18 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
 
 
 def compiler_lifetimes(chip: Chip, net: Network, g: GroupPlan) -> GroupPlan:
-    """``g``'s table with a one-slice group's weight loads and stores where TPU-MLIR's memory-aware pass moves
-    them (:func:`lgopt.cost.pipeline.moved_transfers`: loads earlier, stores later), the lifetimes its allocator
-    packs; ``g`` itself for a sliced group or a cost model that does not move them."""
+    """``g``'s table with a one-slice group's loads (weights and its own activations) and stores where TPU-MLIR's
+    memory-aware pass moves them (:func:`lgopt.cost.pipeline.moved_transfers`: loads earlier, stores later), the
+    lifetimes its allocator packs; ``g`` itself for a sliced group or a cost model that does not move them."""
     moved = moved_transfers(chip, net, g)
-    loads = {name: (row, 1) for (name, store), row in moved.items() if not store}
+    weights = {tr.name for row in g.rows for tr in row.loads if tr.kind == "weight"}
+    loads = {name: (row, 1) for (name, store), row in moved.items() if not store and name in weights}
+    early = {name: row for (name, store), row in moved.items() if not store and name not in weights}
     stores = {name: row for (name, store), row in moved.items() if store}
     if loads:
         g = with_loads(g, loads)
+    if early:
+        g = with_early_loads(g, early)
     if stores:
         g = with_stores(g, stores)
     return g

@@ -70,6 +70,20 @@ def with_stores(g: GroupPlan, stores: Mapping[str, int]) -> GroupPlan:
     return replace(g, rows=rows, buffers=bufs)
 
 
+def with_early_loads(g: GroupPlan, loads: Mapping[str, int]) -> GroupPlan:
+    """The same group with the named activations' own-slice loads (stage 1) in the rows ``loads`` says, each no
+    later than the table's (a load moved earlier makes its tensor live from then on)."""
+    moved = {tr.name: tr for row in g.rows for tr in row.loads
+             if tr.kind == "activation" and tr.stage == 1 and tr.name in loads}
+    rows = tuple(Row(row.ops, tuple(tr for tr in row.loads if tr.name not in moved or tr.kind != "activation")
+                     + tuple(moved[name] for name, r2 in sorted(loads.items()) if r2 == r and name in moved),
+                     row.stores)
+                 for r, row in enumerate(g.rows))
+    bufs = tuple(replace(b, start=min(b.start, loads[b.name])) if b.kind == "activation" and b.name in moved
+                 and b.start <= b.end else b for b in g.buffers)
+    return replace(g, rows=rows, buffers=bufs)
+
+
 def without_weight_loads(g: GroupPlan) -> GroupPlan:
     """The table with its in-table weight loads removed: what every load choice shares."""
     rows = tuple(Row(r.ops, tuple(t for t in r.loads if t.kind != "weight"), r.stores) for r in g.rows)
