@@ -276,3 +276,28 @@ def test_tpu_mlir_moves_a_groups_own_activation_loads_earlier():
     assert to < row and not any(shortcut in net.op(o).inputs for o in one.rows[to].ops)
     early = {b.name: b for b in compiler_lifetimes(chip, net, one).buffers if b.kind == "activation"}
     assert early[shortcut].start == to
+
+
+def test_a_held_weights_load_moves_earlier_in_the_first_pass_only():
+    """A sliced group holds its weights, each loaded in the first slice's pass in the row before its op's (the
+    fitted model's ``pipelined_preloads``).  TPU-MLIR's memory-aware pass moves those loads as it moves the
+    table's (reference s4.3): UNet's decoder stage (transposed conv, Concat, two convs), three slices on BM1690's
+    8 cores, one a core, loads the first conv's weight beside the transposed conv, not beside the Concat.  The
+    move is made in the first pass only (later slices load no held weight), and moves no cycles away."""
+    from lgopt.cost.pipeline import _table_cells, pipeline_cells
+
+    net = load_problem(PROBLEMS / "unet.json")
+    chip = get_chip("bm1690", {"cost_model": "tpu-mlir-1.30", "used_cores": 8})
+    ops = ["/ConvTranspose_46", "/Concat_47", "/Conv_49", "/Conv_53"]
+    g = schedule(net, chip, ops, 1, 3, None)
+    assert g.num_slices == 3 and g.chunks == ((0, 1), (1, 2), (2, 3)) and "/Conv_49" in g.preloads
+    concat = next(r for r, row in enumerate(g.rows) if "/Concat_47" in row.ops)
+    for span in g.chunks:
+        table, moved = _table_cells(chip, net, g, span).cells, pipeline_cells(chip, net, g, span).cells
+        first = span[0]
+        assert moved[(first, concat)][1] < table[(first, concat)][1]  # the conv's weight left the Concat's row
+        assert sum(d for _, d in moved.values()) == sum(d for _, d in table.values())
+        assert all(moved.get(k) == v for k, v in table.items() if k[0] not in (first,))  # fill and drain alike
+    whole = schedule(net, chip, ops, 1, 6, None)  # two slices a core: the second pass holds no weight to move
+    table, moved = _table_cells(chip, net, whole, (0, 2)).cells, pipeline_cells(chip, net, whole, (0, 2)).cells
+    assert all(moved.get((1, r)) == table.get((1, r)) for r in range(len(whole.rows)))
