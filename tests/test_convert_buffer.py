@@ -60,3 +60,29 @@ def test_the_verifier_holds_a_convert_buffer_to_its_rules(tmp_path):
     bufs = tuple(b for b in g.buffers if b.id != conv.id)
     bare = replace(plan, groups=(replace(g, buffers=bufs),))
     assert any("largest slice needs" in str(v) for v in verify_plan(net, bare))
+
+
+def test_the_group_that_converts_the_input_runs_its_cast_on_the_tiu(tmp_path):
+    """TPU-MLIR runs a converted input's Cast as the group's first op: three passes over each slice's f32
+    elements into INT8 at the EU's f32 rate (BM1688: 0.75 cycles an element a lane on core 0's timeline), an
+    F16 one pass.  lgopt charges it in the row of the first op reading the input, slice by slice, besides the
+    f32 bytes the load moves; a group that does not convert the input pays neither."""
+    from lgopt.cost.cycles import io_cast_cycles
+    from lgopt.cost.pipeline import _table_cells
+
+    g = G((1, 3, 64, 64), opset=17)
+    g.out(g.n("Relu", [g.conv(g.n("Relu", [g.conv("x", 3, 16, k=7, s=2)]), 16, 16)]))
+    path = tmp_path / "stem.onnx"
+    onnx.save(g.model(), str(path))
+    for dtype, model, passes in (("int8", "tpu-mlir-1.30-int8", 3), ("f16", "tpu-mlir-1.30", 1)):
+        net = import_onnx(path, dtype=dtype)
+        chip = get_chip("bm1688", {"cost_model": model})
+        x = net.inputs[0]
+        gp, why = try_group(net, chip, [op.name for op in net.ops], 1, 2, None, f32_copies=(x,))
+        assert gp is not None and gp.f32_in == (x,), why
+        tiu = sum(t for t, _ in _table_cells(chip, net, gp, (0, 2)).cells.values())
+        plain = sum(t for t, _ in _table_cells(chip, net, replace(gp, f32_in=()), (0, 2)).cells.values())
+        rows = [gp.windows[x][s][3] - gp.windows[x][s][2] for s in range(2)]
+        assert tiu - plain == sum(io_cast_cycles(chip, net, x, 1, h, 64, True) for h in rows)
+        assert io_cast_cycles(chip, net, x, 1, rows[0], 64, True) == passes * rows[0] * 64 // 4  # 16-byte EU
+    assert io_cast_cycles(get_chip("bm1684"), net, x, 1, 32, 64, True) == 0  # not measured there: not charged

@@ -30,6 +30,34 @@ def tiu_cycles(chip: Chip, net: Network, op: Op, sl: SliceShape) -> int:
 
 
 
+def io_cast_cycles(chip: Chip, net: Network, name: str, n: int, h: int, w: int, into: bool) -> int:
+    """TIU cycles of the Cast a group runs on a slice of network input (``into``: f32 to the plan's dtype) or
+    output ``name`` it converts itself (``GroupPlan.f32_in`` / ``f32_out``; TPU-MLIR's first or last op of the
+    group): a pass over the slice's f32 elements a lane at the EU's f32 rate, three passes into an integer
+    dtype (scale, round, saturate), on the chips whose timelines show it (the BM1684X family); 0 elsewhere.
+
+    Core 0's timelines give it exactly (cycles over elements a lane): 0.25 on BM1688 (16-byte EU, F16 and an
+    INT8 output), 0.75 into INT8; 0.0625 on BM1684X and BM1690, 0.1875 into INT8 on BM1690.  The fitted
+    models charged only the f32 bytes: MobileNetV2's stem group on BM1688 INT8 with 2 cores, 76,918 cycles
+    measured on core 0, 55,912 charged, the two slices' Casts (20,328) the difference.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Tensor
+    >>> t = Tensor("x", (1, 3, 224, 224), "int8")
+    >>> net = Network("n", {"x": t}, (), ("x",), ("x",))
+    >>> io_cast_cycles(get_chip("bm1688"), net, "x", 1, 58, 224, True)  # 58 rows a lane, 3 passes of 4
+    9744
+    """
+    from lgopt.hw.sizing import TPU_MLIR_FAMILY, is_integer
+
+    if chip.conv_buffers not in TPU_MLIR_FAMILY:
+        return 0
+    ten = net.tensor(name)
+    per_lane = n * -(-ten.c // chip.npu_num) * h * w
+    passes = 3 if into and is_integer(ten.dtype) else 1
+    return passes * -(-per_lane // max(1, chip.eu_bytes // 4))
+
+
 def gdma_cycles(chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "load", point_runs: bool = False
                 ) -> int:
     """Cycles of one GDMA transfer of ``nbytes`` (GMEM-side bytes) in ``segments`` contiguous runs

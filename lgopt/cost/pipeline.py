@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from lgopt.cost.cycles import gdma_cycles, tiu_cycles, weight_dma_cycles
+from lgopt.cost.cycles import gdma_cycles, io_cast_cycles, tiu_cycles, weight_dma_cycles
 from lgopt.cost.model import SliceShape
 from lgopt.cost.registry import cost_model
 from lgopt.cost.work import activation_transfer, as_f32, weight_gmem_bytes
@@ -143,6 +143,7 @@ def _tiu_table(chip: Chip, net: Network, g: GroupPlan, x: _Transfers, span: tupl
     """TIU cycles of each row of the table in each slice of ``span`` (its first slice first)."""
     tiu = [[0] * len(g.rows) for _ in range(span[1] - span[0])]
     seen: dict[tuple, int] = {}  # slices mostly repeat one shape
+    casts = _io_casts(net, g, x)
     for s in range(*span):
         for r, row in enumerate(g.rows):
             for name in row.ops:
@@ -154,7 +155,26 @@ def _tiu_table(chip: Chip, net: Network, g: GroupPlan, x: _Transfers, span: tupl
                 if c is None:
                     c = seen[key] = tiu_cycles(chip, net, op, SliceShape(n, oh, ih, ow, iw, oc, ic))
                 tiu[s - span[0]][r] += c
+        for t, r, into in casts:
+            n, h, w, _ = x.win(t, s)
+            tiu[s - span[0]][r] += io_cast_cycles(chip, net, t, n, h, w if w is not None else net.tensor(t).w, into)
     return tiu
+
+
+def _io_casts(net: Network, g: GroupPlan, x: _Transfers) -> list[tuple[str, int, bool]]:
+    """(tensor, row, is an input) of each network input or output the group converts itself: an input's Cast
+    in the row of the first op that reads it, an output's in its producer's (TPU-MLIR's own rows for them, the
+    table's first and last, are not lgopt's)."""
+    out = []
+    for t in sorted(x.f32_in):
+        r = next((r for r, row in enumerate(g.rows) if any(t in net.op(o).inputs for o in row.ops)), None)
+        if r is not None:
+            out.append((t, r, True))
+    for t in sorted(x.f32_out):
+        r = next((r for r, row in enumerate(g.rows) if any(t in net.op(o).outputs for o in row.ops)), None)
+        if r is not None:
+            out.append((t, r, False))
+    return out
 
 
 def _resident_weights(chip: Chip, net: Network, g: GroupPlan, first: int = 0
