@@ -56,10 +56,16 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int]
     # held weights load in the first pass only, so they move in it alone
     cells = dict(pc.cells)
     rows = len(g.rows)
-    moves = [(r, c, ok) for _, _, r, c, ok in movable]
-    dest = timestep_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moves + held)
+    x = _Transfers(chip, net, g)
+    own = {tr.name for row in g.rows for tr in row.loads if tr.kind == "activation" and tr.stage == 1}
+
+    def moves_of(i: int) -> list[Move]:  # an activation slice's own cycles: H slices differ by a row
+        return [(r, x.transfer(name, "activation", False, i)[1] if name in own and not store else c, ok)
+                for name, store, r, c, ok in movable]
+
+    dest = timestep_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moves_of(a) + held)
     for i in range(a, b):
-        now = moves + held if i == a else moves
+        now = moves_of(i) + held if i == a else moves_of(i)
         passed = rebalance([cells.get((i, r), (0, 0)) for r in range(rows)], now, dest[:len(now)])
         for r, cell in enumerate(passed):
             if any(cell):
