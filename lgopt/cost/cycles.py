@@ -20,6 +20,9 @@ from lgopt.cost.work import (
     weight_transfers,
 )
 from lgopt.hw.chip import Chip
+from lgopt.hw.layout import cdiv
+from lgopt.hw.sizing import TPU_MLIR_FAMILY
+from lgopt.model.dtype import is_integer
 from lgopt.model.network import Network, Op
 from lgopt.model.plan import GroupCost, Plan
 
@@ -48,14 +51,11 @@ def io_cast_cycles(chip: Chip, net: Network, name: str, n: int, h: int, w: int, 
     >>> io_cast_cycles(get_chip("bm1688"), net, "x", 1, 58, 224, True)  # 58 rows a lane, 3 passes of 4
     9744
     """
-    from lgopt.hw.sizing import TPU_MLIR_FAMILY, is_integer
-
     if chip.conv_buffers not in TPU_MLIR_FAMILY:
         return 0
     ten = net.tensor(name)
-    per_lane = n * -(-ten.c // chip.npu_num) * h * w
     passes = 3 if into and is_integer(ten.dtype) else 1
-    return passes * -(-per_lane // max(1, chip.eu_bytes // 4))
+    return passes * cdiv(n * cdiv(ten.c, chip.npu_num) * h * w, max(1, chip.eu_bytes // 4))
 
 
 def gdma_cycles(chip: Chip, nbytes: int, segments: int = 1, kind: DmaKind = "load", point_runs: bool = False

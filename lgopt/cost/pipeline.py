@@ -13,7 +13,7 @@ from lgopt.cost.registry import cost_model
 from lgopt.cost.work import activation_transfer, as_f32, weight_gmem_bytes
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
-from lgopt.model.plan import GroupCost, GroupPlan, Stage
+from lgopt.model.plan import GroupCost, GroupPlan, Stage, Transfer
 
 # --- groups ---------------------------------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int]
     pc = _table_cells(chip, net, g, (a, b))
     if not cost_model(chip).rebalance_loads:
         return pc
-    movable = _movable_transfers(chip, net, g)
+    movable = _movable_transfers(net, g)
     held = _held_moves(chip, net, g)
     if not movable and not held:
         return pc
@@ -57,15 +57,9 @@ def pipeline_cells(chip: Chip, net: Network, g: GroupPlan, span: tuple[int, int]
     cells = dict(pc.cells)
     rows = len(g.rows)
     x = _Transfers(chip, net, g)
-    own = {tr.name for row in g.rows for tr in row.loads if tr.kind == "activation" and tr.stage == 1}
-
-    def moves_of(i: int) -> list[Move]:  # an activation slice's own cycles: H slices differ by a row
-        return [(r, x.transfer(name, "activation", False, i)[1] if name in own and not store else c, ok)
-                for name, store, r, c, ok in movable]
-
-    dest = timestep_moves([cells.get((a, r), (0, 0)) for r in range(rows)], moves_of(a) + held)
+    dest = timestep_moves([cells.get((a, r), (0, 0)) for r in range(rows)], _moves(x, movable, a) + held)
     for i in range(a, b):
-        now = moves_of(i) + held if i == a else moves_of(i)
+        now = _moves(x, movable, i) + (held if i == a else [])
         passed = rebalance([cells.get((i, r), (0, 0)) for r in range(rows)], now, dest[:len(now)])
         for r, cell in enumerate(passed):
             if any(cell):
@@ -172,14 +166,11 @@ def _io_casts(net: Network, g: GroupPlan, x: _Transfers) -> list[tuple[str, int,
     in the row of the first op that reads it, an output's in its producer's (TPU-MLIR's own rows for them, the
     table's first and last, are not lgopt's)."""
     out = []
-    for t in sorted(x.f32_in):
-        r = next((r for r, row in enumerate(g.rows) if any(t in net.op(o).inputs for o in row.ops)), None)
+    for t, into in [(t, True) for t in sorted(x.f32_in)] + [(t, False) for t in sorted(x.f32_out)]:
+        r = next((r for r, row in enumerate(g.rows)
+                  if any(t in (net.op(o).inputs if into else net.op(o).outputs) for o in row.ops)), None)
         if r is not None:
-            out.append((t, r, True))
-    for t in sorted(x.f32_out):
-        r = next((r for r, row in enumerate(g.rows) if any(t in net.op(o).outputs for o in row.ops)), None)
-        if r is not None:
-            out.append((t, r, False))
+            out.append((t, r, into))
     return out
 
 
@@ -239,36 +230,43 @@ def _shared_f32_rows(g: GroupPlan, f32_in: frozenset[str]) -> dict[tuple[int, st
 
 
 Move = tuple[int, int, tuple[int, ...]]  # a transfer's row, its cycles and the rows it may move to
+Movable = tuple[Transfer, bool, int, tuple[int, ...]]  # a transfer, whether a store, its row, the rows it may move to
 
 
-def _movable_transfers(chip: Chip, net: Network, g: GroupPlan) -> list[tuple[str, bool, int, int, tuple[int, ...]]]:
-    """(tensor, is a store, row, cycles, rows it may move to) of each transfer TPU-MLIR's memory-aware pass may
-    move (reference s4.3): a weight load in the table (not a column run) to any earlier row, its weight having no
-    earlier use; a load of the slice's own activation (stage 1) to any earlier row whose ops do not touch it; in a
-    one-slice group, also a store of the slice's own to any later row whose ops do not touch the tensor (in a
-    sliced group the next slice's rows are the pipeline's, not modelled as moved).
+def _movable_transfers(net: Network, g: GroupPlan) -> list[Movable]:
+    """Each transfer TPU-MLIR's memory-aware pass may move (reference s4.3): a weight load in the table (not a
+    column run) to any earlier row, its weight having no earlier use; a load of the slice's own activation (stage
+    1) to any earlier row whose ops do not touch it; in a one-slice group, also a store of the slice's own to any
+    later row whose ops do not touch the tensor (in a sliced group the next slice's rows are the pipeline's, not
+    modelled as moved).
 
     The activation loads matter where a core runs one slice of a group (two slices on BM1688's two cores):
     ResNet-50's [layer1.0] group, F16, core 0 loads the 802,816-byte shortcut input beside the 57,232-cycle conv
     before the one that reads it (168,135 cycles measured; 191,369 charged with the load in its own row,
     167,522 with it moved)."""
-    x = _Transfers(chip, net, g)
-    out = [(tr.name, False, r, x.transfer(tr.name, tr.kind, False, 0)[1], tuple(range(r)))
-           for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "weight" and tr.stage == 1
-           and g.weight_columns(tr.name, 0) is None]
-    out += [(tr.name, False, r, x.transfer(tr.name, tr.kind, False, 0)[1],
-             tuple(j for j in range(r) if not _touches(net, g.rows[j].ops, tr.name)))
-            for r, row in enumerate(g.rows) for tr in row.loads if tr.kind == "activation" and tr.stage == 1]
+    out: list[Movable] = []
+    for r, row in enumerate(g.rows):
+        for tr in row.loads:
+            if tr.stage != Stage.SAME:
+                continue
+            if tr.kind == "weight" and g.weight_columns(tr.name, 0) is None:
+                out.append((tr, False, r, tuple(range(r))))
+            elif tr.kind == "activation":
+                out.append((tr, False, r, tuple(j for j in range(r) if not _touches(net, g.rows[j].ops, tr.name))))
     if g.num_slices != 1:
         return out
-    n = len(g.rows)
     for r, row in enumerate(g.rows):
         for tr in row.stores:
-            if STAGE_SERVES[tr.stage] != 0:
-                continue
-            later = tuple(j for j in range(r + 1, n) if not _touches(net, g.rows[j].ops, tr.name))
-            out.append((tr.name, True, r, x.transfer(tr.name, tr.kind, True, 0)[1], later))
+            if STAGE_SERVES[tr.stage] == 0:
+                later = tuple(j for j in range(r + 1, len(g.rows)) if not _touches(net, g.rows[j].ops, tr.name))
+                out.append((tr, True, r, later))
     return out
+
+
+def _moves(x: _Transfers, movable: list[Movable], s: int) -> list[Move]:
+    """``movable`` as :func:`timestep_moves` takes them, each at its cycles in slice ``s``'s pass (an
+    activation's slices differ by a row)."""
+    return [(r, x.transfer(tr.name, tr.kind, store, s)[1], ok) for tr, store, r, ok in movable]
 
 
 def _touches(net: Network, ops: tuple[str, ...], tensor: str) -> bool:
@@ -282,13 +280,13 @@ def moved_transfers(chip: Chip, net: Network, g: GroupPlan) -> dict[tuple[str, b
     group (its weights are held, or reloaded in place) or a cost model that does not move transfers."""
     if g.num_slices != 1 or not cost_model(chip).rebalance_loads:
         return {}
-    movable = _movable_transfers(chip, net, g)
+    movable = _movable_transfers(net, g)
     if not movable:
         return {}
     cells = _table_cells(chip, net, g, (0, 1)).cells
     dest = timestep_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))],
-                          [(r, c, ok) for _, _, r, c, ok in movable])
-    return {(name, store): row for (name, store, _, _, _), row in zip(movable, dest)}
+                          _moves(_Transfers(chip, net, g), movable, 0))
+    return {(tr.name, store): row for (tr, store, _, _), row in zip(movable, dest)}
 
 
 def rebalance(rows: list[tuple[int, int]], moves: list[Move], dest: list[int] | None = None) -> list[tuple[int, int]]:
