@@ -434,7 +434,7 @@ def read_summary(df: pd.DataFrame, read: pd.DataFrame) -> str:
         per = ", ".join(f"{x.model} {x.predicted / x.total_cycles:.2f}" for x in o2.itertuples())
         held = loaded[loaded.model.isin(HELD_OUT)]
         lines.append(f"| {chip} {q} {n} core(s) | {g.cost_model.iloc[0]} | {len(comp)} | {len(loaded)} "
-                     f"({len(loaded) / max(1, len(comp)):.0%}) | {agree[judged.index].mean():.0%} of {len(judged)} | "
+                     f"({len(loaded) / max(1, len(comp)):.0%}) | {agree[judged.index].mean():.1%} of {len(judged)} | "
                      f"{loaded.err.median():.1%} | {held.err.median():.1%} ({len(held)}) | {per} |")
     return "\n".join(lines)
 

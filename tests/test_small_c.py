@@ -19,7 +19,7 @@ from lgopt.io.onnx_import import import_onnx
 from lgopt.model.network import network_digest
 from lgopt.report.verdict import verify
 from lgopt.tpumlir.cache import load_cache
-from lgopt.tpumlir.grouping import score
+from lgopt.tpumlir.grouping import GroupingInfeasible, score
 from lgopt.tpumlir.lowering import lower_like, network_of
 
 
@@ -86,3 +86,54 @@ def test_an_int8_activation_is_a_table_lookup_with_no_work_buffer(tmp_path, chip
         assert rows16 == rows1 == max(LUT_ENTRIES, chip.eu_bytes)
     else:  # the float series' work copies grow with the slice
         assert rows16 > rows1
+
+
+def _channels_last(tmp_path, dtype: str):
+    """x ``[1, 16, 16, 16]`` -> Transpose to channels-last -> LayerNorm over the channels -> Transpose back:
+    ConvNeXt's block at a size a test builds in a moment."""
+    g = G((1, 16, 16, 16))
+    a = g.n("Transpose", ["x"], perm=[0, 2, 3, 1])
+    ln = g.n("LayerNormalization", [a, g.w([16]), g.w([16])], axis=-1)
+    b = g.n("Transpose", [ln], perm=[0, 3, 1, 2])
+    g.out(b)
+    path = tmp_path / "block.onnx"
+    onnx.save(g.model(), str(path))
+    return import_onnx(path, dtype=dtype), a, ln, b
+
+
+def _block_cache(tmp_path, locs: list[str], globs: list[str], secs: list[int]) -> str:
+    groups = [{"locs": locs, "shape_secs": secs, "func_start_idx": 1, "func_end_idx": len(locs), "group_cost": 0}]
+    glob = [{"loc": loc, "func_idx": 0 if i == 0 else len(locs) + 1} for i, loc in enumerate(globs)]
+    path = tmp_path / "block.layer_group_cache.json"
+    path.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": groups, "GlobalLayer": glob}}))
+    return str(path)
+
+
+def test_hsecs_of_a_small_c_channels_last_group_cut_its_columns(tmp_path):
+    """TPU-MLIR views a small-C group of channels-last tensors as rows over the lanes, columns in its H: its
+    ``hsecs`` cut the channels a LayerNorm normalises, so the group is refused (ConvNeXt's LayerNorm groups in
+    INT8 on BM1684X and BM1688: 15 of 15 such scorings failed to allocate), while ``nsecs`` cut its rows."""
+    net, a, ln, b = _channels_last(tmp_path, "int8")
+    locs = [f"{a}_Transpose{ln}_LayerNormalization_f16", f"{ln}_LayerNormalization",
+            f"{ln}_LayerNormalization{b}_Transpose_si8"]
+    globs = [f"{a}_Transpose", f"{b}_Transpose"]
+    chip = get_chip("bm1688")
+    with pytest.raises(GroupingInfeasible, match="may not slice W"):
+        score(net, chip, _block_cache(tmp_path, locs, globs, [1, 1, 1, 2, 1]))
+    plan, _ = score(net, chip, _block_cache(tmp_path, locs, globs, [2, 1, 1, 1, 1]))
+    assert verify(net, plan) == [] and (plan.groups[0].h_slices, plan.groups[0].w_slices) == (2, 1)
+    # a one-op group of F16 is not small-C (no casts): its hsecs cut the rows, as written
+    f16, a, ln, b = _channels_last(tmp_path, "f16")
+    plan, _ = score(f16, chip, _block_cache(tmp_path, [f"{ln}_LayerNormalization"],
+                                            [f"{a}_Transpose", f"{b}_Transpose"], [1, 1, 1, 2, 1]))
+    assert verify(f16, plan) == [] and plan.groups[0].h_slices == 2
+
+
+def test_a_group_naming_a_permute_is_refused(tmp_path):
+    """TPU-MLIR runs a permute it keeps as an op of its own as a global layer only: a cache group naming one
+    (a variant merging two groups over it) never compiled, where lgopt could hold the move whole."""
+    net, a, ln, b = _channels_last(tmp_path, "f16")
+    cache = _block_cache(tmp_path, [f"{a}_Transpose", f"{ln}_LayerNormalization"], [f"{b}_Transpose"],
+                         [1, 1, 1, 1, 1])
+    with pytest.raises(GroupingInfeasible, match="permute TPU-MLIR names in the group"):
+        score(net, get_chip("bm1684x"), cache)

@@ -37,15 +37,20 @@ from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import SearchSettings
 from lgopt.tpumlir.cache import (
     CacheMap,
+    anchor,
     cast_operands,
     check_secs,
+    is_cast,
     load_cache,
     map_cache,
     read_secs,
     rows_as_channels_group,
+    rows_on_lanes_group,
+    tensor_aliases,
 )
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.lowering import lower_like
+from lgopt.tpumlir.smallc import small_c_group
 
 COMPILER_H_RATIO = None  # TPU-MLIR 1.30.2 applies no h/2 limit (lgopt.group.slicing)
 
@@ -153,18 +158,25 @@ def _f32_outputs(net: Network, g: GroupPlan, locs: tuple[str, ...]) -> tuple[str
 
 
 def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int, ...], st: SearchSettings,
-                 f32: tuple[str, ...]) -> tuple[GroupPlan | None, tuple[int, int, int], str, str]:
+                 f32: tuple[str, ...], small_c: bool = False
+                 ) -> tuple[GroupPlan | None, tuple[int, int, int], str, str]:
     """A group at the slice counts the cache forces: (plan or None, lgopt's n/h/w, why not, how the counts
-    were read when not literally)."""
+    were read when not literally).  ``small_c``: TPU-MLIR types the group ``GROUP_SMALL_C``
+    (:func:`lgopt.tpumlir.smallc.small_c_group`)."""
     n, c, d, h, w = secs
+    columns = ""
     if (c > 1 or h > 1) and w == 1 and rows_as_channels_group(net, ops):  # rows in csecs, columns in hsecs
         n, c, h, w = n, 1, c, h
+    elif small_c and h > 1 and w == 1 and rows_on_lanes_group(net, ops):
+        h, w = 1, h
+        columns = f"hsecs={w} cuts the columns of a small-C group of channels-last tensors"
     if d > 1:
         return None, (n, h, w), f"shape_secs {list(secs)}: lgopt slices N, C, H and W, not D", ""
     mixer = next(((o, why) for o in ops if (why := opsem.channel_reason(net, net.op(o)))), None) if c > 1 else None
     if mixer is not None:
         return None, (n, h, w), f"shape_secs {list(secs)}: csecs={c} but {mixer[0]} {mixer[1]}", ""
     (n, h, w), note = read_secs(net, ops, n, h, w)
+    note = "; ".join(x for x in (columns, note) if x)
     batch = min(net.tensor(t).n for o in ops for t in net.op(o).outputs)
     if n > batch:
         return None, (n, h, w), (f"shape_secs {list(secs)}: nsecs={n} but lgopt's N of this group is {batch} "
@@ -285,6 +297,10 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
                         out.append(GroupResult(gi, (), g.secs, reason="only ops lgopt runs as global layers",
                                                adjusted=tuple(adjusted), peeled=tuple(peeled)))
                         continue
+        permute = next(iter(kept_permutes(net, g.locs)), None)
+        if permute is not None and not reason:
+            reason = (f"op {permute} (Transpose) is a permute TPU-MLIR names in the group: it runs permutes as global "
+                      f"layers only (every one of the 35 scorings with such a group was refused)")
         tops = tuple(ops)
         if reason:
             out.append(GroupResult(gi, tops, g.secs, reason=reason, adjusted=tuple(adjusted), peeled=tuple(peeled)))
@@ -296,7 +312,8 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
             gp, n, h, why = _search(onet, chip, run, st, f32)
             w, searched = 1, True
         else:
-            gp, (n, h, w), why, note = _build_fixed(onet, chip, run, g.secs, st, f32)
+            small_c = small_c_group(onet, [onet.op(o) for o in run], len(g.locs), chip)
+            gp, (n, h, w), why, note = _build_fixed(onet, chip, run, g.secs, st, f32, small_c)
             searched = False
         if gp is not None:
             outs = _f32_outputs(net, gp, g.locs)
@@ -304,6 +321,25 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
         out.append(GroupResult(gi, tops, g.secs, n, h, max(1, w), searched, gp,
                                why, tuple(adjusted), tuple(peeled), f"group {gi}: {note}" if note else ""))
     return Reading(cm, tuple(out), net, lowered)
+
+
+def kept_permutes(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
+    """The lgopt Transposes a cache group names ops after (not a cast or a permute TPU-MLIR moved): permutes it
+    kept as ops of their own.  TPU-MLIR 1.30 runs those as global layers only (its PermuteOp has no local
+    codegen on these chips): none of the 495 F16 caches of the calibration data puts one in a group, and all 35
+    INT8 and several-core scorings of variants merging groups over one failed (ConvNeXt, ViT-B, ShuffleNet).  A
+    Transpose its canonicalisation folds into a MatMul (ViT-Tiny's heads, ``hdim_is_batch``) names no op and
+    may sit in a group whole (:func:`lgopt.tpumlir.attention.hold_moves`).
+
+    >>> from lgopt.model.network import Network, Op, Tensor
+    >>> t = {"x": Tensor("x", (1, 8, 4, 4), "f16"), "y": Tensor("y", (1, 4, 8, 4), "f16")}
+    >>> net = Network("n", t, (Op("p", "Transpose", ("x",), ("y",), attrs={"perm": (0, 2, 1, 3)}),), ("x",), ("y",))
+    >>> kept_permutes(net, ["y_Transpose", "y_Transpose_f16"])
+    ('p',)
+    """
+    aliases = tensor_aliases(net)
+    named = (anchor(loc, aliases) for loc in locs if not is_cast(loc))
+    return tuple(dict.fromkeys(o for o in named if o is not None and net.op(o).type == "Transpose"))
 
 
 def _steps(net: Network, cm: CacheMap, built: list[tuple[int, GroupPlan]]) -> tuple[tuple[str, Any], ...]:

@@ -19,6 +19,7 @@ is grouped; BM1684-family chips and cv18xx never use the type.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import TPU_MLIR_FAMILY
@@ -40,7 +41,7 @@ def hold_small_c(net: Network, cache: Cache, chip: Chip | None) -> tuple[Network
     notes = []
     for gi, group in enumerate(cache.groups):
         ops = [net.op(o) for o in cm.group_ops[gi]]
-        if len(group.locs) < 2 or not ops or not all(small_c_op(net, op, chip.npu_num) for op in ops):
+        if not small_c_group(net, ops, len(group.locs), chip):
             continue
         held = [t for op in ops for t in dict.fromkeys(op.inputs + op.outputs)
                 if t not in flipped and _narrow(net.tensor(t), chip.npu_num)]
@@ -52,6 +53,14 @@ def hold_small_c(net: Network, cache: Cache, chip: Chip | None) -> tuple[Network
         return net, ()
     tensors = {t: flipped.get(t, v) for t, v in net.tensors.items()}
     return check_network(Network(net.name, tensors, net.ops, net.inputs, net.outputs)), tuple(notes)
+
+
+def small_c_group(net: Network, ops: Sequence[Op], n_locs: int, chip: Chip) -> bool:
+    """Whether TPU-MLIR types a cache group of ``n_locs`` ops (its casts counted), lgopt's ``ops``, as
+    ``GROUP_SMALL_C`` on ``chip``: more than one op, each of them one the type lets in (:func:`small_c_op`), on a
+    chip of the BM1684X family."""
+    return (chip.conv_buffers in TPU_MLIR_FAMILY and n_locs >= 2 and bool(ops)
+            and all(small_c_op(net, op, chip.npu_num) for op in ops))
 
 
 def small_c_op(net: Network, op: Op, lanes: int) -> bool:
