@@ -137,3 +137,28 @@ def test_a_group_naming_a_permute_is_refused(tmp_path):
                          [1, 1, 1, 1, 1])
     with pytest.raises(GroupingInfeasible, match="permute TPU-MLIR names in the group"):
         score(net, get_chip("bm1684x"), cache)
+
+
+def test_tpu_mlir_does_not_cut_a_weighted_matmuls_columns(tmp_path):
+    """A transformer group's ``hsecs`` cut its columns (its rows are TPU-MLIR's channels); MatMulOp's
+    AllowDataSplit refuses that cut of a MatMul with a weight (ViT-B's patch embedding, INT8 on BM1688, failed to
+    allocate)."""
+    g = G((1, 64, 32))
+    y = g.n("MatMul", ["x", g.w([32, 48])])
+    g.out(y)
+    path = tmp_path / "linear.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="f16")
+
+    def cache(secs: list[int]) -> str:
+        groups = [{"locs": [f"{y}_MatMul"], "shape_secs": secs, "func_start_idx": 0, "func_end_idx": 0,
+                   "group_cost": 0}]
+        p = tmp_path / "linear.layer_group_cache.json"
+        p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": groups, "GlobalLayer": []}}))
+        return str(p)
+
+    chip = get_chip("bm1684x")
+    with pytest.raises(GroupingInfeasible, match="does not do to MatMul"):
+        score(net, chip, cache([1, 1, 1, 2, 1]))
+    plan, _ = score(net, chip, cache([1, 1, 1, 1, 1]))  # whole, the same group builds
+    assert verify(net, plan) == []

@@ -50,6 +50,7 @@ from lgopt.tpumlir.cache import (
 )
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.lowering import lower_like
+from lgopt.tpumlir.rules import matmul_columns
 from lgopt.tpumlir.smallc import small_c_group
 
 COMPILER_H_RATIO = None  # TPU-MLIR 1.30.2 applies no h/2 limit (lgopt.group.slicing)
@@ -187,7 +188,7 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     if not why and (h, w) != asked and not _drops_empty_sections(chip, outs):
         why = _EMPTY_SECTIONS.format(h=asked[0], w=asked[1])
     if not why:
-        why = forced_fork(chip, net, ops, h)
+        why = forced_fork(chip, net, ops, h) or matmul_columns(net, ops, w)
     gp = None
     if not why:
         gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
