@@ -275,7 +275,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     doc["cores"] = {"measured_cores": n, "global_speedup": {k: v["speedup"] for k, v in sorted(speed.items())
                                                             if k not in ("conv", "matmul")}}  # those: exponents
     write()
-    doc["cores"]["channel_exponent"] = fit_exponents(chip, base, rows, HELD_OUT)
+    doc["cores"]["channel_exponent"] = fit_exponents(chip, base, rows, HELD_OUT, speed)
     write()
     with_speedups = held_error()
     f = fit_cores(chip, base, rows, HELD_OUT)
@@ -303,7 +303,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     return (f"Several-core terms of `{base.name}` for {chip_name}, fitted on {setting} (`{command}`): global layers' "
             f"speed-up on {n} cores by kind, measured op by op against the one-core timelines: "
             f"{kinds}; a conv and a weighted matmul as the cores their channels spread over to the power "
-            f"(fitted on the training groupings) {exps}; {terms}. "
+            f"(fitted on the training groupings; 0 for a kind that runs on one core op by op) {exps}; {terms}. "
             f"Held-out median \\|pred/meas - 1\\| ({', '.join(HELD_OUT)}, {len(held)} groupings): analytic terms "
             f"{analytic:.1%}, with the measured speed-ups {with_speedups:.1%}: "
             f"{'written' if shipped else 'not written (the analytic terms stay)'} in `{path.name}`.")

@@ -169,8 +169,10 @@ def _attention(tmp_path, split: str = "Split", batch: int = 1):
 
 def _one_group_cache(tmp_path, net, secs=(1, 1, 1, 1, 1)) -> str:
     """A cache holding every op of ``net`` in one group with slice counts ``secs``, each named after its output
-    as TPU-MLIR names ops (``<tensor>_<Type>``)."""
-    locs = [f"{op.outputs[0]}_{op.type}" for op in net.ops]
+    as TPU-MLIR names ops (``<tensor>_<Type>``), but for the permutes: TPU-MLIR folds an attention's permutes
+    into its MatMuls, so no op of its group is named after one (a timm-style two-block ViT's own opt2 cache,
+    BM1684X F16: one group of 43 ops, none a permute; a group naming one is refused)."""
+    locs = [f"{op.outputs[0]}_{op.type}" for op in net.ops if op.type != "Transpose"]
     p = tmp_path / "attn.layer_group_cache.json"
     p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [
         {"locs": locs, "shape_secs": list(secs), "func_start_idx": 0, "func_end_idx": len(locs) - 1,
@@ -348,7 +350,7 @@ def test_a_qkv_projection_tpu_mlir_cuts_in_three_reads_in_batch_slices(tmp_path)
     locs = [f"{qkv.outputs[0]}_MatMul_{kind}_{k}" for k in (5, 3, 1) for kind in ("matmul", "reshape")]
     skip = {qkv.name} | {op.name for op in net.ops if op.type in ("Slice", "Squeeze")  # the picks, the 5-D ops
                          or len(net.tensor(op.outputs[0]).orig_shape) == 5}
-    locs += [f"{op.outputs[0]}_{op.type}" for op in net.ops if op.name not in skip]
+    locs += [f"{op.outputs[0]}_{op.type}" for op in net.ops if op.name not in skip and op.type != "Transpose"]
     p = tmp_path / "qkv.layer_group_cache.json"  # listing its global layers (none but the return), as TPU-MLIR's do
     p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [
         {"locs": locs, "shape_secs": [2, 1, 1, 1, 1], "func_start_idx": 0, "func_end_idx": len(locs) - 1,

@@ -330,7 +330,9 @@ def kept_permutes(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
     codegen on these chips): none of the 495 F16 caches of the calibration data puts one in a group, and all 35
     INT8 and several-core scorings of variants merging groups over one failed (ConvNeXt, ViT-B, ShuffleNet).  A
     Transpose its canonicalisation folds into a MatMul (ViT-Tiny's heads, ``hdim_is_batch``) names no op and
-    may sit in a group whole (:func:`lgopt.tpumlir.attention.hold_moves`).
+    may sit in a group whole (:func:`lgopt.tpumlir.attention.hold_moves`): a timm-style two-block ViT's own opt2
+    cache on BM1684X (F16) is one group of 43 ops naming no permute, its one ``tpu.Permute`` (the patch
+    embedding's) global.
 
     >>> from lgopt.model.network import Network, Op, Tensor
     >>> t = {"x": Tensor("x", (1, 8, 4, 4), "f16"), "y": Tensor("y", (1, 4, 8, 4), "f16")}
