@@ -99,11 +99,14 @@ def c_slice_options(net: Network, chip: Chip, ops: Sequence[str]) -> list[int]:
 def schedule(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
              h_ratio: float | None = DEFAULT_H_RATIO, prefetch: int = 1, kept_in: tuple[str, ...] = (),
              kept_out: tuple[str, ...] = (), w_slices: int = 1, f32_copies: tuple[str, ...] = (),
-             receivers: tuple[str, ...] = (), reload_columns: bool = True, c_slices: int = 1) -> GroupPlan:
-    """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal."""
+             receivers: tuple[str, ...] = (), reload_columns: bool = True, c_slices: int = 1,
+             sections: int | None = None) -> GroupPlan:
+    """Sliced and scheduled, not yet placed; raises SliceError when the slicing is illegal.  ``sections``: see
+    :func:`lgopt.group.timestep.schedule_group`."""
     sl = slice_group(net, list(ops), n_slices, h_slices, w_slices=w_slices, n_unit=n_unit(net, chip, ops),
                      h_ratio=h_ratio, c_slices=c_slices)
-    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies, receivers, reload_columns)
+    return schedule_group(net, chip, sl, prefetch, kept_in, kept_out, f32_copies, receivers, reload_columns,
+                          sections)
 
 
 def try_kept_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int, w_slices: int,
@@ -164,8 +167,8 @@ Packing = Callable[[GroupPlan], tuple[Chip | None, GroupPlan]]
 def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_slices: int,
               h_ratio: float | None = DEFAULT_H_RATIO, bank_rule: str = "soft", thorough: bool = False,
               w_slices: int = 1, f32_copies: tuple[str, ...] = (), reload_columns: bool = True,
-              c_slices: int = 1, packing: Packing | None = None, inplace: bool = False
-              ) -> tuple[GroupPlan | None, str]:
+              c_slices: int = 1, packing: Packing | None = None, inplace: bool = False,
+              sections: int | None = None) -> tuple[GroupPlan | None, str]:
     """A placed group, or (None, why not).  ``packing`` gives the (LMEM, table) its buffers must pack into
     (default: ``chip``'s and its own; :func:`lgopt.strategies.settings.packing` asks more of a group the
     compiler is not known to compile); the group keeps its own table and costs.
@@ -174,11 +177,12 @@ def try_group(net: Network, chip: Chip, ops: Sequence[str], n_slices: int, h_sli
     ``thorough`` is for a grouping given from outside (a compiler's cache), where "infeasible" is a
     verdict: the greedy orders are retried and then the exact packer decides (:func:`allocate_thorough`, with
     ``inplace``: elementwise outputs over dying operands where nothing packs otherwise).
-    ``reload_columns=False`` builds such a grouping's W slices with whole weights, as the compiler does.
+    ``reload_columns=False`` builds such a grouping's W slices with whole weights, as the compiler does;
+    ``sections``, the sections its allocator sees (:func:`lgopt.group.timestep.holds_weights`).
     """
     try:
         g = schedule(net, chip, ops, n_slices, h_slices, h_ratio, w_slices=w_slices, f32_copies=f32_copies,
-                     reload_columns=reload_columns, c_slices=c_slices)
+                     reload_columns=reload_columns, c_slices=c_slices, sections=sections)
     except SliceError as e:
         return None, str(e)
     room, table = (chip, g) if packing is None else packing(g)

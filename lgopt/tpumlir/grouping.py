@@ -50,7 +50,6 @@ from lgopt.tpumlir.cache import (
 )
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.lowering import lower_like
-from lgopt.tpumlir.rules import matmul_columns
 from lgopt.tpumlir.smallc import small_c_group
 
 COMPILER_H_RATIO = None  # TPU-MLIR 1.30.2 applies no h/2 limit (lgopt.group.slicing)
@@ -163,12 +162,19 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
                  ) -> tuple[GroupPlan | None, tuple[int, int, int], str, str]:
     """A group at the slice counts the cache forces: (plan or None, lgopt's n/h/w, why not, how the counts
     were read when not literally).  ``small_c``: TPU-MLIR types the group ``GROUP_SMALL_C``
-    (:func:`lgopt.tpumlir.smallc.small_c_group`)."""
+    (:func:`lgopt.tpumlir.smallc.small_c_group`).
+
+    Such a group of channels-last tensors holds its rows over N and C and its columns in H (ConvNeXt's
+    ``[1, 56, 56, 96]``: ``n_slice = 49, c_slice = 64, h_slice = 96``), so its ``hsecs`` cut the columns,
+    a LayerNorm's and a MatMul's included (F16 on BM1684X: ``h_slice = [48, 48]`` on both, and it compiles).
+    In INT8 (the LayerNorm in f16 between two casts) TPU-MLIR refused all 15 such scorings, and lgopt reads
+    them as the column cuts they are, which a LayerNorm refuses; in F16 it reads them as row slices, the LMEM
+    of the same cut, since a LayerNorm cut across its columns is not a computation lgopt can build."""
     n, c, d, h, w = secs
     columns = ""
     if (c > 1 or h > 1) and w == 1 and rows_as_channels_group(net, ops):  # rows in csecs, columns in hsecs
         n, c, h, w = n, 1, c, h
-    elif small_c and h > 1 and w == 1 and rows_on_lanes_group(net, ops):
+    elif small_c and h > 1 and w == 1 and rows_on_lanes_group(net, ops) and _integer(net, ops):
         h, w = 1, h
         columns = f"hsecs={w} cuts the columns of a small-C group of channels-last tensors"
     if d > 1:
@@ -188,12 +194,12 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     if not why and (h, w) != asked and not _drops_empty_sections(chip, outs):
         why = _EMPTY_SECTIONS.format(h=asked[0], w=asked[1])
     if not why:
-        why = forced_fork(chip, net, ops, h) or matmul_columns(net, ops, w)
+        why = forced_fork(chip, net, ops, h)
     gp = None
     if not why:
         gp, why = try_group(net, chip, ops, n, h, COMPILER_H_RATIO, st.bank_rule, thorough=True, w_slices=w,
                             f32_copies=f32, reload_columns=False, c_slices=c,  # TPU-MLIR holds weights whole
-                            inplace=True)
+                            inplace=True, sections=n * c * asked[0] * asked[1])  # its allocator's sections
     if gp is None:
         why = f"secs n={n} h={h}{f' w={w}' if w > 1 else ''}: {why}"
     return gp, (n, h, w), why, note
@@ -209,8 +215,9 @@ def _drops_empty_sections(chip: Chip, outs: Sequence[Tensor]) -> bool:
     (:func:`compiled_sections`).  In F16 on one core it does (mnasnet's tail group, the calibration data); in INT8
     on one core its allocator refused every such scoring ``benchmarks/settings.py`` compiled (13 of 13: 7 on
     BM1688, 6 on BM1684, where the group is the casts of the classifier's output).  On several cores it compiled
-    some and refused others (BM1688 on 2 cores: 3 of 9 compiled; BM1690 INT8 on 8: 0 of 7), by a rule not known
-    yet: they are read as compiled."""
+    some and refused others (BM1688 on 2 cores: 3 of 9 compiled; BM1690 INT8 on 8: 0 of 7): they are built, with
+    the weights held as TPU-MLIR's allocator holds them for the sections asked (``sections`` of
+    :func:`lgopt.group.timestep.holds_weights`), which refuses the long tail groups among them."""
     return chip.used_cores > 1 or not any(is_integer(t.dtype) for t in outs)
 
 
@@ -424,3 +431,8 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
         "lowered": list(r.lowered),
     }
     return replace(plan, solver={**plan.solver, "tpu_mlir": info}), info
+
+
+def _integer(net: Network, ops: Sequence[str]) -> bool:
+    """Whether the group computes in an integer type (INT8's lowering, its float ops between casts)."""
+    return any(is_integer(net.tensor(t).dtype) for o in ops for t in net.op(o).outputs)

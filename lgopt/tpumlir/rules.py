@@ -8,7 +8,6 @@ seen to compile (:func:`lgopt.strategies.settings.packing`); its groups hold the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
@@ -33,9 +32,6 @@ class TpuMlirRules:
         fork = tpumlir_fork(chip, net, g.ops, g.h_slices)
         if fork:
             return fork
-        columns = matmul_columns(net, g.ops, g.w_slices)
-        if columns:
-            return columns
         if rows_over_lanes(chip, net, g):
             return (f"its rows are cut into {g.h_slices} sections, more than TPU-MLIR's ceil(rows / "
                     f"{chip.npu_num} lanes) for a transformer group")
@@ -52,16 +48,3 @@ def rows_over_lanes(chip: Chip, net: Network, g: GroupPlan) -> bool:
         return False
     rows = min(net.tensor(t).h for o in g.ops for t in net.op(o).outputs)
     return g.h_slices > -(-rows // chip.npu_num)
-
-
-def matmul_columns(net: Network, ops: Sequence[str], w_slices: int) -> str:
-    """Why TPU-MLIR cannot cut the group's columns (``""`` when it can): a MatMul with a weight in it.  Its
-    ``MatMulOp::AllowDataSplit`` lets a group cut N, and the rows in a matmul or small-C group, never the output
-    columns of such a MatMul (its axis 2; only a head-batched MatMul of two activations there), which a
-    transformer group's ``hsecs`` would cut (:func:`lgopt.tpumlir.cache.rows_as_channels_group`): ViT-B's patch
-    embedding at ``hsecs = 2``, INT8 on BM1688, failed to allocate; no grouping compiled has such a cut."""
-    if w_slices <= 1:
-        return ""
-    mm = next((o for o in ops if net.op(o).type == "MatMul" and any(w.role == "filter" for w in net.op(o).weights)),
-              None)
-    return f"its columns are cut in {w_slices}, which TPU-MLIR does not do to MatMul {mm}" if mm else ""
