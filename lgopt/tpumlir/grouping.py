@@ -205,6 +205,11 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     return gp, (n, h, w), why, note
 
 
+def _integer(net: Network, ops: Sequence[str]) -> bool:
+    """Whether the group computes in an integer type (INT8's lowering, its float ops between casts)."""
+    return any(is_integer(net.tensor(t).dtype) for o in ops for t in net.op(o).outputs)
+
+
 _EMPTY_SECTIONS = ("hsecs={h}, wsecs={w} exceed a group output's rows or columns: TPU-MLIR drops the empty "
                    "sections in F16, but in INT8 on one core its allocator refused all 13 such scorings measured "
                    "(benchmarks/results/settings.md)")
@@ -261,6 +266,7 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
     if exact:  # the ops the cache cuts into column pieces run in different steps, cut the same way
         net, lowered = lower_like(net, cache, chip)
     cm = map_cache(net, cache)
+    aliases = tensor_aliases(net)
     # each group's ops run in TPU-MLIR's order (its timestep table follows it: resnet50's downsample conv runs
     # before the block's first conv, which decides whether a bm1688 group packs); plans keep the given network
     onet = reorder(net, list(cm.order))
@@ -305,8 +311,8 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
                         out.append(GroupResult(gi, (), g.secs, reason="only ops lgopt runs as global layers",
                                                adjusted=tuple(adjusted), peeled=tuple(peeled)))
                         continue
-        permute = next(iter(kept_permutes(net, g.locs)), None)
-        if permute is not None and not reason:
+        permute = None if reason else next(iter(kept_permutes(net, g.locs, aliases)), None)
+        if permute is not None:
             reason = (f"op {permute} (Transpose) is a permute TPU-MLIR names in the group: it runs permutes as global "
                       f"layers only (every one of the 35 scorings with such a group was refused)")
         tops = tuple(ops)
@@ -331,7 +337,7 @@ def build_groups(net: Network, chip: Chip, cache_path: str, st: SearchSettings =
     return Reading(cm, tuple(out), net, lowered)
 
 
-def kept_permutes(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
+def kept_permutes(net: Network, locs: Sequence[str], aliases: dict[str, str] | None = None) -> tuple[str, ...]:
     """The lgopt Transposes a cache group names ops after (not a cast or a permute TPU-MLIR moved): permutes it
     kept as ops of their own.  TPU-MLIR 1.30 runs those as global layers only (its PermuteOp has no local
     codegen on these chips): none of the 495 F16 caches of the calibration data puts one in a group, and all 35
@@ -347,7 +353,7 @@ def kept_permutes(net: Network, locs: Sequence[str]) -> tuple[str, ...]:
     >>> kept_permutes(net, ["y_Transpose", "y_Transpose_f16"])
     ('p',)
     """
-    aliases = tensor_aliases(net)
+    aliases = tensor_aliases(net) if aliases is None else aliases  # a reader's, made once for every group
     named = (anchor(loc, aliases) for loc in locs if not is_cast(loc))
     return tuple(dict.fromkeys(o for o in named if o is not None and net.op(o).type == "Transpose"))
 
@@ -432,7 +438,3 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
     }
     return replace(plan, solver={**plan.solver, "tpu_mlir": info}), info
 
-
-def _integer(net: Network, ops: Sequence[str]) -> bool:
-    """Whether the group computes in an integer type (INT8's lowering, its float ops between casts)."""
-    return any(is_integer(net.tensor(t).dtype) for o in ops for t in net.op(o).outputs)
