@@ -201,12 +201,13 @@ HELD_OUT = ("mobilenet_v3_small", "resnet50", "unet_small")  # held out of every
 
 
 def one_core_globals(cal: Path, chip: str, q: str) -> pd.DataFrame:
-    """Every global op's cycles on one core of ``chip`` in ``q`` (model, name, cycles): the shared calibration's
-    F16 timelines and ``benchmarks/timelines.py``'s (INT8, and BM1690 compiled on one core)."""
+    """Every global op's cycles on one core of ``chip`` in ``q`` (model, name, cycles, out_shape): the shared
+    calibration's F16 timelines and ``benchmarks/timelines.py``'s (INT8, and BM1690 compiled on one core)."""
     files = [OUT / "timelines" / f"{q.lower()}_1core" / "globals.csv"] + ([cal / "globals.csv"] if q == "F16" else [])
     parts = [pd.read_csv(f) for f in files if f.exists()]
-    g = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["model", "chip", "name", "cycles"])
-    return g[g.chip == chip][["model", "name", "cycles"]]
+    g = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["model", "chip", "name", "cycles", "out_shape"])
+    return g[g.chip == chip][["model", "name", "cycles", "out_shape"]]
 
 
 def core_zero_of(out: Path, setting: str) -> pd.DataFrame:
@@ -235,7 +236,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     from lgopt.cost.registry import FITTED, FITTED_INT8
     from lgopt.hw.chip import get_chip
     from lgopt.io.problem import load_model
-    from lgopt.tpumlir.corefit import Measured, fit_cores, fit_exponents, global_speedups, price
+    from lgopt.tpumlir.corefit import Measured, fit_cores, fit_exponents, global_speedups, price, row_run_bytes
     from lgopt.tpumlir.grouping import score
     from lgopt.tpumlir.lowering import network_of
 
@@ -271,7 +272,9 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
         return statistics.median(abs(x - 1) for x in price(chip, held, base.name)) if held else float("nan")
 
     analytic = held_error()
-    speed = global_speedups(one_core_globals(cal, chip_name, q), core_zero_of(out, setting), n)
+    one, many = one_core_globals(cal, chip_name, q), core_zero_of(out, setting)
+    speed = global_speedups(one, many, n)
+    heads = row_run_bytes(chip, one, many, 1 if q == "INT8" else 2)  # a check of the line's, not written
     doc["cores"] = {"measured_cores": n, "global_speedup": {k: v["speedup"] for k, v in sorted(speed.items())
                                                             if k not in ("conv", "matmul")}}  # those: exponents
     write()
@@ -288,6 +291,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     doc["cores"]["source"] = {
         "fitted_on": sorted({r.model for r in rows} - set(HELD_OUT)), "held_out": list(HELD_OUT), "setting": setting,
         "global_ops": {k: v for k, v in sorted(speed.items())},  # each kind's median speed-up, op by op
+        "one_row_matmuls": heads,  # their per-row overhead (bytes) measured op by op: a check of the line's
         "groupings": {"train": f.n_train, "held_out": f.n_held},
         "median_error_held_out": {"analytic_terms": round(analytic, 4), "global_speedups": round(with_speedups, 4),
                                   "fitted_slowdown_sync": None if f.held_error is None else round(f.held_error, 4)},

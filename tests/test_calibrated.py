@@ -595,3 +595,20 @@ def test_the_held_out_error_is_recorded_in_each_chips_file(tmp_path):
     got = json.loads(path.read_text())["source"]
     assert got["held_out_error"] == {"model_total": 0.15, "group": 0.05, "models": ["unet_small"]}
     assert got["command"] == "lgopt fit ..."
+
+
+def test_a_global_matmuls_row_overhead_is_fitted_where_its_widths_differ():
+    """A global Gemm's cycles made of a fixed cost and a rate over its weight rows, each row ``N + r`` elements:
+    the fit recovers ``r`` from heads of two widths (as VGG's 4096-wide ones beside 1000-wide ones), and leaves
+    it 0 where one width cannot tell an overhead from a rate."""
+    import pandas as pd
+
+    from lgopt.cost.fit import fit_global
+
+    shapes = [(512, 1000), (1024, 1000), (2048, 1000), (4096, 4096), (25088, 4096), (576, 1024)]
+    rows = pd.DataFrame([{"model": f"m{i}", "lg": "fc", "type": "Gemm", "work": k * n, "weight_runs": k,
+                          "cycles": 1200 + 0.0137 * k * (n + 328)} for i, (k, n) in enumerate(shapes)])
+    line = fit_global(rows)["Gemm"]
+    assert line["row_run"] == 328 and line["b"] == pytest.approx(0.0137, rel=1e-3)
+    same = rows[rows.work // rows.weight_runs == 1000]
+    assert "row_run" not in fit_global(same)["Gemm"]

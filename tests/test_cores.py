@@ -187,3 +187,32 @@ def test_the_io_casts_are_cut_a_piece_a_core_like_an_elementwise_global_layer():
     assert alone["cycles"] > 0 and shared["traffic_bytes"] == alone["traffic_bytes"]
     assert shared["gdma_cycles"] == alone["gdma_cycles"]
     assert alone["cycles"] / 8 <= shared["cycles"] < alone["cycles"] / 3  # BM1690 F16's measured 5.2x, and a sync
+
+
+def test_a_classifier_head_on_several_cores_splits_its_weight_rows():
+    """A one-row weighted matmul loads its weight row by row, each row a run with a fixed overhead, and the cores
+    split each row's columns: a 1000-wide head gains less from 8 cores than a 4096-wide one (TPU-MLIR 1.30, INT8
+    on BM1690, op by op: 2.6-2.9x and 5.2x), and a head of two rows keeps the channel exponent."""
+    from lgopt.cost.fitted import global_speedup_of
+    from lgopt.model.network import Network, Op, Tensor, Weight
+
+    doc = _shipped_doc("bm1690")
+    doc["global"] = {**doc["global"], "Gemm": {"a": 1200.0, "b": 0.0137, "row_run": 328}}
+    k = _speedup_constants_of(doc, measured_cores=8, channel_exponent={"conv": 0.0, "matmul": 0.8})
+    t = {"x": Tensor("x", (1, 512, 1, 1), "int8", (1, 512)), "y": Tensor("y", (1, 1000, 1, 1), "int8", (1, 1000)),
+         "z": Tensor("z", (1, 4096, 1, 1), "int8", (1, 4096)), "r": Tensor("r", (2, 1000, 1, 1), "int8", (2, 1000)),
+         "q": Tensor("q", (2, 512, 1, 1), "int8", (2, 512))}
+    head = Op("h", "Gemm", ("x",), ("y",), (Weight("w", (1000, 512), "int8", "filter"),))
+    wide = Op("v", "Gemm", ("x",), ("z",), (Weight("u", (4096, 512), "int8", "filter"),))
+    rows2 = Op("b", "Gemm", ("q",), ("r",), (Weight("s", (1000, 512), "int8", "filter"),))
+    net = Network("n", t, (head, wide, rows2), ("x", "q"), ("y", "z", "r"))
+    eight = get_chip("bm1690", {"used_cores": 8})
+    s_head, s_wide, s_rows = (global_speedup_of(k, eight, net, op) for op in (head, wide, rows2))
+    assert 2.4 < s_head < 3.0 and 4.5 < s_wide < 5.5
+    assert s_rows == pytest.approx(8 ** 0.8)
+
+
+def _speedup_constants_of(doc, **cores):
+    from lgopt.cost.fitted import ChipConstants
+
+    return ChipConstants.from_json({**doc, "cores": cores})

@@ -101,3 +101,25 @@ def test_a_plan_checked_in_another_dtype_names_the_one_it_was_made_in(capsys, tm
     assert code == 1 and "made for another model" in out and "pass --dtype int8" in out
     code, out, _ = run(capsys, "verify", "--model", str(onnx), str(plan), "--dtype", "int8")
     assert code == 0 and out.startswith("OK")
+
+
+def test_an_int8_convtranspose_run_globally_moves_its_int32_output_twice():
+    """TPU-MLIR lowers an INT8 ConvTranspose to a deconvolution writing int32 and a requantisation to int8, two
+    global layers when it runs as one (UNet's upsampling on BM1688 and BM1690): the int32 tensor is written and
+    read back.  A whole INT8 ConvTranspose is charged both; the F16 one and the deconvolution the reader cut
+    apart (its output int32, its Requant an op of its own) are not charged twice."""
+    from lgopt.cost.cycles import global_layer_cost
+    from lgopt.model.network import Network, Op, Tensor, Weight
+
+    chip = get_chip("bm1688")
+
+    def up(dtype, out_dtype):
+        ts = {"x": Tensor("x", (1, 64, 32, 32), dtype), "y": Tensor("y", (1, 32, 64, 64), out_dtype)}
+        op = Op("up", "ConvTranspose", ("x",), ("y",), (Weight("w", (64, 32, 2, 2), dtype, "filter"),),
+                {"kernel": (2, 2), "strides": (2, 2), "pads": (0, 0, 0, 0), "group": 1}, local=True)
+        return global_layer_cost(chip, Network("n", ts, (op,), ("x",), ("y",)), op)
+
+    whole, cut, f16 = up("int8", "int8"), up("int8", "int32"), up("f16", "f16")
+    e = 32 * 64 * 64
+    assert whole["traffic_bytes"] == cut["traffic_bytes"] - 3 * e + 8 * e
+    assert whole["gdma_cycles"] > cut["gdma_cycles"] > 0 and f16["traffic_bytes"] == 2 * (cut["traffic_bytes"] - 3 * e)

@@ -309,3 +309,20 @@ def test_a_ghost_modules_full_slice_is_no_op(tmp_path):
             "/ghost2/cheap/Conv_output_0_Conv_f32"]
     ref = _cache(tmp_path / "ref.json", locs)
     _round_trip(net, _cache(tmp_path / "cut.json", locs, (4,), listed=False), ref)
+
+
+def test_a_relu_after_a_matmul_is_fused_into_it():
+    """TPU-MLIR fuses a Relu into a MatMul (``FuseRelu``; VGG's global ``Gemm -> Relu`` heads run as one
+    ``tpu.MatMul`` named after the Relu's output); the importer fuses activations into layer-group ops only."""
+    from lgopt.model.network import Network, Op, Tensor, Weight
+    from lgopt.tpumlir.lowering import fold_like_tpu_mlir
+
+    ts = {"x": Tensor("x", (1, 512, 1, 1), "f16", (1, 512)), "y": Tensor("y", (1, 256, 1, 1), "f16", (1, 256)),
+          "z": Tensor("z", (1, 256, 1, 1), "f16", (1, 256))}
+    fc = Op("/fc/Gemm", "Gemm", ("x",), ("y",), (Weight("w", (256, 512), "f16", "filter"),))
+    relu = Op("/relu/Relu", "Relu", ("y",), ("z",))
+    low, notes = fold_like_tpu_mlir(Network("head", ts, (fc, relu), ("x",), ("z",)), frozenset())
+    assert [(o.name, o.type, o.outputs, o.fused) for o in low.ops] == [("/relu/Relu", "Gemm", ("z",), ("Relu",))]
+    assert len(notes) == 1 and "FuseRelu" in notes[0]
+    kept, _ = fold_like_tpu_mlir(Network("head", ts, (fc, relu), ("x",), ("z",)), frozenset({"/fc/Gemm"}))
+    assert [o.name for o in kept.ops] == ["/fc/Gemm", "/relu/Relu"]  # a cache naming the Gemm keeps it apart

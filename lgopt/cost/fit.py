@@ -307,19 +307,46 @@ def fit_global(df: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Per non-local op type run as a global layer ``a + b * X`` (X: :func:`lgopt.cost.fitted.global_work`) on
     the median cycles of each op; a ``default`` line over all of them for types seen fewer than 3 times (held
     out, it beats the analytic global compute, which is far too cheap for TPU-MLIR's global elementwise
-    layers)."""
-    d = df.groupby(["model", "lg", "type", "work"]).cycles.median().reset_index()
+    layers).  A matmul type with a weight (``weight_runs``) also gets the elements each weight row adds
+    (``row_run``, :func:`fit_row_run`) where its ops have several widths."""
+    if "weight_runs" not in df:
+        df = df.assign(weight_runs=0)
+    d = df.groupby(["model", "lg", "type", "work", "weight_runs"]).cycles.median().reset_index()
     out = {}
     for t, x in d.groupby("type"):
         if len(x) < 3:
             continue
-        a, b = wls(x.work.to_numpy(float), x.cycles.to_numpy(float), 0.0)
-        if len(x.work.unique()) < 2:  # one size seen: a pure rate
-            a, b = 0.0, float(np.median(x.cycles / np.maximum(x.work, 1)))
-        out[str(t)] = {"a": round(a, 3), "b": round(b, 8), "n": int(len(x))}
+        run = fit_row_run(x)
+        work = x.work.to_numpy(float) + run * x.weight_runs.to_numpy(float)
+        a, b = wls(work, x.cycles.to_numpy(float), 0.0)
+        if len(np.unique(work)) < 2:  # one size seen: a pure rate
+            a, b = 0.0, float(np.median(x.cycles / np.maximum(work, 1)))
+        out[str(t)] = {"a": round(a, 3), "b": round(b, 8), "n": int(len(x)), **({"row_run": run} if run else {})}
     a, b = wls(d.work.to_numpy(float), d.cycles.to_numpy(float), 0.0)
     out["default"] = {"a": round(a, 3), "b": round(b, 8), "n": int(len(d))}
     return out
+
+
+ROW_RUNS = tuple(range(0, 1025, 8))  # elements a weight row may add: 0 .. a kilobyte of INT8
+
+
+def fit_row_run(x: pd.DataFrame) -> int:
+    """The elements each of a global matmul's weight rows adds to its work (a DMA run's fixed overhead), the grid
+    value whose line (:func:`wls`) has the least relative L1 error; 0 where the ops have no weight or fewer than
+    two widths (``work / weight_runs``), which cannot tell an overhead from a rate.  ``weight_runs``: the weight
+    rows counted once an output row (:func:`lgopt.cost.fitted.weight_runs`), as ``work`` counts them."""
+    k = x.weight_runs.to_numpy(float)
+    if (k <= 0).any() or len(np.unique(np.round(x.work.to_numpy(float) / k))) < 2:
+        return 0
+    y = np.maximum(x.cycles.to_numpy(float), 1.0)
+    best = (np.inf, 0)
+    for run in ROW_RUNS:
+        w = x.work.to_numpy(float) + run * k
+        a, b = wls(w, y, 0.0)
+        err = float(np.sum(np.abs(a + b * w - y) / y))
+        if err < best[0] - 1e-9:
+            best = (err, run)
+    return best[1]
 
 
 def fit_global_bw(traffic: pd.DataFrame) -> dict[str, Any]:

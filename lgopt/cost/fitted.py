@@ -249,31 +249,55 @@ def permute_runs(net: Network, op: Op) -> int:
     return 2 * net.tensor(op.inputs[0]).elems // run if run >= 2 else 0
 
 
-def global_work(net: Network, op: Op, row_share: float = 1.0) -> int:
+def global_work(net: Network, op: Op, row_share: float = 1.0, row_run: float = 0.0) -> int:
     """The size term of a global layer: elements read and written; for Gemm/MatMul its MACs, each row after the
-    first counted ``row_share`` of the first where the second operand is a weight.
+    first counted ``row_share`` of the first where the second operand is a weight, and with a weight, ``row_run``
+    elements more for each of its rows (:func:`weight_rows`).
 
     TPU-MLIR's global Gemm streams its weight once for all rows: on its timeline a classifier head at batch 4
     takes 1.26-1.32x its batch-1 cycles (ResNet-18 and MobileNetV2 on BM1684X and BM1688), not 4x.  The
     calibration's global Gemms all have one row, where MACs and weight size are one term; ``row_share``
-    (``global_rows`` in the constants, measured on batch-4 timelines) prices the others.
+    (``global_rows`` in the constants, measured on batch-4 timelines) prices the others.  Each of the weight's
+    rows is a DMA run with a fixed overhead (``row_run``, fitted with the line: :func:`lgopt.cost.fit.fit_global`):
+    in INT8 a ``1000``-wide head streams a third slower a byte than VGG's ``4096``-wide ones (BM1690: 19.3 and
+    60.5 cycles a row on one core), which a rate alone priced 1.23x over.
 
     >>> from lgopt.model.network import Network, Op, Tensor, Weight
     >>> ts = {"x": Tensor("x", (4, 512, 1, 1), "f16", (4, 512)), "y": Tensor("y", (4, 1000, 1, 1), "f16", (4, 1000))}
     >>> fc = Op("fc", "Gemm", ("x",), ("y",), (Weight("w", (1000, 512), "f16", "filter"),))
     >>> net = Network("head", ts, (fc,), ("x",), ("y",))
-    >>> global_work(net, fc), global_work(net, fc, 0.1)
-    (2048000, 665600)
+    >>> global_work(net, fc), global_work(net, fc, 0.1), global_work(net, fc, 0.1, 24.0)
+    (2048000, 665600, 681574)
     """
     outs = [net.tensor(t) for t in op.outputs]
     if op.type in ("Gemm", "MatMul") and op.inputs:
-        a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
         o = outs[0].orig_shape or outs[0].shape
         rows = max(1, outs[0].elems // max(1, o[-1]))
-        per_row = sum(t.elems for t in outs) // rows * (a[-1] if a else 1)
-        share = row_share if any(len(w.shape) >= 2 for w in op.weights) else 1.0  # a weight matrix, streamed once
+        k = weight_rows(net, op)
+        a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
+        per_row = sum(t.elems for t in outs) // rows * (a[-1] if a else 1) + row_run * k
+        share = row_share if k else 1.0  # a weight matrix, streamed once
         return int(round(per_row * (1 + share * (rows - 1))))
     return sum(t.elems for t in outs) + sum(net.tensor(t).elems for t in op.inputs)
+
+
+def weight_runs(net: Network, op: Op) -> int:
+    """The weight rows a matmul streams counted once for each of its output rows (:func:`global_work` with a row
+    share of 1, as the fit's table holds it): what its ``row_run`` multiplies there."""
+    k = weight_rows(net, op)
+    if not k:
+        return 0
+    o = net.tensor(op.outputs[0])
+    return k * max(1, o.elems // max(1, (o.orig_shape or o.shape)[-1]))
+
+
+def weight_rows(net: Network, op: Op) -> int:
+    """The rows of a matmul's weight matrix its kernel streams (its contraction: the first operand's last axis),
+    or 0 for an op without one."""
+    if op.type not in ("Gemm", "MatMul") or not op.inputs or not any(len(w.shape) >= 2 for w in op.weights):
+        return 0
+    a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
+    return int(a[-1]) if a else 1
 
 
 @dataclass(frozen=True)
@@ -332,6 +356,7 @@ class ChipConstants:
     dtype: str = "f16"  # the deployment measured: what the network computes in (a file without one is F16's)
     passes: dict[str, int] = field(default_factory=dict)  # category -> vector passes per pass_term unit (0 if none)
     fused_passes: bool = True  # a conv's fused activations are AR passes of their own (the fit's fused_passes_pay)
+    glob_row_run: dict[str, float] = field(default_factory=dict)  # matmul type -> elements a weight row adds
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
@@ -350,7 +375,8 @@ class ChipConstants:
                              CoreTerms.from_json(d.get("cores", {})),
                              d.get("source", {}), str(d.get("dtype", "f16")).lower(),
                              {k: int(v["passes"]) for k, v in d["tiu"].items() if v.get("passes")},
-                             bool(d.get("fused_passes", True)))
+                             bool(d.get("fused_passes", True)),
+                             {k: float(v["row_run"]) for k, v in d.get("global", {}).items() if v.get("row_run")})
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -378,6 +404,8 @@ class ChipConstants:
         if any(not 0 <= v <= 1 for v in c.channel_exponent.values()):
             raise LgoptError(f"calibration {chip_name}: a channel exponent must be between 0 and 1 (a global conv "
                              "is at most as many times faster as the cores it spreads over)")
+        if any(v < 0 for v in self.glob_row_run.values()):
+            raise LgoptError(f"calibration {chip_name}: a global matmul's per-row overhead must be non-negative")
         if "default" not in self.tiu:
             raise LgoptError(f"calibration {chip_name}: no 'default' TIU category")
 
@@ -492,7 +520,7 @@ class CalibratedModel:
         ab = k.glob.get(op.type) or k.glob.get("default")
         if ab is None:
             return AnalyticModel(issue_cycles=k.issue).global_compute(chip, net, op)
-        return int(math.ceil(ab[0] + ab[1] * global_work(net, op, k.glob_rows)))
+        return int(math.ceil(ab[0] + ab[1] * global_work(net, op, k.glob_rows, k.glob_row_run.get(op.type, 0.0))))
 
     def global_scale(self, chip: Chip, net: Network, op: Op, bound: Bound | None = None) -> float:
         """The type's scale for the engine that bounds it (``Conv/tiu``: VGG's and UNet's big convs run at 1.04x
@@ -580,18 +608,42 @@ def _calibrated_tiu(model: CalibratedModel, chip: Chip, net: Network, op: Op, sl
 def global_speedup_of(k: ChipConstants, chip: Chip, net: Network, op: Op,
                       exponents: dict[str, float] | None = None) -> float | None:
     """A global layer's speed-up on ``chip.used_cores`` cores by its :func:`core_family`, where the constants were
-    measured on that many cores (else None: the cores share it evenly).  A conv or weighted matmul spreads over
-    :func:`channel_cores`, ``channel_cores ** e`` faster (``cores.channel_exponent``, or ``exponents`` while they
-    are being fitted; TPU-MLIR 1.30's INT8 convs: ``e = 0``, one core); any other kind as measured op by op
-    (``cores.global_speedup``; below 1 where several cores run it slower).  At most the cores in use, so the
-    lower bound's divisor holds."""
+    measured on that many cores (else None: the cores share it evenly).  A one-row weighted matmul (a classifier
+    head) whose line has a per-row overhead as :func:`row_speedup`, where the cores split matmuls at all (a
+    channel exponent above 0; BM1688's F16 ones run on one core, its INT8 ones on both); a conv or another
+    weighted matmul spreads over :func:`channel_cores`, ``channel_cores ** e`` faster (``cores.channel_exponent``,
+    or ``exponents`` while they are being fitted; TPU-MLIR 1.30's INT8 convs: ``e = 0``, one core); any other kind
+    as measured op by op (``cores.global_speedup``; below 1 where several cores run it slower).  At most the cores
+    in use, so the lower bound's divisor holds."""
     c = k.cores
     if chip.used_cores <= 1 or chip.used_cores != c.measured_cores:
         return None
     fam = core_family(op)
     e = (exponents if exponents is not None else c.channel_exponent).get(fam)
+    if fam == "matmul" and e and op.type in k.glob_row_run and op.type in k.glob:  # e = 0: it runs on one core
+        s = row_speedup(k, chip, net, op)
+        if s is not None:
+            return s
     s = float(channel_cores(chip, net, op)) ** e if e is not None else c.global_speedup.get(fam)
     return None if s is None else min(s, float(chip.used_cores))
+
+
+def row_speedup(k: ChipConstants, chip: Chip, net: Network, op: Op) -> float | None:
+    """How much faster ``chip.used_cores`` cores run a one-row weighted matmul than one (None: not one row).  Its
+    time is its weight's load, row by row, each row a run with a fixed overhead (the line's ``row_run``,
+    :func:`global_work`), and the cores split every row's columns, a lane's worth or more each: the line at
+    ``N / cores`` columns against ``N``.  Op by op on TPU-MLIR 1.30's INT8 timelines the same overhead that
+    prices the one-core heads gives the several-core ones: BM1690's 8 cores run a ``1 x 1000`` head 2.6-2.9x
+    faster and a ``1 x 4096`` one 5.2x, BM1688's 2 cores 1.64x and 1.89x, where one exponent of the cores priced
+    every head alike (5.6x on BM1690)."""
+    o = net.tensor(op.outputs[0]) if op.outputs else None
+    rows = weight_rows(net, op)
+    if o is None or not rows or o.elems != (o.orig_shape or o.shape)[-1]:
+        return None
+    a, b = k.glob[op.type]
+    n = max(1, min(chip.used_cores, cdiv(o.elems, chip.npu_num)))
+    run = k.glob_row_run[op.type]
+    return (a + b * rows * (o.elems + run)) / (a + b * rows * (cdiv(o.elems, n) + run))
 
 
 def tiu_price(k: ChipConstants, cat: str, fam: str, work: int, passes: int, fused: int) -> int:

@@ -365,7 +365,29 @@ def global_transfers(net: Network, op: Op, chip: Chip) -> list[Transfer]:
         for names, kind in sides:
             out += [(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h), 1, False, kind) for t in names]
         out.append((weight_gmem_bytes(op), 1, False, "weight"))
+    e = requant_apart_bytes(net, op)
+    if e:  # the deconv writes int32 (3 bytes an element more), the requantisation reads it and writes int8
+        out += [(3 * e, 1, False, "store"), (4 * e, 1, False, "load"), (e, 1, False, "store")]
     return [t for t in out if t[0]]
+
+
+def requant_apart_bytes(net: Network, op: Op) -> int:
+    """The bytes of an 8-bit ConvTranspose's output where it runs as a global layer apart from its
+    requantisation, else 0.  TPU-MLIR lowers an INT8 ConvTranspose to a deconvolution writing int32 and a
+    ``RequantIntAxis`` to int8 after it, two global layers when the deconvolution is one (UNet's upsampling
+    convs on BM1688 and BM1690: the requantisation 0.4-1.0x the deconvolution's own cycles, each moving the
+    int32 tensor); :func:`lgopt.tpumlir.lowering.split_requant` cuts the two where a cache names them apart.
+
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> ts = {"x": Tensor("x", (1, 8, 4, 4), "int8"), "y": Tensor("y", (1, 4, 8, 8), "int8")}
+    >>> up = Op("up", "ConvTranspose", ("x",), ("y",), (Weight("w", (8, 4, 2, 2), "int8", "filter"),))
+    >>> requant_apart_bytes(Network("n", ts, (up,), ("x",), ("y",)), up)
+    256
+    """
+    if op.type != "ConvTranspose" or not op.outputs:
+        return 0
+    t = net.tensor(op.outputs[0])
+    return t.elems * dtype_bytes(t.dtype) if t.dtype in ("int8", "uint8") else 0
 
 
 

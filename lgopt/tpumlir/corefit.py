@@ -101,6 +101,25 @@ def global_speedups(one: pd.DataFrame, many: pd.DataFrame, cores: int) -> dict[s
     return out
 
 
+def row_run_bytes(chip: Chip, one: pd.DataFrame, many: pd.DataFrame, elem_bytes: int) -> dict[str, float] | None:
+    """The per-row overhead (bytes at the streaming rate) that makes :func:`lgopt.cost.fitted.row_speedup` give
+    each one-row weighted matmul's measured speed-up on ``chip.used_cores`` cores, the median over those ops, and
+    how many there were (None: none measured).  ``one``: model, name, cycles, out_shape (one-core timelines);
+    ``many``: as :func:`global_speedups`.  Solved per op from ``s = (r + W) / (r + W / n)``:
+    ``r = W (1 - s / n) / (s - 1)``, for a speed-up between 1 and ``n``."""
+    heads = one[(one.cycles > 0) & one.out_shape.astype(str).str.fullmatch(r"1x\d+")]
+    a = heads.groupby(["model", "name"]).agg(one=("cycles", "median"), shape=("out_shape", "first"))
+    b = many[many.type == "tpu.MatMul"].groupby(["model", "name"]).cycles.median().rename("many")
+    d = a.join(b, how="inner")
+    rs = []
+    for x in d.itertuples():
+        cols = int(str(x.shape).split("x")[1])
+        n, s = max(1, min(chip.used_cores, -(-cols // chip.npu_num))), x.one / max(1.0, x.many)
+        if 1.0 < s < n:
+            rs.append(cols * elem_bytes * (1 - s / n) / (s - 1))
+    return {"bytes": round(statistics.median(rs), 1), "n": len(rs)} if rs else None
+
+
 @dataclass(frozen=True)
 class CoreFit:
     slowdown: float

@@ -18,6 +18,9 @@ TPU-MLIR names it:
 * **a Relu after a Concat** (``TopMoveReluAheadConcatPattern``): TPU-MLIR moves it onto the Concat's inputs
   (each named ``<op>_move_ahead_relu``) and renames the Concat ``<concat>_relu``; no op is left named after the
   Relu, whose work the Concat's inputs do.  lgopt holds it as the Concat's fused activation;
+* **a Relu after a matmul** (``FuseRelu`` on an op with the SupportFuseRelu trait): the importer fuses an
+  activation into a layer-group producer only; TPU-MLIR fuses a Relu into a MatMul (a classifier's
+  ``Gemm -> Relu``, VGG's two global ones) and names it after the Relu's output;
 * **a spatial crop after a conv** (``ConvSlice``): a Slice that cuts only H or W off a stride-1 conv's output,
   no more than the conv's padding on each side, is the same conv with less padding, named after the Slice;
 * **a linear 1x1 conv before a conv without padding** (``Conv1x1Convkxk2dMerge``): the filters multiplied into
@@ -148,6 +151,15 @@ def relu_into_concat(net: Network, r: Op) -> Op | None:
         return None
     made = [net.producer.get(t) for t in p.inputs if t in net.tensors]
     return p if made and all(m is not None and m.type in RELU_TAKERS for m in made) else None
+
+
+def relu_into_matmul(net: Network, r: Op) -> Op | None:
+    """The Gemm or MatMul TPU-MLIR fuses the Relu ``r`` into (``FuseRelu``: ``r`` its only reader, the matmul
+    with no activation yet), or None."""
+    p = _producer(net, r) if r.type == "Relu" and not r.fused else None
+    if p is None or p.type not in ("Gemm", "MatMul") or p.fused or sole_reader(net, p) != r:
+        return None
+    return p
 
 
 def _crop(net: Network, conv: Op, s: Op) -> tuple[int, int, int, int] | None:
@@ -297,6 +309,12 @@ def find_fold(net: Network, op: Op, named: frozenset[str], tag: str) -> Fold | N
         return Fold(p.name, m, (op.name,), p.outputs,
                     f"{op.name} -> {p.name}: the Relu moved onto the Concat's inputs "
                     "(TPU-MLIR's TopMoveReluAheadConcatPattern)")
+    p = relu_into_matmul(net, op)
+    if p is not None and p.name not in named:
+        m = replace(p, name=op.name, outputs=op.outputs, fused=("Relu",),
+                    sources=p.sources + op.sources + (f"{tag}:{p.outputs[0]}",))
+        return Fold(op.name, m, (p.name,), p.outputs,
+                    f"{p.name} -> {op.name}: the Relu fused into the {p.type} (TPU-MLIR's FuseRelu)")
     p = slice_into_conv(net, op)
     if p is not None and p.name not in named:
         cut = _crop(net, p, op)

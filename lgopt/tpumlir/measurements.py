@@ -22,7 +22,7 @@ import pandas as pd
 
 from lgopt.cost.analytic import AnalyticModel
 from lgopt.cost.fit import ChipTables
-from lgopt.cost.fitted import fused_work, global_work, pass_term, permute_runs, tiu_category, work_term
+from lgopt.cost.fitted import fused_work, global_work, pass_term, permute_runs, tiu_category, weight_runs, work_term
 from lgopt.cost.model import SliceShape
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip, get_chip
@@ -44,7 +44,7 @@ ELEMENTWISE = (opsem.Family.UNARY, opsem.Family.BINARY)  # a column piece comput
 TIU_KEY = ["variant", "group_pos", "lg", "slice_idx"]
 TIU_COLUMNS = [*TIU_KEY, "nslice", "cslice", "hslice", "wslice", "cycles", "model", "chip"]
 TRANSFER_COLUMNS = ["model", "chip", "variant", "kind", "bytes", "runs", "point", "cycles"]
-GLOBAL_COLUMNS = ["variant", "lg", "cycles", "model", "chip", "type", "work"]
+GLOBAL_COLUMNS = ["variant", "lg", "cycles", "model", "chip", "type", "work", "weight_runs"]
 
 
 @dataclass(frozen=True)
@@ -298,6 +298,7 @@ def global_rows(glob: pd.DataFrame, maps: dict[tuple[str, str], OpMap], local: b
         agg["model"], agg["chip"] = m, chip
         agg["type"] = agg.lg.map(lambda n, net=net: net.op(n).type)
         agg["work"] = agg.lg.map(lambda n, net=net: global_work(net, net.op(n)))
+        agg["weight_runs"] = agg.lg.map(lambda n, net=net: weight_runs(net, net.op(n)))
         out.append(agg)
     return _frame(out, GLOBAL_COLUMNS)
 
