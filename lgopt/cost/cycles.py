@@ -16,7 +16,7 @@ from lgopt.cost.work import (
     gmem_bytes,
     gmem_view,
     peak_stream_cycles,
-    requant_apart_bytes,
+    requant_transfers,
     weight_gmem_bytes,
     weight_transfers,
 )
@@ -94,7 +94,7 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
         return {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
     moved = [gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h, chip.align_4n and chip.local(op))
              for t in op.inputs + op.outputs]
-    traffic = sum(moved) + weight_gmem_bytes(op) + 8 * requant_apart_bytes(net, op)
+    traffic = sum(moved) + weight_gmem_bytes(op) + sum(t[0] for t in requant_transfers(net, op))
     model = cost_model(chip)
     transfers = global_transfers(net, op, chip)
     dma = model.global_dma_cycles(chip, transfers)  # the compiler's global kernels' own rate, where known

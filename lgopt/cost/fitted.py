@@ -271,8 +271,7 @@ def global_work(net: Network, op: Op, row_share: float = 1.0, row_run: float = 0
     """
     outs = [net.tensor(t) for t in op.outputs]
     if op.type in ("Gemm", "MatMul") and op.inputs:
-        o = outs[0].orig_shape or outs[0].shape
-        rows = max(1, outs[0].elems // max(1, o[-1]))
+        rows = output_rows(net, op)
         k = weight_rows(net, op)
         a = net.tensor(op.inputs[0]).orig_shape or net.tensor(op.inputs[0]).shape
         per_row = sum(t.elems for t in outs) // rows * (a[-1] if a else 1) + row_run * k
@@ -284,11 +283,13 @@ def global_work(net: Network, op: Op, row_share: float = 1.0, row_run: float = 0
 def weight_runs(net: Network, op: Op) -> int:
     """The weight rows a matmul streams counted once for each of its output rows (:func:`global_work` with a row
     share of 1, as the fit's table holds it): what its ``row_run`` multiplies there."""
-    k = weight_rows(net, op)
-    if not k:
-        return 0
+    return weight_rows(net, op) * output_rows(net, op)
+
+
+def output_rows(net: Network, op: Op) -> int:
+    """The rows of a matmul's output: its elements over its last axis (a classifier head's ``1 x N``: 1)."""
     o = net.tensor(op.outputs[0])
-    return k * max(1, o.elems // max(1, (o.orig_shape or o.shape)[-1]))
+    return max(1, o.elems // max(1, (o.orig_shape or o.shape)[-1]))
 
 
 def weight_rows(net: Network, op: Op) -> int:
@@ -635,15 +636,15 @@ def row_speedup(k: ChipConstants, chip: Chip, net: Network, op: Op) -> float | N
     ``N / cores`` columns against ``N``.  Op by op on TPU-MLIR 1.30's INT8 timelines the same overhead that
     prices the one-core heads gives the several-core ones: BM1690's 8 cores run a ``1 x 1000`` head 2.6-2.9x
     faster and a ``1 x 4096`` one 5.2x, BM1688's 2 cores 1.64x and 1.89x, where one exponent of the cores priced
-    every head alike (5.6x on BM1690)."""
-    o = net.tensor(op.outputs[0]) if op.outputs else None
+    every head alike (6.5x on BM1690)."""
     rows = weight_rows(net, op)
-    if o is None or not rows or o.elems != (o.orig_shape or o.shape)[-1]:
+    if not rows or output_rows(net, op) != 1:
         return None
+    cols = net.tensor(op.outputs[0]).elems
     a, b = k.glob[op.type]
-    n = max(1, min(chip.used_cores, cdiv(o.elems, chip.npu_num)))
+    n = max(1, min(chip.used_cores, cdiv(cols, chip.npu_num)))
     run = k.glob_row_run[op.type]
-    return (a + b * rows * (o.elems + run)) / (a + b * rows * (cdiv(o.elems, n) + run))
+    return (a + b * rows * (cols + run)) / (a + b * rows * (cdiv(cols, n) + run))
 
 
 def tiu_price(k: ChipConstants, cat: str, fam: str, work: int, passes: int, fused: int) -> int:

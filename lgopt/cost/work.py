@@ -365,10 +365,15 @@ def global_transfers(net: Network, op: Op, chip: Chip) -> list[Transfer]:
         for names, kind in sides:
             out += [(gmem_bytes(net, t, net.tensor(t).n, net.tensor(t).h), 1, False, kind) for t in names]
         out.append((weight_gmem_bytes(op), 1, False, "weight"))
-    e = requant_apart_bytes(net, op)
-    if e:  # the deconv writes int32 (3 bytes an element more), the requantisation reads it and writes int8
-        out += [(3 * e, 1, False, "store"), (4 * e, 1, False, "load"), (e, 1, False, "store")]
+    out += requant_transfers(net, op)
     return [t for t in out if t[0]]
+
+
+def requant_transfers(net: Network, op: Op) -> list[Transfer]:
+    """What an 8-bit ConvTranspose run globally moves beyond its int8 output (:func:`requant_apart_bytes`): the
+    deconvolution writes int32 (3 bytes an element more), the requantisation reads it and writes int8."""
+    e = requant_apart_bytes(net, op)
+    return [(3 * e, 1, False, "store"), (4 * e, 1, False, "load"), (e, 1, False, "store")] if e else []
 
 
 def requant_apart_bytes(net: Network, op: Op) -> int:

@@ -102,9 +102,10 @@ def global_speedups(one: pd.DataFrame, many: pd.DataFrame, cores: int) -> dict[s
 
 
 def row_run_bytes(chip: Chip, one: pd.DataFrame, many: pd.DataFrame, elem_bytes: int) -> dict[str, float] | None:
-    """The per-row overhead (bytes at the streaming rate) that makes :func:`lgopt.cost.fitted.row_speedup` give
-    each one-row weighted matmul's measured speed-up on ``chip.used_cores`` cores, the median over those ops, and
-    how many there were (None: none measured).  ``one``: model, name, cycles, out_shape (one-core timelines);
+    """The per-row overhead (bytes at the streaming rate) that gives each one-row weighted matmul's measured
+    speed-up on ``chip.used_cores`` cores in :func:`lgopt.cost.fitted.row_speedup`'s model (its fixed cost left
+    out), the median over those ops, and how many there were (None: none measured): a check of the one-core
+    line's ``row_run`` from the cores alone.  ``one``: model, name, cycles, out_shape (one-core timelines);
     ``many``: as :func:`global_speedups`.  Solved per op from ``s = (r + W) / (r + W / n)``:
     ``r = W (1 - s / n) / (s - 1)``, for a speed-up between 1 and ``n``."""
     heads = one[(one.cycles > 0) & one.out_shape.astype(str).str.fullmatch(r"1x\d+")]

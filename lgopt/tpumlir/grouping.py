@@ -437,4 +437,3 @@ def score(net: Network, chip: Chip, cache_path: str, st: SearchSettings = Search
         "lowered": list(r.lowered),
     }
     return replace(plan, solver={**plan.solver, "tpu_mlir": info}), info
-
