@@ -101,8 +101,9 @@ def test_global_layers_of_layer_group_op_types_are_scaled_and_the_lower_bound_ho
             stream = math.ceil(g["traffic_bytes"] * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
             key = f"{op.type}/{'tiu' if g['tiu_cycles'] >= g['gdma_cycles'] else 'gdma'}"
             key = key if key in scales else op.type
-            want = max(int(fixed.get(key, 0.0)) + math.ceil(max(g["tiu_cycles"], g["gdma_cycles"]) * scales[key]),
-                       stream)
+            work = (g["tiu_cycles"] + g["gdma_cycles"] if model.global_one_pass(chip, net, op)
+                    else max(g["tiu_cycles"], g["gdma_cycles"]))
+            want = max(int(fixed.get(key, 0.0)) + math.ceil(work * scales[key]), stream)
             assert abs(g["cycles"] - want) <= 1
             seen += 1
         assert seen
@@ -612,3 +613,57 @@ def test_a_global_matmuls_row_overhead_is_fitted_where_its_widths_differ():
     assert line["row_run"] == 328 and line["b"] == pytest.approx(0.0137, rel=1e-3)
     same = rows[rows.work // rows.weight_runs == 1000]
     assert "row_run" not in fit_global(same)["Gemm"]
+
+
+def test_a_global_layer_run_in_one_pass_is_fitted_where_its_timeline_says_so():
+    """Global convs whose cycles are their compute plus their transfers while the output fits a bank (TPU-MLIR's
+    INT8 kernels load, compute and store in turn there) are fitted on that sum and marked ``one_pass``; convs
+    that overlap the two are not, and a few-percent win does not mark a key."""
+    import pandas as pd
+
+    from lgopt.cost.fit import fit_global_local
+
+    def table(serial_cycles: bool) -> pd.DataFrame:
+        rows = []
+        for i, (tiu, dma, fits) in enumerate([(900, 1000, True), (3000, 2000, True), (500, 4000, True),
+                                              (6000, 5000, False), (200, 700, True), (8000, 9000, False)]):
+            cycles = tiu + dma if serial_cycles and fits else max(tiu, dma)
+            rows.append({"model": f"m{i}", "lg": "c", "type": "Conv", "bound": "tiu" if tiu >= dma else "gdma",
+                         "cycles": cycles, "pred": max(tiu, dma), "serial": tiu + dma if fits else max(tiu, dma)})
+        return pd.DataFrame(rows)
+
+    serial = fit_global_local(table(True))["Conv"]
+    assert serial.get("one_pass") and serial["scale"] == pytest.approx(1.0, abs=0.02)
+    assert "one_pass" not in fit_global_local(table(False))["Conv"]
+
+
+@pytest.mark.parametrize("chip_name", ["bm1688", "bm1690"])
+def test_an_int8_global_conv_whose_output_fits_a_bank_costs_its_compute_plus_its_transfers(chip_name):
+    """The shipped INT8 constants mark the global conv kernel one-pass (their fit chose it from the timeline), so
+    a global conv with a small output costs its scale times compute plus transfers, one whose output spans
+    more than a bank a lane the larger of the two as before; the F16 files, fitted on F16's overlapping
+    kernels, do not."""
+    import math
+
+    from lgopt.cost.cycles import global_layer_cost
+    from lgopt.cost.fitted import one_pass
+    from lgopt.model.network import Network, Op, Tensor, Weight
+
+    chip = get_chip(chip_name, {"cost_model": "tpu-mlir-1.30-int8"})
+    model = cost_model(chip)
+    assert "Conv" in model.constants(chip).glob_one_pass
+    assert "Conv" not in cost_model(get_chip(chip_name, {"cost_model": NAME})).constants(
+        get_chip(chip_name, {"cost_model": NAME})).glob_one_pass
+    attrs = {"kernel": (3, 3), "strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "group": 1}
+    for hw, fits in ((14, True), (112, False)):
+        t = {"x": Tensor("x", (1, 256, hw, hw), "int8"), "y": Tensor("y", (1, 256, hw, hw), "int8")}
+        op = Op("c", "Conv", ("x",), ("y",), (Weight("w", (256, 256, 3, 3), "int8", "filter"),), attrs=attrs,
+                local=True)
+        net = Network("n", t, (op,), ("x",), ("y",))
+        assert one_pass(chip, net, op) is fits and model.global_one_pass(chip, net, op) is fits
+        g = global_layer_cost(chip, net, op)
+        bound = "tiu" if g["tiu_cycles"] >= g["gdma_cycles"] else "gdma"
+        work = g["tiu_cycles"] + g["gdma_cycles"] if fits else max(g["tiu_cycles"], g["gdma_cycles"])
+        want = model.global_overhead(chip, net, op, bound) + math.ceil(work * model.global_scale(chip, net, op, bound))
+        stream = math.ceil(g["traffic_bytes"] * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
+        assert abs(g["cycles"] - max(want, stream)) <= 1 and want > stream

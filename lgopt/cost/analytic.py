@@ -72,6 +72,9 @@ class AnalyticModel:
     def global_overhead(self, chip: Chip, net: Network, op: Op, bound: Bound) -> int:
         return 0
 
+    def global_one_pass(self, chip: Chip, net: Network, op: Op) -> bool:
+        return False
+
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         return None
 

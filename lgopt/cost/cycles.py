@@ -109,8 +109,9 @@ def global_layer_cost(chip: Chip, net: Network, op: Op) -> GroupCost:
         cycles = max(compute, stream)
     if op.local:  # never below streaming its own bytes, so the lower bound's transfer term holds
         bound: Bound = "tiu" if compute >= dma else "gdma"
+        work = compute + dma if model.global_one_pass(chip, net, op) else cycles
         cycles = max(model.global_overhead(chip, net, op, bound)
-                     + math.ceil(cycles * model.global_scale(chip, net, op, bound)), stream)
+                     + math.ceil(work * model.global_scale(chip, net, op, bound)), stream)
     cycles = on_cores(chip, net, op, cycles, dma > compute)
     return {"cycles": cycles, "tiu_cycles": compute, "gdma_cycles": dma, "traffic_bytes": traffic}
 

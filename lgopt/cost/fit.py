@@ -38,7 +38,7 @@ import pandas as pd
 
 from lgopt.cost import cycles
 from lgopt.cost.cycles import global_layer_cost
-from lgopt.cost.fitted import FUSED_PASS_RATE, CalibratedModel, forget_constants, scale_key
+from lgopt.cost.fitted import FUSED_PASS_RATE, CalibratedModel, forget_constants, one_pass, scale_key
 from lgopt.cost.registry import COST_MODELS, register_cost_model, unregister_cost_model
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
@@ -381,11 +381,16 @@ def global_local_table(chip: Chip, nets: dict[str, Network], rows: pd.DataFrame)
     x = rows.copy()
     costs = [global_layer_cost(chip, nets[r.model], nets[r.model].op(r.lg)) for r in x.itertuples()]
     x["pred"] = [c["cycles"] for c in costs]
+    # the price were the layer run in one pass where it fits (fitted.one_pass): compute and transfers in turn
+    x["serial"] = [max(c["cycles"], c["tiu_cycles"] + c["gdma_cycles"])
+                   if one_pass(chip, nets[r.model], nets[r.model].op(r.lg)) else c["cycles"]
+                   for r, c in zip(x.itertuples(), costs)]
     x["bound"] = ["tiu" if c["tiu_cycles"] >= c["gdma_cycles"] else "gdma" for c in costs]
     # a view of GMEM (a merged Concat) costs 0 by rule, whatever casts TPU-MLIR puts beside it: no scale
     x = x[x.pred > 0]
     x["type"] = [scale_key(nets[r.model], nets[r.model].op(r.lg)) for r in x.itertuples()]
-    per_op = x.groupby(["model", "lg", "type", "bound"]).agg(cycles=("cycles", "median"), pred=("pred", "median"))
+    per_op = x.groupby(["model", "lg", "type", "bound"]).agg(cycles=("cycles", "median"), pred=("pred", "median"),
+                                                             serial=("serial", "median"))
     return per_op.reset_index()
 
 
@@ -403,20 +408,49 @@ def _global_line(z: pd.DataFrame) -> dict[str, Any]:
     return {"scale": round(float(b), 4), "a": round(a, 1), "n": int(len(z))}
 
 
+ONE_PASS_GAIN = 0.8  # a one-pass price must cut a key's error by a fifth: a few-percent win is the fit's noise
+
+
 def fit_global_local(per_op: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """``global_local``: per scale key (:func:`global_local_table`) seen on at least 3 ops, its line
     (:func:`_global_line`), and per key and bounding engine where both engines bound at least 3 ops each.
     TPU-MLIR's global kernels tile and overlap their own way: SiLU about 0.3-0.6 of the model's
-    ``max(compute, transfers)``, Concat 1.1-1.6.  Keys seen less keep 1."""
-    scales = {}
+    ``max(compute, transfers)``, Concat 1.1-1.6.  Keys seen less keep 1.  A key whose ops are priced better
+    (relative L1 over its ops) as run in one pass where they fit (``serial``: :func:`lgopt.cost.fitted.one_pass`)
+    by a clear margin (:data:`ONE_PASS_GAIN`) is fitted on that price and marked ``one_pass``: the data say which
+    kernels do (INT8 convs on BM1688 and BM1690: 0.126 -> 0.069 and 0.113 -> 0.041 of a layer's cycles; not
+    F16's, 0.104 -> 0.163), not a rule per chip."""
+    scales: dict[str, dict[str, Any]] = {}
     for t, y in per_op.groupby("type"):
-        if len(y) >= 3:
-            scales[str(t)] = _global_line(y)
-            by = {b: z for b, z in y.groupby("bound") if len(z) >= 3}
-            if len(by) == 2:
-                for b, z in by.items():
-                    scales[f"{t}/{b}"] = _global_line(z)
+        if len(y) < 3:
+            continue
+        lines = _key_lines(str(t), y)
+        if "serial" in y and (y.serial != y.pred).any():
+            z = y.assign(pred=y.serial)
+            serial = _key_lines(str(t), z)
+            if _line_error(z, serial) < ONE_PASS_GAIN * _line_error(y, lines):
+                lines = {**serial, str(t): {**serial[str(t)], "one_pass": True}}
+        scales.update(lines)
     return scales
+
+
+def _key_lines(t: str, y: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """One key's line, and its lines per bounding engine where both bound at least 3 of its ops."""
+    lines = {t: _global_line(y)}
+    by = {b: z for b, z in y.groupby("bound") if len(z) >= 3}
+    if len(by) == 2:
+        lines.update({f"{t}/{b}": _global_line(z) for b, z in by.items()})
+    return lines
+
+
+def _line_error(y: pd.DataFrame, lines: dict[str, dict[str, Any]]) -> float:
+    """Relative L1 error over ``y``'s ops of ``lines`` (each op by its engine's line where there is one, as
+    :func:`lgopt.cost.fitted.fitted_key` looks them up)."""
+    err = 0.0
+    for r in y.itertuples():
+        line = lines.get(f"{r.type}/{r.bound}", lines[str(r.type)])
+        err += abs(line.get("a", 0.0) + line["scale"] * r.pred - r.cycles) / max(r.cycles, 1.0)
+    return err
 
 
 # --- short slices ---------------------------------------------------------------------------------------

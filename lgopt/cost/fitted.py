@@ -54,7 +54,7 @@ from lgopt.cost.work import (
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane
-from lgopt.hw.sizing import is_depthwise, merged_conv, table_lookup
+from lgopt.hw.sizing import activation_bytes, is_depthwise, merged_conv, table_lookup
 from lgopt.model import ops as opsem
 from lgopt.model.dtype import dtype_bytes
 from lgopt.model.network import Network, Op
@@ -113,6 +113,28 @@ def scale_key(net: Network, op: Op) -> str:
     rows = bool(op.outputs) and net.tensor(op.outputs[0]).rows_on_lanes
     kind = "GlobalAveragePool" if spatial_mean(net, op) else op.type
     return f"{kind}/rows" if rows else kind
+
+
+def one_pass(chip: Chip, net: Network, op: Op) -> bool:
+    """Whether a global layer's whole output fits one LMEM bank a lane, so that the compiler's global kernel
+    can run it in one pass: load everything, compute, store, with nothing to overlap.  On TPU-MLIR's INT8
+    timelines of BM1688 and BM1690 a global conv does exactly that (its cycles the sum of its TIU and GDMA
+    cycles, to the cycle: MNASNet's last 1 x 1 conv on BM1690, 25,342 + 2,520 = 27,862) while its output
+    fits a bank (8 KiB a lane on BM1688, 16 KiB on BM1690), and overlaps the two above it (UNet's
+    ``[1, 32, 256, 256]`` convs, ConvNeXt's stem); priced at the larger of the two, VGG's and UNet's
+    compute-bound global convs on BM1690 came out at 0.54-0.59 of measured.
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> from lgopt.model.network import Network, Tensor
+    >>> small = Tensor("y", (1, 256, 32, 32), "int8")       # 8 channels a lane x 1,024: 8 KiB
+    >>> big = Tensor("z", (1, 512, 28, 28), "int8")         # 16 channels a lane x 784: 12.25 KiB
+    >>> net = Network("n", {"y": small, "z": big}, (), ("y",), ("z",))
+    >>> chip = get_chip("bm1688")                           # 32 lanes, 16 banks of 8 KiB
+    >>> one_pass(chip, net, Op("a", "Conv", ("y",), ("y",))), one_pass(chip, net, Op("b", "Conv", ("y",), ("z",)))
+    (True, False)
+    """
+    out = net.tensor(op.outputs[0])
+    return activation_bytes(chip, out, out.n, out.h) <= chip.bank_bytes
 
 
 def spatial_mean(net: Network, op: Op) -> bool:
@@ -358,6 +380,7 @@ class ChipConstants:
     passes: dict[str, int] = field(default_factory=dict)  # category -> vector passes per pass_term unit (0 if none)
     fused_passes: bool = True  # a conv's fused activations are AR passes of their own (the fit's fused_passes_pay)
     glob_row_run: dict[str, float] = field(default_factory=dict)  # matmul type -> elements a weight row adds
+    glob_one_pass: frozenset[str] = frozenset()  # global_local keys whose kernel runs a small layer in one pass
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ChipConstants:
@@ -377,7 +400,8 @@ class ChipConstants:
                              d.get("source", {}), str(d.get("dtype", "f16")).lower(),
                              {k: int(v["passes"]) for k, v in d["tiu"].items() if v.get("passes")},
                              bool(d.get("fused_passes", True)),
-                             {k: float(v["row_run"]) for k, v in d.get("global", {}).items() if v.get("row_run")})
+                             {k: float(v["row_run"]) for k, v in d.get("global", {}).items() if v.get("row_run")},
+                             frozenset(k for k, v in d.get("global_local", {}).items() if v.get("one_pass")))
 
     def check(self, chip_name: str) -> None:
         """The contract's preconditions on the constants themselves."""
@@ -539,6 +563,12 @@ class CalibratedModel:
         networks, not VGG's)."""
         k = self.constants(chip)
         return int(_per_bound(k.glob_local_a, fitted_key(k.glob_local, net, op), bound, 0.0))
+
+    def global_one_pass(self, chip: Chip, net: Network, op: Op) -> bool:
+        """Whether ``op`` run as a global layer loads, computes and stores in turn (:func:`one_pass`), where the
+        fit found its type's kernel does so (``one_pass`` on its ``global_local`` line)."""
+        k = self.constants(chip)
+        return fitted_key(k.glob_local, net, op) in k.glob_one_pass and one_pass(chip, net, op)
 
     def global_line(self, chip: Chip, net: Network, op: Op) -> bool:
         """The types :meth:`global_compute` prices by their own fitted line (not the ``default`` one: a type the

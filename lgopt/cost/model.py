@@ -98,6 +98,12 @@ class CostModel(Protocol):
         (0 where the model knows no better)."""
         ...
 
+    def global_one_pass(self, chip: Chip, net: Network, op: Op) -> bool:
+        """Whether ``op`` run as a global layer loads, computes and stores in turn, its cost then
+        ``global_scale`` times the sum of its compute and transfers rather than the larger (the compiler's
+        kernel has nothing to overlap in a layer it runs in one pass; False where the model knows no better)."""
+        ...
+
     def global_dma_cycles(self, chip: Chip, transfers: Sequence[Transfer]) -> int | None:
         """A global layer's transfers (:func:`global_transfers`), where the model knows the rate the
         compiler's global kernels move data at (None: each as :meth:`gdma_cycles` costs it in a group)."""
