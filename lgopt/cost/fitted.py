@@ -23,7 +23,9 @@ on TPU-MLIR"), the constants in ``lgopt/cost/models/<chip>.json`` (written by
   reach 16.5, and 50 on BM1684X); local op types cost their TIU cycles at full size, and the layer
   ``a_t + s_t * max(compute, transfers)`` with ``a_t, s_t`` fitted per type and, where the data tells them
   apart, per bounding engine (``global_local``: ``Conv/tiu``, ``Conv/gdma``; TPU-MLIR's global kernels tile
-  and overlap their own way, and a layer pays fixed cycles the small ones of the mobile networks show),
+  and overlap their own way, and a layer pays fixed cycles the small ones of the mobile networks show), or
+  ``a_t + s_t * (compute + transfers)`` for a type the fit marks ``one_pass`` when the layer's output fits one
+  LMEM bank a lane (TPU-MLIR's INT8 global convs load, compute and store in turn there: :func:`one_pass`),
   never below streaming its bytes (the lower bound takes ``min(1, s_t)`` of the compute); other
   types ``a_t + b_t * X`` fitted on the timeline of TPU-MLIR's global ops (``X`` = MACs for Gemm/MatMul,
   elements read and written otherwise); a view of GMEM (a reshape, a run of channels of one batch:
