@@ -667,3 +667,18 @@ def test_an_int8_global_conv_whose_output_fits_a_bank_costs_its_compute_plus_its
         want = model.global_overhead(chip, net, op, bound) + math.ceil(work * model.global_scale(chip, net, op, bound))
         stream = math.ceil(g["traffic_bytes"] * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
         assert abs(g["cycles"] - max(want, stream)) <= 1 and want > stream
+
+
+def test_an_elementwise_op_with_rows_over_the_lanes_is_a_tiu_category_of_its_own():
+    """A transformer's residual Add (rows over the lanes) is fitted apart from a conv network's (``Add/rows``):
+    the ``Add`` line is the rate a conv's fused activations are priced at, which a transformer's adds had moved;
+    where no ``Add/rows`` line is fitted it costs as its family's."""
+    from lgopt.cost.fitted import tiu_category
+    from lgopt.model.network import Network, Op, Tensor
+
+    chw = Tensor("a", (1, 64, 28, 28), "int8")
+    rows = Tensor("r", (1, 1, 197, 768), "int8", (1, 197, 768))
+    net = Network("n", {"a": chw, "r": rows}, (), ("a", "r"), ("a", "r"))
+    chip = get_chip("bm1690")
+    assert tiu_category(chip, net, Op("x", "Add", ("a", "a"), ("a",)))[0] == "Add"
+    assert tiu_category(chip, net, Op("y", "Add", ("r", "r"), ("r",))) == ("Add/rows", "binary")

@@ -73,7 +73,11 @@ def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:
     """(category, family fallback) an op's TIU constants are looked up by.  A Concat or Slice that moves data
     between lanes is a category of its own (``concat_wrap``, ``channel_slice_shift``: :func:`lane_copy`): on
     TPU-MLIR's timeline its LANE_COPY is a fixed cost plus a per-pixel one, where an aligned one is vector
-    copies at a fraction of a cycle per element."""
+    copies at a fraction of a cycle per element.  An elementwise or pool op whose output lies with rows over the
+    lanes (a transformer's ``[tokens, features]``) is ``<type>/rows``, as a global layer's scale is
+    (:func:`scale_key`): ViT-B's residual Adds on BM1690 cost 10 cycles an element unit where a conv network's cost
+    4.9, and in one line they moved the fused-activation rate (:data:`FUSED_PASS_RATE`, the ``Add`` line) every
+    conv's line is fitted after."""
     spec = opsem.OP_SPECS.get(op.type)
     if spec is None:
         return op.type, "default"
@@ -88,7 +92,8 @@ def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:
     if fam is opsem.Family.UNARY and table_lookup(net, op):
         return LUT, fam.value
     if fam in (opsem.Family.BINARY, opsem.Family.UNARY, opsem.Family.POOL):
-        return op.type, fam.value
+        rows = bool(op.outputs) and net.tensor(op.outputs[0]).rows_on_lanes
+        return (f"{op.type}/rows" if rows else op.type), fam.value
     if fam is opsem.Family.MATMUL:  # no matmul group was fitted: the MAC array's constants, the conv's
         return "matmul", "conv"
     if fam in (opsem.Family.ROWWISE, opsem.Family.GROUP_NORM):  # vector work per element, as an activation's
@@ -680,10 +685,12 @@ def row_speedup(k: ChipConstants, chip: Chip, net: Network, op: Op) -> float | N
 
 
 def tiu_price(k: ChipConstants, cat: str, fam: str, work: int, passes: int, fused: int) -> int:
-    """An op slice's fitted TIU cycles from its features: its category's (else family's, else the default) line
-    over its work and its counted passes, and its fused activations at the fused-pass rate."""
-    a, b = k.tiu.get(cat) or k.tiu.get(fam) or k.tiu["default"]
-    w = work + k.passes.get(cat if cat in k.tiu else fam, 0) * passes
+    """An op slice's fitted TIU cycles from its features: its category's (else its type's, for a ``/rows``
+    category a file fitted before it had none, else its family's, else the default) line over its work and its
+    counted passes, and its fused activations at the fused-pass rate."""
+    key = next((c for c in (cat, cat.split("/")[0], fam) if c in k.tiu), "default")  # ``Add/rows`` unfitted: ``Add``
+    a, b = k.tiu[key]
+    w = work + k.passes.get(key, 0) * passes
     return a + int(math.ceil(b * w)) + int(math.ceil(fused_rate(k) * fused))
 
 
