@@ -92,8 +92,7 @@ def tiu_category(chip: Chip, net: Network, op: Op) -> tuple[str, str]:
     if fam is opsem.Family.UNARY and table_lookup(net, op):
         return LUT, fam.value
     if fam in (opsem.Family.BINARY, opsem.Family.UNARY, opsem.Family.POOL):
-        rows = bool(op.outputs) and net.tensor(op.outputs[0]).rows_on_lanes
-        return (f"{op.type}/rows" if rows else op.type), fam.value
+        return with_rows(net, op, op.type), fam.value
     if fam is opsem.Family.MATMUL:  # no matmul group was fitted: the MAC array's constants, the conv's
         return "matmul", "conv"
     if fam in (opsem.Family.ROWWISE, opsem.Family.GROUP_NORM):  # vector work per element, as an activation's
@@ -117,19 +116,24 @@ def scale_key(net: Network, op: Op) -> str:
     >>> scale_key(net, Op("a", "Add", ("x", "x"), ("y",)))
     'Add/rows'
     """
+    return with_rows(net, op, "GlobalAveragePool" if spatial_mean(net, op) else op.type)
+
+
+def with_rows(net: Network, op: Op, kind: str) -> str:
+    """``kind``, or ``kind/rows`` when ``op``'s output lies with rows over the lanes: what both a TIU category
+    and a global layer's scale key tell a transformer's op by."""
     rows = bool(op.outputs) and net.tensor(op.outputs[0]).rows_on_lanes
-    kind = "GlobalAveragePool" if spatial_mean(net, op) else op.type
     return f"{kind}/rows" if rows else kind
 
 
 def one_pass(chip: Chip, net: Network, op: Op) -> bool:
-    """Whether a global layer's whole output fits one LMEM bank a lane, so that the compiler's global kernel
-    can run it in one pass: load everything, compute, store, with nothing to overlap.  On TPU-MLIR's INT8
-    timelines of BM1688 and BM1690 a global conv does exactly that (its cycles the sum of its TIU and GDMA
-    cycles, to the cycle: MNASNet's last 1 x 1 conv on BM1690, 25,342 + 2,520 = 27,862) while its output
-    fits a bank (8 KiB a lane on BM1688, 16 KiB on BM1690), and overlaps the two above it (UNet's
-    ``[1, 32, 256, 256]`` convs, ConvNeXt's stem); priced at the larger of the two, VGG's and UNet's
-    compute-bound global convs on BM1690 came out at 0.54-0.59 of measured.
+    """Whether a global layer's whole output fits one LMEM bank a lane, so that the compiler's global kernel can run it
+    in one pass: load everything, compute, store, with nothing to overlap.  On TPU-MLIR's INT8 timelines (BM1688 and
+    BM1690 read op by op; BM1684X's and BM1684's fits choose it too) a global conv does that (its cycles the sum of
+    its TIU and GDMA cycles, to the cycle: MNASNet's last 1 x 1 conv on BM1690, 25,342 + 2,520 = 27,862) while its
+    output fits a bank (8 KiB a lane on BM1688, 16 KiB on BM1690), and overlaps the two above it (UNet's ``[1, 32,
+    256, 256]`` convs, ConvNeXt's stem); priced at the larger of the two, VGG's and UNet's compute-bound global
+    convs on BM1690 came out at 0.54-0.59 of measured.
 
     >>> from lgopt.hw.chip import get_chip
     >>> from lgopt.model.network import Network, Tensor
