@@ -16,8 +16,9 @@ On several cores each core's timeline is simulated on its own (:mod:`lgopt.tpuml
 core 0's, which runs a part of every group and global layer and whose end is the compile's total: what
 ``benchmarks/floor.py --settings`` needs.  The fit reads one-core folders only (core 0 is not the whole compile).
 A chip measured only on several cores (BM1690: 8) is read on one core from the groupings of its several-core
-scorings.  Each quantisation's and core count's folder (``int8_1core``, ``int8_2core``...) is written from the
-settings listed, so list every chip of it (the shipped data):
+scorings.  Each quantisation's and core count's folder (``int8_1core``, ``int8_2core``...) is written from every
+chip's rows made so far, the settings listed compiled first (:func:`made_settings`: a run for one chip once left
+the folder with that chip's rows alone, and the next fit without the others).  The shipped data:
 
     python benchmarks/timelines.py --groupings-cores 8 \
         --settings bm1684x:INT8:1,bm1688:INT8:1,bm1684:INT8:1,bm1690:INT8:1,bm1690:F16:1
@@ -155,6 +156,21 @@ def assemble(settings_out: Path, settings: list[str], out: Path, dest: Path, onn
     return dest
 
 
+def made_settings(parts: Path, quantize: str, cores: int) -> list[str]:
+    """The settings of one quantisation and core count whose rows are made (``parts/bm1688_int8_1core``...).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> for n in ("bm1688_int8_1core", "bm1690_int8_1core", "bm1688_int8_2core", "bm1688_f16_2core"):
+    ...     (d / n).mkdir()
+    >>> made_settings(d, "INT8", 1), made_settings(d, "F16", 2)
+    (['bm1688:INT8:1', 'bm1690:INT8:1'], ['bm1688:F16:2'])
+    """
+    suffix = f"_{quantize.lower()}_{cores}core"
+    return [f"{p.name.removesuffix(suffix)}:{quantize.upper()}:{cores}"
+            for p in sorted(parts.glob(f"*{suffix}")) if p.is_dir()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--settings", default=",".join(SETTINGS), help="CHIP:QUANTIZE:CORES, comma-separated")
@@ -177,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                     make_parts(peer, folder, setting, a.out / "parts" / name_of(setting))
     for q, n in sorted({setting_key(s)[1:] for s in settings}):
         same = [s for s in settings if setting_key(s)[1:] == (q, n)]
+        same += [s for s in made_settings(a.out / "parts", q, n) if s not in same]
         dest = assemble(a.settings_out, same, a.out, a.out / f"{q.lower()}_{n}core", a.calibration / "onnx",
                         a.groupings_cores)
         print(f"{', '.join(same)}: {dest}")

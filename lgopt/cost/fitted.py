@@ -654,7 +654,8 @@ def global_speedup_of(k: ChipConstants, chip: Chip, net: Network, op: Op,
     head) whose line has a per-row overhead as :func:`row_speedup`, where the cores split matmuls at all (a
     channel exponent above 0; BM1688's F16 ones run on one core, its INT8 ones on both); a conv or another
     weighted matmul spreads over :func:`channel_cores`, ``channel_cores ** e`` faster (``cores.channel_exponent``,
-    or ``exponents`` while they are being fitted; TPU-MLIR 1.30's INT8 convs: ``e = 0``, one core); any other kind
+    or ``exponents`` while they are being fitted; TPU-MLIR 1.30's INT8 convs: ``e = 0``, one core; a float matmul
+    with a Relu fused in: one core, :func:`~lgopt.cost.work.one_core_matmul`); any other kind
     as measured op by op (``cores.global_speedup``; below 1 where several cores run it slower).  At most the cores
     in use, so the lower bound's divisor holds."""
     c = k.cores
@@ -662,7 +663,8 @@ def global_speedup_of(k: ChipConstants, chip: Chip, net: Network, op: Op,
         return None
     fam = core_family(op)
     e = (exponents if exponents is not None else c.channel_exponent).get(fam)
-    if fam == "matmul" and e and op.type in k.glob_row_run and op.type in k.glob:  # e = 0: it runs on one core
+    split = bool(e) and channel_cores(chip, net, op) > 1  # e = 0, or a float Relu head: it runs on one core
+    if fam == "matmul" and split and op.type in k.glob_row_run and op.type in k.glob:
         s = row_speedup(k, chip, net, op)
         if s is not None:
             return s

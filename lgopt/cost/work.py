@@ -13,7 +13,7 @@ from lgopt.hw.chip import Chip
 from lgopt.hw.layout import align_up, cdiv, channels_per_lane, n_packing
 from lgopt.hw.sizing import column_shape, is_depthwise, merged_conv, weight_bytes
 from lgopt.model import ops as opsem
-from lgopt.model.dtype import dtype_bytes
+from lgopt.model.dtype import dtype_bytes, is_integer
 from lgopt.model.network import Network, Op
 
 
@@ -80,10 +80,31 @@ def core_family(op: Op) -> str:
 
 
 
+def one_core_matmul(net: Network, op: Op) -> bool:
+    """Whether TPU-MLIR 1.30 runs this weighted matmul, a global layer on several cores, on core 0 alone: a float
+    one with a Relu fused in.  BM1690 F16, 8 cores, each core's timeline (a one-Gemm model): ``4096 x 4096`` with
+    its Relu fused, 498,290 cycles, every weight byte loaded by core 0; the same without the Relu, 76,161, an
+    eighth of the weight on each core; ``4096 x 1000`` with a Relu, core 0 alone again.  VGG-16's two Relu heads
+    run so (3.03 M and 0.50 M cycles on core 0), its output Gemm is split; in INT8 (the Relu in the requantised
+    output) every head is split.
+
+    >>> from lgopt.model.network import Network, Op, Tensor, Weight
+    >>> t = {"x": Tensor("x", (1, 4096, 1, 1), "f16"), "y": Tensor("y", (1, 1000, 1, 1), "f16")}
+    >>> w = (Weight("w", (4096, 1000), "f16", "filter"),)
+    >>> [one_core_matmul(Network("n", t, (o,), ("x",), ("y",)), o)
+    ...  for o in (Op("g", "Gemm", ("x",), ("y",), w, fused=("Relu",)), Op("g", "Gemm", ("x",), ("y",), w))]
+    [True, False]
+    """
+    if core_family(op) != "matmul" or "Relu" not in op.fused:
+        return False
+    return not is_integer(net.tensor(op.outputs[0]).dtype)
+
+
 def channel_cores(chip: Chip, net: Network, op: Op) -> int:
     """The cores a conv or weighted matmul run as a global layer spreads over: its output channels (a matmul's
     columns) a lane's worth to a core, at most ``chip.used_cores``; a depthwise conv stays on one (BM1690 F16,
-    op by op: a 64-channel conv 1.00x on 8 cores, 256 channels 1.5-2.3x, 512 channels 3.9x; depthwise 1.00x).
+    op by op: a 64-channel conv 1.00x on 8 cores, 256 channels 1.5-2.3x, 512 channels 3.9x; depthwise 1.00x),
+    and so does a float matmul with a Relu fused in (:func:`one_core_matmul`).
 
     >>> from lgopt.hw.chip import get_chip
     >>> from lgopt.model.network import Network, Op, Tensor, Weight
@@ -92,7 +113,7 @@ def channel_cores(chip: Chip, net: Network, op: Op) -> int:
     >>> channel_cores(get_chip("bm1690", {"used_cores": 8}), Network("n", t, (conv,), ("x",), ("y",)), conv)
     4
     """
-    if is_depthwise(op):
+    if is_depthwise(op) or one_core_matmul(net, op):
         return 1
     w = next((w for w in op.weights if w.role != "bias"), None)
     if core_family(op) == "matmul" and w is not None:
