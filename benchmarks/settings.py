@@ -228,7 +228,8 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     or INT8's), written into that model's ``CHIP.json``: each global layer kind's measured speed-up
     (:func:`lgopt.tpumlir.corefit.global_speedups`), then the groups' slowdown and sync fitted on the compiled
     scorings with :data:`HELD_OUT` held out, kept only where they beat the speed-ups alone on them; the whole
-    section only where it beats the analytic terms on them (else it is reported, not written)."""
+    section only where it beats, on them, both the analytic terms and the section the file had (else it is
+    reported, and the file keeps what it had: hand-set terms are not lost to a fit that cannot beat them)."""
     import datetime as dt
     from dataclasses import replace
 
@@ -254,7 +255,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
         path.write_text(json.dumps(doc, indent=1) + "\n")
         forget_constants()
 
-    doc.pop("cores", None)  # the one-core constants alone: what the terms are fitted beside
+    before = doc.pop("cores", None)  # the one-core constants alone: what the terms are fitted beside
     write()
     rows, nets = [], {}
     sel = df[(df.chip == chip_name) & (df.quantize == q) & (df.cores == n) & (df.status == "ok") & df.honoured]
@@ -272,6 +273,13 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
         return statistics.median(abs(x - 1) for x in price(chip, held, base.name)) if held else float("nan")
 
     analytic = held_error()
+    previous = float("inf")
+    if before is not None:  # the terms the file had, priced on the same held-out groupings
+        doc["cores"] = before
+        write()
+        previous = held_error()
+        doc.pop("cores")
+        write()
     one, many = one_core_globals(cal, chip_name, q), core_zero_of(out, setting)
     speed = global_speedups(one, many, n)
     heads = row_run_bytes(chip, one, many, 1 if q == "INT8" else 2)  # a check of the line's, not written
@@ -286,7 +294,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     if keep:
         doc["cores"].update({"slowdown": f.slowdown, "sync": f.sync})
     error = f.held_error if keep and f.held_error is not None else with_speedups
-    shipped = error <= analytic
+    shipped = error <= min(analytic, previous)
     doc["cores"]["held_out_error"] = round(error, 4)  # what lgopt.tpumlir.space trusts a several-core search by
     doc["cores"]["source"] = {
         "fitted_on": sorted({r.model for r in rows} - set(HELD_OUT)), "held_out": list(HELD_OUT), "setting": setting,
@@ -297,10 +305,13 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
                                   "fitted_slowdown_sync": None if f.held_error is None else round(f.held_error, 4)},
         "date": dt.date.today().isoformat(), "command": command}
     exps = ", ".join(f"{k} {v}" for k, v in doc["cores"]["channel_exponent"].items())
-    if not shipped:  # worse than the analytic terms on the models never looked at: not kept, only reported
+    if not shipped:  # worse on the models never looked at than what the file had: not kept, only reported
         doc.pop("cores")
+        if before is not None and previous <= analytic:
+            doc["cores"] = before
     write()
     kinds = ", ".join(f"{k} {v['speedup']:.2f} ({v['n']} ops)" for k, v in sorted(speed.items()))
+    kept = "the terms the file had stay" if "cores" in doc else "the analytic terms stay"
     terms = (f"slowdown {f.slowdown} and sync {f.sync:,} cycles fitted and kept ({f.held_error:.1%})" if keep else
              f"the groups' slowdown and sync left analytic (fitted {f.slowdown} / {f.sync:,}: "
              f"{f.held_error:.1%} held out)")
@@ -309,8 +320,9 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
             f"{kinds}; a conv and a weighted matmul as the cores their channels spread over to the power "
             f"(fitted on the training groupings; 0 for a kind that runs on one core op by op) {exps}; {terms}. "
             f"Held-out median \\|pred/meas - 1\\| ({', '.join(HELD_OUT)}, {len(held)} groupings): analytic terms "
-            f"{analytic:.1%}, with the measured speed-ups {with_speedups:.1%}: "
-            f"{'written' if shipped else 'not written (the analytic terms stay)'} in `{path.name}`.")
+            f"{analytic:.1%}, {'' if before is None else f'the terms the file had {previous:.1%}, '}"
+            f"with the measured speed-ups {with_speedups:.1%}: "
+            f"{'written' if shipped else 'not written (' + kept + ')'} in `{path.name}`.")
 
 
 def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str, time_limit: float,
