@@ -88,12 +88,14 @@ def test_an_int8_activation_is_a_table_lookup_with_no_work_buffer(tmp_path, chip
         assert rows16 > rows1
 
 
-def _channels_last(tmp_path, dtype: str):
-    """x ``[1, 16, 16, 16]`` -> Transpose to channels-last -> LayerNorm over the channels -> Transpose back:
-    ConvNeXt's block at a size a test builds in a moment."""
+def _channels_last(tmp_path, dtype: str, act: bool = False):
+    """x ``[1, 16, 16, 16]`` -> Transpose to channels-last -> LayerNorm over the channels (-> Sigmoid) -> Transpose
+    back: ConvNeXt's block at a size a test builds in a moment."""
     g = G((1, 16, 16, 16))
     a = g.n("Transpose", ["x"], perm=[0, 2, 3, 1])
     ln = g.n("LayerNormalization", [a, g.w([16]), g.w([16])], axis=-1)
+    if act:
+        ln = g.n("Sigmoid", [ln])
     b = g.n("Transpose", [ln], perm=[0, 3, 1, 2])
     g.out(b)
     path = tmp_path / "block.onnx"
@@ -127,6 +129,21 @@ def test_hsecs_of_a_small_c_channels_last_group_cut_its_columns(tmp_path):
     plan, _ = score(f16, chip, _block_cache(tmp_path, [f"{ln}_LayerNormalization"],
                                             [f"{a}_Transpose", f"{b}_Transpose"], [1, 1, 1, 2, 1]))
     assert verify(f16, plan) == [] and plan.groups[0].h_slices == 2
+
+
+def test_hsecs_of_a_small_c_group_cut_its_columns_in_f16_on_bm1688(tmp_path):
+    """In F16 TPU-MLIR 1.30.2 cuts a small-C group's columns at ``hsecs > 1`` on BM1688 as it does in INT8 (ConvNeXt's
+    ``LayerNorm -> MatMul -> Gelu -> MatMul`` at ``hsecs = 2``: refused on 2 cores, 3 of 3, and on one at every
+    ``nsecs`` tried), and runs them as row sections on BM1684X (it compiles)."""
+    net, a, act, b = _channels_last(tmp_path, "f16", act=True)
+    ln = next(o.outputs[0] for o in net.ops if o.type == "LayerNormalization")
+    locs = [f"{ln}_LayerNormalization", f"{act}_Sigmoid"]
+    globs = [f"{a}_Transpose", f"{b}_Transpose"]
+    cache = _block_cache(tmp_path, locs, globs, [1, 1, 1, 2, 1])
+    with pytest.raises(GroupingInfeasible, match="may not slice W"):
+        score(net, get_chip("bm1688"), cache)
+    plan, _ = score(net, get_chip("bm1684x"), cache)
+    assert verify(net, plan) == [] and (plan.groups[0].h_slices, plan.groups[0].w_slices) == (2, 1)
 
 
 def test_a_group_naming_a_permute_is_refused(tmp_path):

@@ -50,7 +50,7 @@ from lgopt.tpumlir.cache import (
 )
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.lowering import lower_like
-from lgopt.tpumlir.smallc import small_c_group
+from lgopt.tpumlir.smallc import cuts_columns, small_c_group
 
 COMPILER_H_RATIO = None  # TPU-MLIR 1.30.2 applies no h/2 limit (lgopt.group.slicing)
 
@@ -168,13 +168,14 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     ``[1, 56, 56, 96]``: ``n_slice = 49, c_slice = 64, h_slice = 96``), so its ``hsecs`` cut the columns,
     a LayerNorm's and a MatMul's included (F16 on BM1684X: ``h_slice = [48, 48]`` on both, and it compiles).
     In INT8 (the LayerNorm in f16 between two casts) TPU-MLIR refused all 15 such scorings, and lgopt reads
-    them as the column cuts they are, which a LayerNorm refuses; in F16 it reads them as row slices, the LMEM
-    of the same cut, since a LayerNorm cut across its columns is not a computation lgopt can build."""
+    them as the column cuts they are, which a LayerNorm refuses, and so in F16 on BM1688
+    (:func:`lgopt.tpumlir.smallc.cuts_columns`); in F16 elsewhere it reads them as row slices, the LMEM of the same
+    cut, since a LayerNorm cut across its columns is not a computation lgopt can build."""
     n, c, d, h, w = secs
     columns = ""
     if (c > 1 or h > 1) and w == 1 and rows_as_channels_group(net, ops):  # rows in csecs, columns in hsecs
         n, c, h, w = n, 1, c, h
-    elif small_c and h > 1 and w == 1 and rows_on_lanes_group(net, ops) and _integer(net, ops):
+    elif small_c and h > 1 and w == 1 and rows_on_lanes_group(net, ops) and cuts_columns(chip, _integer(net, ops)):
         h, w = 1, h
         columns = f"hsecs={w} cuts the columns of a small-C group of channels-last tensors"
     if d > 1:

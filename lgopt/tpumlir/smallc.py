@@ -63,6 +63,24 @@ def small_c_group(net: Network, ops: Sequence[Op], n_locs: int, chip: Chip) -> b
             and all(small_c_op(net, op, chip.npu_num) for op in ops))
 
 
+# chips whose TPU-MLIR 1.30.2 backend cuts a small-C group's columns in F16 too, as it does in INT8 on every chip
+COLUMN_CUT_CHIPS = frozenset({"bm1688"})
+
+
+def cuts_columns(chip: Chip, integer: bool) -> bool:
+    """Whether ``hsecs > 1`` on a ``GROUP_SMALL_C`` group of channels-last tensors cuts their columns on ``chip``
+    (a LayerNorm's among them, which it then cannot place), rather than running as row sections: in INT8 (the
+    LayerNorm in f16 between two casts) on every chip, 15 of 15 scorings refused; in F16 on BM1688 too, ConvNeXt's
+    ``LayerNorm -> MatMul -> Gelu -> MatMul`` group at ``hsecs = 2`` refused on 2 cores (3 of 3 scorings) and on
+    one (at ``nsecs`` 2, 4, 7 and 14, made in session 24), while on BM1684X it compiles (``h_slice = [48, 48]``).
+
+    >>> from lgopt.hw.chip import get_chip
+    >>> [cuts_columns(get_chip(c), i) for c, i in (("bm1688", False), ("bm1684x", False), ("bm1684x", True))]
+    [True, False, True]
+    """
+    return integer or chip.name.lower() in COLUMN_CUT_CHIPS
+
+
 def small_c_op(net: Network, op: Op, lanes: int) -> bool:
     """Whether TPU-MLIR lets ``op`` into a ``GROUP_SMALL_C`` group on a chip of ``lanes`` lanes: its kind, and
     the shape of its first operand (a rank-4 one spread evenly over the lanes, or with fewer channels than half
