@@ -133,6 +133,9 @@ def integral_bound(solver: cp_model.CpSolver) -> int:
     return math.ceil(solver.best_objective_bound - 1e-6)
 
 
+STOP_WAIT = 10.0  # seconds an interrupted search is given to stop before the caller goes on without it
+
+
 def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Any:
     """``solver.solve(model)``, but a Ctrl-C (or SIGTERM turned into one) stops the search at once and
     raises :class:`KeyboardInterrupt` here, so the caller can keep the best plan it already has.
@@ -158,7 +161,7 @@ def solve_interruptibly(solver: cp_model.CpSolver, model: cp_model.CpModel) -> A
             pass
     except KeyboardInterrupt:
         solver.stop_search()
-        done.wait()
+        done.wait(STOP_WAIT)  # the search stops within a propagation; past that its daemon thread is left behind
         raise
     if "error" in out:
         raise out["error"]
