@@ -30,9 +30,18 @@ def _one_line(code, err, needle):
     (["--time-limit", "-1"], "--time-limit"),
     (["--workers", "0"], "--workers"),
     (["--h-ratio", "nan"], "--h-ratio"),
+    (["--strategy", "cpsat", "--cp-sat-params", "no_such_field: 1"], "bad CP-SAT parameters"),
 ])
 def test_meaningless_values_refused(capsys, extra, needle):
     _one_line(*run(capsys, "solve", RESNET, *extra)[::2], needle)
+
+
+def test_cp_sat_parameters_reach_the_solver(capsys):
+    """``--cp-sat-params`` in the text format reaches CP-SAT: OR-tools 9.15's parameters are a pybind object that
+    protobuf's text parser cannot write into, and every use of the option ended in an internal error."""
+    code, out, err = run(capsys, "solve", RESNET, "--strategy", "cpsat", "--time-limit", "2",
+                         "--cp-sat-params", "linearization_level: 2", "--json")
+    assert code == 0 and json.loads(out)["verified"], err
 
 
 def test_too_many_workers_capped_with_a_note(capsys, monkeypatch):

@@ -82,16 +82,37 @@ def wall_seconds(time_limit: float, deadline: float | None = None) -> float:
 
 
 def check_params(params: str) -> str:
-    """``params`` if it parses as CP-SAT parameters, else one clear error."""
+    """``params`` if it parses as CP-SAT parameters (``SatParameters`` text format), else one clear error.
+
+    >>> check_params("linearization_level: 2")
+    'linearization_level: 2'
+    >>> check_params("no_such_field: 1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    lgopt.errors.LgoptError: bad CP-SAT parameters 'no_such_field: 1': ... has no field named "no_such_field".
+    """
     if params:
         from google.protobuf import text_format
-        from ortools.sat.python import cp_model
+        from ortools.sat import sat_parameters_pb2
 
-        try:
-            text_format.Parse(params, cp_model.CpSolver().parameters)
+        try:  # the protobuf message, for its parser's message: the solver's own (pybind) object has no descriptor
+            text_format.Parse(params, sat_parameters_pb2.SatParameters())
         except text_format.ParseError as e:
             raise LgoptError(f"bad CP-SAT parameters {params!r}: {e}") from None
     return params
+
+
+def _merge_params(p: Any, params: str) -> None:
+    """Merge text-format ``params`` into a solver's parameters: OR-tools 9.15's are a pybind object with its own
+    text parser (``google.protobuf.text_format`` cannot read into it), earlier ones a protobuf message."""
+    merge = getattr(p, "merge_text_format", None)
+    if merge is None:
+        from google.protobuf import text_format
+
+        text_format.Merge(params, p)
+    elif not merge(params):
+        check_params(params)  # the clear error
+        raise LgoptError(f"bad CP-SAT parameters {params!r}")
 
 
 def make_solver(*, workers: int, seed: int, seconds: float | None = None, deterministic: float | None = None,
@@ -103,7 +124,6 @@ def make_solver(*, workers: int, seed: int, seconds: float | None = None, determ
     is never overrun.  Several workers interleave their search, so the same seed and worker count give
     the same answer.
     """
-    from google.protobuf import text_format  # OR-tools loads in a second: only when a solver is made
     from ortools.sat.python import cp_model
 
     s = cp_model.CpSolver()
@@ -120,7 +140,7 @@ def make_solver(*, workers: int, seed: int, seconds: float | None = None, determ
     if not presolve:
         p.cp_model_presolve = False
     if params:
-        text_format.Merge(params, p)
+        _merge_params(p, params)
     return s
 
 
