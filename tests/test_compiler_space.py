@@ -52,7 +52,7 @@ def test_plans_in_the_compiler_space_verify_and_export(model, chip, strategy):
     space = compiler_space(net, ref)
     allowed = {o: k for k, run in enumerate(space.runs) for o in run}
     # margin 0: lgopt's own grouping wherever it is predicted no slower, under the rules for new groups
-    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=20, workers=2), space=ReferenceSpace(str(ref), margin=0.0))
+    opts = StrategyOptions(cpsat=CpsatSettings(time_limit=8, workers=2), space=ReferenceSpace(str(ref), margin=0.0))
     plan, _ = parse_strategy(strategy).run(net, c, opts)
     net = network_of(net, plan)  # as TPU-MLIR lowered it: MobileNetV2's last two 1x1 convs are one
     space = compiler_space(net, ref)

@@ -243,7 +243,8 @@ def test_the_judge_compiles_in_the_plans_dtype_on_its_cores(tmp_path, monkeypatc
     monkeypatch.setenv("FAKE_MAX_H", "8")  # TPU-MLIR's own grouping here has a group of 4 H slices
     out = tmp_path / "plan.json"
     rc = main(["solve", str(onnx), "--dtype", "int8", "--chip", "bm1688", "--cores", "2", "--reference", str(ref),
-               "--judge", str(full), "--judge-script", str(script), "--judge-budget", "3", "-o", str(out)])
+               "--judge", str(full), "--judge-script", str(script), "--judge-budget", "3", "--time-limit", "5",
+               "-o", str(out)])
     assert rc == 0, capsys.readouterr()
     asked = set(args.read_text().splitlines())
     assert asked == {"--quantize INT8 --num-core 2"}
