@@ -183,3 +183,33 @@ def test_sections_beyond_a_one_row_output_still_hold_the_weights(tmp_path):
     assert verify(net, plan) == [] and plan.groups[0].cost["lmem_peak"] < chip.lmem_bytes
     with pytest.raises(GroupingInfeasible, match="LMEM allocation failed"):
         score(net, chip, cache(2))
+
+
+def test_sections_beyond_a_one_row_output_of_a_group_without_weights_are_refused_on_several_cores(tmp_path):
+    """On several cores TPU-MLIR refused every group at ``hsecs = 2`` above a one-row pool that holds no weight
+    (BM1688 F16 on 2 cores: MNASNet's mean, MobileNetV2's pool, ResNet-18's add and pool; ResNet-18 INT8 too),
+    while the same tail with its conv compiles; on one core F16 drops the empty section and runs one."""
+    g = G((1, 64, 7, 7))
+    y = g.conv("x", 64, 64, k=1)
+    s = g.n("Add", [y, "x"])
+    g.out(g.n("GlobalAveragePool", [s]))
+    path = tmp_path / "tail.onnx"
+    onnx.save(g.model(), str(path))
+    net = import_onnx(path, dtype="f16")
+
+    def cache(ops) -> str:
+        locs = [f"{op.outputs[0]}_{op.type}" for op in ops]
+        glob = [{"loc": f"{op.outputs[0]}_{op.type}", "func_idx": 0} for op in net.ops if op not in ops]
+        p = tmp_path / "tail.layer_group_cache.json"
+        p.write_text(json.dumps({"opt": 2, "subfunc_0": {"GroupLayer": [
+            {"locs": locs, "shape_secs": [1, 1, 1, 2, 1], "func_start_idx": len(glob), "group_cost": 0,
+             "func_end_idx": len(glob) + len(locs) - 1}], "GlobalLayer": glob}}))
+        return str(p)
+
+    two = get_chip("bm1688", {"used_cores": 2})
+    plan, _ = score(net, two, cache(net.ops))  # with the conv's weight: built, one section
+    assert verify(net, plan) == [] and plan.groups[0].h_slices == 1
+    with pytest.raises(GroupingInfeasible, match="holds no weight"):
+        score(net, two, cache(net.ops[1:]))
+    plan, _ = score(net, get_chip("bm1688"), cache(net.ops[1:]))  # one core: the empty section dropped
+    assert verify(net, plan) == []

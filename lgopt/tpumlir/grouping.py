@@ -192,8 +192,11 @@ def _build_fixed(net: Network, chip: Chip, ops: tuple[str, ...], secs: tuple[int
     asked = (h, w)
     (h, w), why = compiled_sections(net, ops, h, w)
     outs = tuple(net.tensor(t) for o in ops for t in net.op(o).outputs)
-    if not why and (h, w) != asked and not _drops_empty_sections(chip, outs):
-        why = _EMPTY_SECTIONS.format(h=asked[0], w=asked[1])
+    if not why and (h, w) != asked:
+        if not _drops_empty_sections(chip, outs):
+            why = _EMPTY_SECTIONS.format(h=asked[0], w=asked[1])
+        elif chip.used_cores > 1 and not any(net.op(o).weights for o in ops):
+            why = _EMPTY_UNWEIGHTED.format(h=asked[0], w=asked[1], cores=chip.used_cores)
     if not why:
         why = forced_fork(chip, net, ops, h)
     gp = None
@@ -216,6 +219,11 @@ _EMPTY_SECTIONS = ("hsecs={h}, wsecs={w} exceed a group output's rows or columns
                    "(benchmarks/results/settings.md)")
 
 
+_EMPTY_UNWEIGHTED = ("hsecs={h}, wsecs={w} exceed a group output's rows or columns and the group holds no weight: "
+                     "on {cores} cores TPU-MLIR's allocator refused every such group measured (5 of 5, a pool or "
+                     "mean above a one-row output; benchmarks/results/settings.md, session 24)")
+
+
 def _drops_empty_sections(chip: Chip, outs: Sequence[Tensor]) -> bool:
     """Whether TPU-MLIR compiles a group whose ``hsecs`` exceed an output's rows by dropping the empty sections
     (:func:`compiled_sections`).  In F16 on one core it does (mnasnet's tail group, the calibration data); in INT8
@@ -223,7 +231,10 @@ def _drops_empty_sections(chip: Chip, outs: Sequence[Tensor]) -> bool:
     BM1688, 6 on BM1684, where the group is the casts of the classifier's output).  On several cores it compiled
     some and refused others (BM1688 on 2 cores: 3 of 9 compiled; BM1690 INT8 on 8: 0 of 7): they are built, with
     the weights held as TPU-MLIR's allocator holds them for the sections asked (``sections`` of
-    :func:`lgopt.group.timestep.holds_weights`), which refuses the long tail groups among them."""
+    :func:`lgopt.group.timestep.holds_weights`), which refuses the long tail groups among them; a group that holds
+    no weight TPU-MLIR refused every time (:data:`_EMPTY_UNWEIGHTED`: BM1688 F16 on 2 cores, MNASNet's mean,
+    MobileNetV2's pool and flatten, ResNet-18's add, pool and flatten at ``hsecs = 2``; ResNet-18 INT8 on 2 cores,
+    its add and pool, with and without the flatten, made in session 24, where its conv, add and pool compile)."""
     return chip.used_cores > 1 or not any(is_integer(t.dtype) for t in outs)
 
 
