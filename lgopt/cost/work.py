@@ -86,7 +86,7 @@ def one_core_matmul(net: Network, op: Op) -> bool:
     its Relu fused, 498,290 cycles, every weight byte loaded by core 0; the same without the Relu, 76,161, an
     eighth of the weight on each core; ``4096 x 1000`` with a Relu, core 0 alone again.  VGG-16's two Relu heads
     run so (3.03 M and 0.50 M cycles on core 0), its output Gemm is split; in INT8 (the Relu in the requantised
-    output) every head is split.
+    output) every head is split.  ``python benchmarks/core_split.py`` makes these measurements again.
 
     >>> from lgopt.model.network import Network, Op, Tensor, Weight
     >>> t = {"x": Tensor("x", (1, 4096, 1, 1), "f16"), "y": Tensor("y", (1, 1000, 1, 1), "f16")}
