@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -23,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from common import RESULTS, write_section
+from common import RESULTS, SCORE, write_section
 from onnx import TensorProto, helper, numpy_helper
 
+from lgopt.errors import LgoptError
+from lgopt.tpumlir.judge import find_judge
 from lgopt.tpumlir.timeline import profile_of, read_commands
 
-ROOT = Path(__file__).resolve().parent.parent
-SCORE = ROOT.parent / "shared" / "tpu-mlir" / "score_grouping.sh"
 CASES = (("4096x4096, Relu", 4096, 4096, True), ("4096x4096", 4096, 4096, False), ("4096x1000, Relu", 4096, 1000, True))
 NO_GROUPS = {"opt": 2, "total subfunc": 1, "subfunc_0": {"subfunc idx": 0, "GroupLayer": [], "GlobalLayer": [],
                                                          "CyclePrefixSum": []}}
@@ -73,15 +71,14 @@ def per_core(score: dict, cores: int) -> list[tuple[int, int]]:
 
 
 def measure(tmp: Path, chip: str, quantize: str, cores: int) -> list[dict]:
-    cache = tmp / "no_groups.json"
-    cache.write_text(json.dumps(NO_GROUPS))
+    """Each case compiled by the judge on one core and on ``cores``, every op a global layer."""
     rows = []
     for name, k, n, relu in CASES:
         onnx_path = gemm_model(tmp / f"gemm_{k}x{n}{'_relu' if relu else ''}.onnx", k, n, relu)
         for c in sorted({1, cores}):
             out = tmp / f"{onnx_path.stem}_{c}.json"
-            subprocess.run([str(SCORE), str(onnx_path), chip, str(cache), str(out), "--quantize", quantize,
-                            "--num-core", str(c), "--keep"], check=False, capture_output=True)
+            judge = find_judge(onnx_path, chip, script=SCORE, quantize=quantize, cores=c)
+            judge.measure(NO_GROUPS, keep=out, keep_run=True)
             score = json.loads(out.read_text()) if out.exists() else {}
             if score.get("status") != "ok":
                 rows.append({"case": name, "cores": c, "total": None, "cores_loading": None, "core0_bytes": None})
@@ -100,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores", type=int, default=8)
     ap.add_argument("--quantize", default="F16")
     a = ap.parse_args(argv)
-    if not os.environ.get("PEER_RUN"):
-        print("core_split: set PEER_RUN to TPU-MLIR 1.30.2's install (../shared/tpu-mlir/install.sh)", file=sys.stderr)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            rows = measure(Path(d), a.chip, a.quantize, a.cores)
+    except LgoptError as e:  # no TPU-MLIR, no scoring tool: one line
+        print(f"core_split: {e}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as d:
-        rows = measure(Path(d), a.chip, a.quantize, a.cores)
     lines = [f"`python benchmarks/core_split.py --chip {a.chip} --cores {a.cores} --quantize {a.quantize}`: one "
              "global Gemm per model, TPU-MLIR 1.30.2's codegen timeline (total cycles; the cores whose timeline "
              "loads a share of the weight; the bytes core 0 loads).", "",

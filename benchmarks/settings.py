@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from common import OUT, RESULTS, write_section
+from common import OUT, RESULTS, SCORE, write_section
 
 from lgopt.errors import LgoptError
 from lgopt.tpumlir.compiler import deploy, find_toolchain, front_end
@@ -42,7 +42,6 @@ from lgopt.tpumlir.judge import find_judge
 from lgopt.tpumlir.variants import draw
 
 ROOT = Path(__file__).resolve().parents[1]
-SCORE = ROOT.parent / "shared" / "tpu-mlir" / "score_grouping.sh"
 SETTINGS = ("bm1684x:INT8:1", "bm1688:INT8:1", "bm1688:INT8:2", "bm1688:F16:2", "bm1690:F16:8", "bm1690:INT8:8",
             "bm1684:INT8:1")
 MODELS = ("resnet18", "mobilenet_v2", "yolov5s_like", "unet_small", "resnet50", "mnasnet1_0", "mobilenet_v3_small",

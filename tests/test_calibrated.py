@@ -672,7 +672,7 @@ def test_an_int8_global_conv_whose_output_fits_a_bank_costs_its_compute_plus_its
 def test_an_elementwise_op_with_rows_over_the_lanes_is_a_tiu_category_of_its_own():
     """A transformer's residual Add (rows over the lanes) is fitted apart from a conv network's (``Add/rows``):
     the ``Add`` line is the rate a conv's fused activations are priced at, which a transformer's adds had moved;
-    where no ``Add/rows`` line is fitted it costs as its family's."""
+    where no ``Add/rows`` line is fitted it costs as its type's (:func:`lgopt.cost.fitted.tiu_price`)."""
     from lgopt.cost.fitted import tiu_category
     from lgopt.model.network import Network, Op, Tensor
 

@@ -63,7 +63,7 @@ def small_c_group(net: Network, ops: Sequence[Op], n_locs: int, chip: Chip) -> b
             and all(small_c_op(net, op, chip.npu_num) for op in ops))
 
 
-# chips whose TPU-MLIR 1.30.2 backend cuts a small-C group's columns in F16 too, as it does in INT8 on every chip
+# TPU-MLIR 1.30.2 backends (``Chip.conv_buffers``) that cut a small-C group's columns in F16 too, as all do in INT8
 COLUMN_CUT_CHIPS = frozenset({"bm1688"})
 
 
@@ -78,7 +78,7 @@ def cuts_columns(chip: Chip, integer: bool) -> bool:
     >>> [cuts_columns(get_chip(c), i) for c, i in (("bm1688", False), ("bm1684x", False), ("bm1684x", True))]
     [True, False, True]
     """
-    return integer or chip.name.lower() in COLUMN_CUT_CHIPS
+    return integer or chip.conv_buffers in COLUMN_CUT_CHIPS
 
 
 def small_c_op(net: Network, op: Op, lanes: int) -> bool:
