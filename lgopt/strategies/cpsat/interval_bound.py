@@ -26,7 +26,9 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
         transfers only add;
       * sliced: all TIU work (slicing never reduces it, and a second slice issues
         every op again) plus every weight, loaded once before the loop and resident; with a column-sliced
-        MatMul (weight runs reloaded in the table), the larger of the TIU work and the weights' DMA;
+        MatMul (weight runs reloaded in the table), the larger of the TIU work and the weights' DMA; where the
+        weights reach LMEM's size and each slice reloads them (:meth:`CandidateSpace.reloads_weights`), the
+        larger of the TIU work and the weights' DMA twice (two slices at least, each loading all of them);
     plus, in both modes, the pipeline's fill (the first op's inputs, loaded before
     any compute) and drain (the last op's stored outputs, after all of it): one
     transfer's latency each, and unsliced, the stored outputs whole (a strided
@@ -65,16 +67,22 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
         chip.gdma_latency_cycles * len(first_in)
     can_whole, can_slice = space.fits(i, j)
     unsliced = unsliced if can_whole else INF
-    sliced = (sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i) + sum(c for _, c in weights)
-              + chip.gdma_latency_cycles * edges) if can_slice else INF
+    work = sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i)
+    wdma = sum(c for _, c in weights)
+    if not can_slice:
+        sliced = INF
+    elif space.reloads_weights(i, j):  # no weight is held: each slice loads all of them beside its compute
+        sliced = max(work, 2 * wdma)
+    else:
+        sliced = work + wdma + chip.gdma_latency_cycles * edges
     if can_slice and space.has_columns(i, j):
         # column slices load weight runs in the table, under other ops' compute: no more than every row's TIU
         # work or every weight's DMA (runs of columns cost at least the whole weight's), whichever is more
-        sliced = min(sliced, max(sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i), sum(c for _, c in weights)))
+        sliced = min(sliced, max(work, wdma))
     stream = int((out_bytes + w) * chip.tiu_mhz * 1e6 / (chip.gdma_gbps * 1e9))
     if chip.used_cores > 1 and can_slice:  # the slices may be spread over the cores: each runs a share of the
         # compute (at best an even one) and loads every resident weight itself
-        spread = -(-(sum(tiu) + cost_model(chip).issue_cycles * (j + 1 - i)) // chip.used_cores)
-        sliced = max(spread, sum(c for _, c in weights) if not space.has_columns(i, j) else 0)
+        spread = -(-work // chip.used_cores)
+        sliced = max(spread, wdma if not space.has_columns(i, j) else 0)
         stream //= chip.used_cores
     return max(min(unsliced, sliced), stream)

@@ -109,14 +109,23 @@ class CandidateSpace:
         self._weight_prefix = [0]
         for b in self.op_weight_lane:
             self._weight_prefix.append(self._weight_prefix[-1] + b)
+        # the weights an N or H slicing holds, unaligned, as the rule that holds or reloads them counts them
+        # (lgopt.group.timestep.holds_weights)
+        self._held_prefix = [0]
+        for op in net.ops:
+            self._held_prefix.append(self._held_prefix[-1] + (group_weight_bytes(self.chip, net, op) if op.local
+                                                              else 0))
 
     def fits(self, i: int, j: int, capacity: int | None = None) -> tuple[bool, bool]:
         """(unsliced, sliced): whether ``[i, j]`` passes the necessary LMEM conditions of each mode.
 
-        Every op's row must hold its smallest footprint, and a sliced group holds all its weights at
-        once (a column-sliced MatMul's, one column of them).  Both only grow with the run, so a run that
-        fails both has no longer run that passes: on CV181X, three ResNet-50 intervals in four fail, and
-        skip scheduling altogether.
+        Every op's row must hold its smallest footprint, and a sliced group either holds all its weights at
+        once (a column-sliced MatMul's, one column of them) or, where they reach LMEM's size, reloads each
+        with every slice (:meth:`reloads_weights`; TPU-MLIR's rule, which the scheduler follows: UNet's
+        ten-op bottleneck on BM1688 INT8 at two H slices, 1.5 LMEMs of weights, is TPU-MLIR's own opt2 group
+        and was refused here before).  The footprints only grow with the run and so does the first condition;
+        the second only grows true, so a longer run can pass where a shorter one failed only by reloading:
+        :meth:`intervals` stops at the first run that fails both modes and could not reload.
         """
         cap = self.chip.lmem_bytes if capacity is None else capacity
         over = self._over.get(cap)
@@ -126,7 +135,13 @@ class CandidateSpace:
                 over[0].append(over[0][-1] + (whole > cap))
                 over[1].append(over[1][-1] + (sliced > cap))
         weights = self._weight_prefix[j + 1] - self._weight_prefix[i]
-        return over[0][j + 1] == over[0][i], over[1][j + 1] == over[1][i] and weights <= cap
+        return over[0][j + 1] == over[0][i], over[1][j + 1] == over[1][i] and (weights <= cap or
+                                                                               self.reloads_weights(i, j))
+
+    def reloads_weights(self, i: int, j: int) -> bool:
+        """Whether an N or H slicing of ``[i, j]`` reloads every weight with each slice: they reach the size of
+        LMEM, so none is held (:func:`lgopt.group.timestep.holds_weights`)."""
+        return self._held_prefix[j + 1] - self._held_prefix[i] >= self.chip.lmem_bytes
 
     def has_columns(self, i: int, j: int) -> bool:
         """Whether ``[i, j]`` has a MatMul whose weight a column slicing reloads per slice (its weights are then
@@ -141,7 +156,9 @@ class CandidateSpace:
             for i in range(s, e + 1):
                 for j in range(i, min(e, i + self.settings.max_group_ops - 1) + 1):
                     if not any(self.fits(i, j)):
-                        break  # no slicing of this run, or of any longer one, can pack
+                        if self.reloads_weights(i, j):
+                            break  # no slicing of this run, or of any longer one, can pack
+                        continue  # a longer run may reload its weights and pack
                     out.append((i, j, ""))
                     if self.handover and self._can_keep(i) and not self._receives_every_reader(i, j):
                         out.append((i, j, "in"))
