@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
-from lgopt.cost.pipeline import moved_transfers
+from lgopt.cost.pipeline import moved_reloads, moved_transfers
 from lgopt.group.handover import packing_chip
 from lgopt.group.slicing import DEFAULT_H_RATIO
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import BankRule, GroupPlan, Plan
-from lgopt.strategies.cpsat.loadtable import with_early_loads, with_loads, with_stores
+from lgopt.strategies.cpsat.loadtable import with_early_loads, with_loads, with_reload_rows, with_stores
 
 Progress = Callable[[str], None]
 """Called with a one-line status message while a strategy runs (the CLI draws it on stderr)."""
@@ -137,8 +137,13 @@ def packing(chip: Chip, net: Network, st: SearchSettings, g: GroupPlan) -> tuple
 
 def compiler_lifetimes(chip: Chip, net: Network, g: GroupPlan) -> GroupPlan:
     """``g``'s table with a one-slice group's loads (weights and its own activations) and stores where TPU-MLIR's
-    memory-aware pass moves them (:func:`lgopt.cost.pipeline.moved_transfers`: loads earlier, stores later), the
-    lifetimes its allocator packs; ``g`` itself for a sliced group or a cost model that does not move them."""
+    memory-aware pass moves them (:func:`lgopt.cost.pipeline.moved_transfers`: loads earlier, stores later), and a
+    sliced group's weight loads where it reloads them with every slice (:func:`lgopt.cost.pipeline.moved_reloads`),
+    the lifetimes its allocator packs; ``g`` itself for a sliced group that holds its weights or a cost model that
+    does not move them."""
+    reloads = moved_reloads(chip, net, g)
+    if reloads:
+        return with_reload_rows(g, reloads)
     moved = moved_transfers(chip, net, g)
     weights = {tr.name for row in g.rows for tr in row.loads if tr.kind == "weight"}
     loads = {name: (row, 1) for (name, store), row in moved.items() if not store and name in weights}

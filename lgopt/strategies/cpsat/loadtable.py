@@ -84,6 +84,19 @@ def with_early_loads(g: GroupPlan, loads: Mapping[str, int]) -> GroupPlan:
     return replace(g, rows=rows, buffers=bufs)
 
 
+def with_reload_rows(g: GroupPlan, rows: Mapping[str, int]) -> GroupPlan:
+    """The same sliced group with the named weights' per-slice loads (stage 1) in the rows ``rows`` says, each no
+    later than the table's (a load moved earlier keeps its weight live from then on)."""
+    moved = {tr.name: tr for row in g.rows for tr in row.loads if tr.kind == "weight" and tr.name in rows}
+    table = tuple(Row(row.ops, tuple(tr for tr in row.loads if tr.name not in moved or tr.kind != "weight")
+                      + tuple(moved[name] for name, r2 in sorted(rows.items()) if r2 == r and name in moved),
+                      row.stores)
+                  for r, row in enumerate(g.rows))
+    bufs = tuple(replace(b, start=min(b.start, rows[b.name])) if b.kind == "weight" and b.name in moved
+                 and not b.resident and b.start <= b.end else b for b in g.buffers)
+    return replace(g, rows=table, buffers=bufs)
+
+
 def without_weight_loads(g: GroupPlan) -> GroupPlan:
     """The table with its in-table weight loads removed: what every load choice shares."""
     rows = tuple(Row(r.ops, tuple(t for t in r.loads if t.kind != "weight"), r.stores) for r in g.rows)
