@@ -229,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                         (f"judged: {j['compiles']} compiles, {j['rounds']} rounds, stopped: {j['stopped']}; best start "
                          f"{min(t['measured'] or 10**12 for t in j['trials'][:2]):,}")
                 if plan.solver.get("kept_reference"):
-                    row["note"] = (row["note"] + "; " if row["note"] else "") + \
-                        f"kept TPU-MLIR's grouping (lgopt's own predicted {plan.solver['own_cycles']:,.0f})"
+                    own = plan.solver.get("own_cycles")  # none when the reference was kept unsearched: say why
+                    row["note"] = (row["note"] + "; " if row["note"] else "") + (
+                        f"kept TPU-MLIR's grouping (lgopt's own predicted {own:,.0f})" if own is not None else
+                        f"kept TPU-MLIR's grouping, not searched: {plan.solver['kept_reference']}")
                 rows.append(row)
                 print(f"   {st}: predicted {row['lgopt predicted']:,}, measured {row['TPU-MLIR measured']}, "
                       f"opt2 {opt2} {row['note']}", file=sys.stderr, flush=True)
