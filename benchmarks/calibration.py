@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from common import CAL
 
 from lgopt.check.verify import verify_plan
 from lgopt.cost.fitted import load_constants
@@ -39,7 +40,6 @@ from lgopt.tpumlir.heldout import run_one as score_cache
 from lgopt.tpumlir.lowering import network_of
 
 ROOT = Path(__file__).resolve().parents[1]
-CAL = ROOT.parent / "shared" / "calibration"
 # the models the shipped constants were not fitted on (their source.held_out)
 HELD_OUT = tuple(dict.fromkeys(m for c in ("bm1684x", "bm1688") for m in load_constants(c).source["held_out"]))
 OUT = ROOT / "benchmarks" / "calibration"

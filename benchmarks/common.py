@@ -13,12 +13,14 @@ import pandas as pd
 
 from lgopt.report.document import write_section
 
-__all__ = ["BENCHMARKS", "OUT", "RESULTS", "SCORE", "write_section", "write_table"]
+__all__ = ["BENCHMARKS", "CAL", "OUT", "RESULTS", "SCORE", "SHARED", "write_section", "write_table"]
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
 OUT = BENCHMARKS / "out"
-SCORE = BENCHMARKS.parent.parent / "shared" / "tpu-mlir" / "score_grouping.sh"  # the judge's scoring tool
+SHARED = BENCHMARKS.parent.parent / "shared"  # the project's shared data, beside the checkout
+CAL = SHARED / "calibration"  # the shared models (weightless ONNX), their caches and measured cycles
+SCORE = SHARED / "tpu-mlir" / "score_grouping.sh"  # the judge's scoring tool
 
 
 def write_table(df: pd.DataFrame, out: Path, source: str) -> None:

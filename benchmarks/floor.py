@@ -32,15 +32,13 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-from common import SCORE, write_table
+from common import CAL, SCORE, SHARED, write_table
 from settings import SETTINGS, setting_key
 
 from lgopt.tpumlir import floor
 from lgopt.tpumlir.runs import unpack
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-CAL = SHARED / "calibration"
 READER = SHARED / "tpu-mlir" / "lg_roundtrip.py"
 RUNS = ROOT / "benchmarks" / "roundtrip"
 SOURCE = "TPU-MLIR 1.30.2 codegen timeline (compiler_profile_0.txt)"

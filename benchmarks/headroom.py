@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from common import CAL
 
 from lgopt.cost.registry import min_slice_rows
 from lgopt.errors import LgoptError
@@ -34,7 +35,6 @@ from lgopt.tpumlir.rules import TPU_MLIR_RULES
 from lgopt.tpumlir.space import f32_tensors
 
 ROOT = Path(__file__).resolve().parents[1]
-CAL = ROOT.parent / "shared" / "calibration"
 RULES = ("2 banks", "compiler packing", "f32 copies", "short slices", "all (the default)")
 
 

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from common import write_table
+from common import CAL, write_table
 
 from lgopt.cost.bound import lower_bound
 from lgopt.errors import LgoptError
@@ -40,7 +40,6 @@ from lgopt.tpumlir.lowering import lower_like
 from lgopt.tpumlir.runs import unpack
 
 ROOT = Path(__file__).resolve().parents[1]
-CAL = ROOT.parent / "shared" / "calibration"
 MODEL = "tpu-mlir-1.30"
 
 

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from common import CAL, SCORE
 
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
@@ -55,9 +56,6 @@ from lgopt.tpumlir.runs import pack, unpack
 from lgopt.tpumlir.space import ReferenceSpace
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-CAL = SHARED / "calibration"
-SCORE = SHARED / "tpu-mlir" / "score_grouping.sh"
 RUNS = ROOT / "benchmarks" / "roundtrip"
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from common import OUT, RESULTS, SCORE, write_section
+from common import CAL, OUT, RESULTS, SCORE, write_section
 
 from lgopt.errors import LgoptError
 from lgopt.tpumlir.compiler import deploy, find_toolchain, front_end
@@ -41,7 +41,6 @@ from lgopt.tpumlir.floor import geomean
 from lgopt.tpumlir.judge import find_judge
 from lgopt.tpumlir.variants import draw
 
-ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ("bm1684x:INT8:1", "bm1688:INT8:1", "bm1688:INT8:2", "bm1688:F16:2", "bm1690:F16:8", "bm1690:INT8:8",
             "bm1684:INT8:1")
 MODELS = ("resnet18", "mobilenet_v2", "yolov5s_like", "unet_small", "resnet50", "mnasnet1_0", "mobilenet_v3_small",
@@ -519,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-cores", metavar="CHIP:QUANTIZE:N",
                     help="fit the fitted model's several-core terms on that setting's scorings and write them into "
                          "the fitted model's CHIP.json, F16's or INT8's (before the reading, which then uses them)")
-    ap.add_argument("--calibration", type=Path, default=ROOT.parent / "shared" / "calibration",
+    ap.add_argument("--calibration", type=Path, default=CAL,
                     help="the shared calibration folder (its onnx/ holds the weightless models lgopt reads)")
     a = ap.parse_args(argv)
     import os

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
-from common import BENCHMARKS, OUT, RESULTS, write_section
+from common import CAL, OUT, RESULTS, write_section
 from settings import setting_key, totals
 
 from lgopt.cost.registry import default_cost_model
@@ -37,8 +37,6 @@ from lgopt.tpumlir.cache import load_cache
 from lgopt.tpumlir.export import compiler_space
 from lgopt.tpumlir.grouping import score
 from lgopt.tpumlir.lowering import lower_like
-
-CAL = BENCHMARKS.parent.parent / "shared" / "calibration"  # the models' weightless ONNX
 
 
 def missing(space: CandidateSpace, plan: Plan) -> list[tuple[str, str]]:

@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS, write_section
+from common import CAL, RESULTS, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "calibration" / "onnx"
+SHARED = CAL / "onnx"
 SOLVES = [
     ("problems/yolov5s.json", "bm1688"),
     ("problems/mobilenet_v2.json", "bm1684x"),

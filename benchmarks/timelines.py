@@ -43,7 +43,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.settings import SCORE, name_of, setting_key, setting_of  # noqa: E402
+from benchmarks.settings import CAL, SCORE, name_of, setting_key, setting_of  # noqa: E402
 from lgopt.tpumlir.judge import find_judge  # noqa: E402
 from lgopt.tpumlir.timeline import read_timeline  # noqa: E402
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groupings-cores", type=int, help="compile the groupings settings.py scored on this many "
                     "cores (a chip it measured on several cores only)")
     ap.add_argument("--assemble-only", action="store_true", help="no compile: the folders from the rows made")
-    ap.add_argument("--calibration", type=Path, default=ROOT.parent / "shared" / "calibration",
+    ap.add_argument("--calibration", type=Path, default=CAL,
                     help="the shared calibration folder (its onnx/ holds the weightless models)")
     a = ap.parse_args(argv)
     peer = a.peer_run or Path(os.environ.get("PEER_RUN", ""))

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from common import RESULTS, write_section
+from common import CAL, RESULTS, write_section
 
 from lgopt.check.simulate import simulate
 from lgopt.check.verify import verify_plan
@@ -36,8 +36,6 @@ from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.strategies.settings import SearchSettings
 from lgopt.tpumlir.lowering import network_of
 
-ROOT = Path(__file__).resolve().parents[1]
-CAL = ROOT.parent / "shared" / "calibration"
 ONNX = CAL / "onnx"
 DOC = RESULTS / "transformers.md"
 

@@ -277,16 +277,21 @@ def moved_transfers(chip: Chip, net: Network, g: GroupPlan) -> dict[tuple[str, b
     """The row each movable transfer of one-slice group ``g`` (keyed by tensor and whether it is a store) sits in
     once TPU-MLIR's memory-aware pass has moved it (reference s4.3, :func:`timestep_moves`): the rows whose
     lifetimes its allocator packs (a load moved earlier, a store later: both live longer).  Empty for a sliced
-    group (its weights are held, or reloaded in place) or a cost model that does not move transfers."""
+    group (its weights are held, or their loads move as :func:`moved_reloads` says) or a cost model that does not
+    move transfers."""
     if g.num_slices != 1 or not cost_model(chip).rebalance_loads:
         return {}
     movable = _movable_transfers(net, g)
+    return {(tr.name, store): row for (tr, store, _, _), row in zip(movable, _first_pass_moves(chip, net, g, movable))}
+
+
+def _first_pass_moves(chip: Chip, net: Network, g: GroupPlan, movable: list[Movable]) -> list[int]:
+    """The row each of ``movable`` ends in when TPU-MLIR's pass moves them over the first slice's table."""
     if not movable:
-        return {}
+        return []
     cells = _table_cells(chip, net, g, (0, 1)).cells
-    dest = timestep_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))],
+    return timestep_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))],
                           _moves(_Transfers(chip, net, g), movable, 0))
-    return {(tr.name, store): row for (tr, store, _, _), row in zip(movable, dest)}
 
 
 def moved_reloads(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
@@ -303,12 +308,7 @@ def moved_reloads(chip: Chip, net: Network, g: GroupPlan) -> dict[str, int]:
     if g.num_slices == 1 or not cost_model(chip).rebalance_loads:
         return {}
     movable = [m for m in _movable_transfers(net, g) if m[0].kind == "weight" and not m[1]]
-    if not movable:
-        return {}
-    cells = _table_cells(chip, net, g, (0, 1)).cells
-    dest = timestep_moves([cells.get((0, r), (0, 0)) for r in range(len(g.rows))],
-                          _moves(_Transfers(chip, net, g), movable, 0))
-    return {tr.name: row for (tr, _, r, _), row in zip(movable, dest) if row != r}
+    return {tr.name: row for (tr, _, r, _), row in zip(movable, _first_pass_moves(chip, net, g, movable)) if row != r}
 
 
 def rebalance(rows: list[tuple[int, int]], moves: list[Move], dest: list[int] | None = None) -> list[tuple[int, int]]:

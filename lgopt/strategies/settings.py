@@ -16,7 +16,7 @@ from lgopt.group.slicing import DEFAULT_H_RATIO
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import BankRule, GroupPlan, Plan
-from lgopt.strategies.cpsat.loadtable import with_early_loads, with_loads, with_reload_rows, with_stores
+from lgopt.strategies.cpsat.loadtable import with_early_loads, with_loads, with_stores
 
 Progress = Callable[[str], None]
 """Called with a one-line status message while a strategy runs (the CLI draws it on stderr)."""
@@ -143,7 +143,7 @@ def compiler_lifetimes(chip: Chip, net: Network, g: GroupPlan) -> GroupPlan:
     does not move them."""
     reloads = moved_reloads(chip, net, g)
     if reloads:
-        return with_reload_rows(g, reloads)
+        return with_early_loads(g, reloads, kind="weight")
     moved = moved_transfers(chip, net, g)
     weights = {tr.name for row in g.rows for tr in row.loads if tr.kind == "weight"}
     loads = {name: (row, 1) for (name, store), row in moved.items() if not store and name in weights}

@@ -70,31 +70,19 @@ def with_stores(g: GroupPlan, stores: Mapping[str, int]) -> GroupPlan:
     return replace(g, rows=rows, buffers=bufs)
 
 
-def with_early_loads(g: GroupPlan, loads: Mapping[str, int]) -> GroupPlan:
-    """The same group with the named activations' own-slice loads (stage 1) in the rows ``loads`` says, each no
-    later than the table's (a load moved earlier makes its tensor live from then on)."""
+def with_early_loads(g: GroupPlan, loads: Mapping[str, int], kind: str = "activation") -> GroupPlan:
+    """The same group with the named tensors' own-slice loads (stage 1) of ``kind`` in the rows ``loads`` says, each
+    no later than the table's (a load moved earlier makes its tensor live from then on): a one-slice group's
+    activations, or the weights a sliced group reloads with every slice (``kind="weight"``)."""
     moved = {tr.name: tr for row in g.rows for tr in row.loads
-             if tr.kind == "activation" and tr.stage == 1 and tr.name in loads}
-    rows = tuple(Row(row.ops, tuple(tr for tr in row.loads if tr.name not in moved or tr.kind != "activation")
+             if tr.kind == kind and tr.stage == 1 and tr.name in loads}
+    rows = tuple(Row(row.ops, tuple(tr for tr in row.loads if tr.name not in moved or tr.kind != kind)
                      + tuple(moved[name] for name, r2 in sorted(loads.items()) if r2 == r and name in moved),
                      row.stores)
                  for r, row in enumerate(g.rows))
-    bufs = tuple(replace(b, start=min(b.start, loads[b.name])) if b.kind == "activation" and b.name in moved
+    bufs = tuple(replace(b, start=min(b.start, loads[b.name])) if b.kind == kind and b.name in moved
                  and b.start <= b.end else b for b in g.buffers)
     return replace(g, rows=rows, buffers=bufs)
-
-
-def with_reload_rows(g: GroupPlan, rows: Mapping[str, int]) -> GroupPlan:
-    """The same sliced group with the named weights' per-slice loads (stage 1) in the rows ``rows`` says, each no
-    later than the table's (a load moved earlier keeps its weight live from then on)."""
-    moved = {tr.name: tr for row in g.rows for tr in row.loads if tr.kind == "weight" and tr.name in rows}
-    table = tuple(Row(row.ops, tuple(tr for tr in row.loads if tr.name not in moved or tr.kind != "weight")
-                      + tuple(moved[name] for name, r2 in sorted(rows.items()) if r2 == r and name in moved),
-                      row.stores)
-                  for r, row in enumerate(g.rows))
-    bufs = tuple(replace(b, start=min(b.start, rows[b.name])) if b.kind == "weight" and b.name in moved
-                 and not b.resident and b.start <= b.end else b for b in g.buffers)
-    return replace(g, rows=table, buffers=bufs)
 
 
 def without_weight_loads(g: GroupPlan) -> GroupPlan:
