@@ -21,7 +21,11 @@ On several cores (BM1688's 2, BM1690's 8) the pass merges less: where the uses w
 different rows (a 3 x 3 conv's halo before a 1 x 1 conv's or a store's first row), it fails whatever the users
 ("multi-branch backward failed", read with TPU-MLIR's layer-group debugger); slices that differ only in where
 they end it merges, as on one core (ResNet-50's stage-1 output, wanted by a 1 x 1 conv and a stride-2 1 x 1
-downsample, compiles at two H slices).  The exception is BM1688's depthwise conv: a fork whose in-group users
+downsample, compiles at two H slices).  A group's input is held to the same rule there, though one core loads
+it per slice as its uses want: resnet18's residual blocks at two to eight H slices (the input feeds the 3 x 3
+conv1 and the Add, or a stride-2 conv1 and the 1 x 1 downsample) are refused on BM1688's 2 cores, in INT8 and
+F16, and on BM1690's 8 ("local memory allocate failed"), and compile on one core; the same blocks without the
+second use compile.  The exception is BM1688's depthwise conv: a fork whose in-group users
 are all depthwise convs compiles there (ConvNeXt-Tiny F16 on 2 cores, 2 of 2: a block's output, stored and read
 by the next block's 7 x 7 depthwise conv), where BM1690 refuses the same forks (7 of 7; the debugger names the
 depthwise conv).  Over ``benchmarks/settings.py``'s scorings on several cores that lgopt read and TPU-MLIR refused,
@@ -131,8 +135,9 @@ def _fork(net: Network, ops: tuple[str, ...], h_slices: int, multicore_chip: str
     inside = set(ops)
     for t in sl.windows:
         made = net.producer.get(t)
-        if made is None or made.name not in inside:
-            continue  # a group input: loaded once per slice, as much as its uses want
+        loaded = made is None or made.name not in inside  # a group input: on one core loaded as its uses want
+        if loaded and not multicore_chip:
+            continue
         users = [o.name for o in net.consumers.get(t, ()) if o.name in inside]
         wanted: list[tuple[tuple[int, int], ...]] = []
         if t in sl.stores:
@@ -146,12 +151,12 @@ def _fork(net: Network, ops: tuple[str, ...], h_slices: int, multicore_chip: str
                                         for w in sl.windows[op.outputs[0]]))
         if len(set(wanted)) > 1:
             stuck = [u for u in users if net.op(u).type not in MARGIN_TYPES]
-            if stuck:
+            if stuck and not loaded:
                 return (f"{t} is wanted with different rows by its uses and {stuck[0]} ({net.op(stuck[0]).type}) "
                         f"cannot take margins: TPU-MLIR's time-step pass fails at {h_slices} H slices")
             offsets = multicore_chip in DEPTHWISE_TAKES_OFFSETS and all(is_depthwise(net.op(u)) for u in users)
             if multicore_chip and not offsets and len({tuple(first for first, _ in rows) for rows in wanted}) > 1:
-                return (f"{t} is wanted from different first rows by its uses ({', '.join(users)}"
-                        f"{' and its store' if t in sl.stores else ''}): on several cores TPU-MLIR's time-step "
-                        f"pass does not merge such slicings and fails at {h_slices} H slices")
+                return (f"{'group input ' if loaded else ''}{t} is wanted from different first rows by its uses "
+                        f"({', '.join(users)}{' and its store' if t in sl.stores else ''}): on several cores "
+                        f"TPU-MLIR's time-step pass does not merge such slicings and fails at {h_slices} H slices")
     return ""

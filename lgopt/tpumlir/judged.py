@@ -12,7 +12,8 @@ read from codegen's simulated timeline (:mod:`lgopt.tpumlir.judge`).
    N or H slice count one up or down, halved or doubled, a group split at a point where one tensor crosses,
    two neighbouring groups merged, a boundary moved by one to three ops, a group grown by a global op beside
    it or shrunk by one, a group dissolved); each is built by lgopt's own rules (slices, timestep table, LMEM
-   allocation) and ranked by the cost model.  The best-ranked ones are compiled in turn; the first that is
+   allocation; no fork TPU-MLIR refuses at the slices the cache forces, :func:`lgopt.tpumlir.forks.forced_fork`)
+   and ranked by the cost model.  The best-ranked ones are compiled in turn; the first that is
    measured faster becomes the incumbent, and the round's other measured gains that touch other groups are
    tried on top of it.
 3. It stops when a round finds nothing faster, or at the compile budget or the time limit.
@@ -40,6 +41,7 @@ from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import Incumbent, Progress, SearchSettings, group_runs
 from lgopt.tpumlir.export import export_tpumlir
+from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.judge import SOURCE, Judge, Measurement
 
 REPAIRS = 3  # start points TPU-MLIR refuses are retried with one H slice more per group, this many times
@@ -78,6 +80,8 @@ class _Builder:
         key = (c.ops, c.n, c.h)
         if key not in self._groups:
             try:  # the compiler's slicing rule; the greedy orders for LMEM (tight groups need more than one)
+                if forced_fork(self.chip, self.onet, c.ops, c.h):  # refused at the slices a cache forces
+                    raise SliceError("a fork TPU-MLIR does not slice")
                 s = schedule(self.onet, self.chip, list(c.ops), c.n, c.h, None)
                 alloc = multi_start_allocate(self.onet, self.chip, s, self.st.bank_rule)
             except SliceError:
