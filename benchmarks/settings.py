@@ -14,7 +14,8 @@ inputs) measures on codegen's timeline:
   H = the core count, neighbours merged, random runs), the way the shared F16 calibration was drawn.
 
 Everything lands in ``OUT/MODEL_SETTING/`` (``caches/NAME.layer_group_cache.json``, ``scores/NAME.json``: the
-scoring tool's whole result, per core included) and is resumable: a scoring already there is not redone.
+scoring tool's whole result, per core included; after a judged round trip ``judge.json``, every grouping the
+judge compiled, predicted and measured) and is resumable: a scoring already there is not redone.
 ``OUT/totals.csv`` has one row per scoring; the summary goes to ``benchmarks/results/settings.md``.  A refused
 variant (``lg_failed``, also when TPU-MLIR exits 0 after a failed allocation) is a label of infeasibility,
 kept like the compiled ones.
@@ -323,13 +324,48 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
             f"{'written' if shipped else 'not written (' + kept + ')'} in `{path.name}`.")
 
 
+def record_search(rt: pd.DataFrame, setting: str, command: str) -> str:
+    """Write into the fitted model of ``setting`` (its ``CHIP.json``, F16's or INT8's) whether lgopt's search at
+    the default margin is trusted on its cores: ``search_checked``, from this setting's ``--trust-search`` round
+    trips, set where every model's plan compiled (or opt2 was kept) and none measured slower than opt2, removed
+    otherwise (:func:`lgopt.tpumlir.space._unmeasured_setting` reads it).  Returns what it did, in a line."""
+    import datetime as dt
+
+    from lgopt.cost.fitted import CALIBRATION_DIR, forget_constants
+    from lgopt.cost.registry import FITTED, FITTED_INT8
+
+    chip_name, q, n = setting_key(setting)
+    base = next((m for m in (FITTED, FITTED_INT8) if m.covers(chip_name, q.lower())), None)
+    path = (Path(base.directory) if base and base.directory else CALIBRATION_DIR) / f"{chip_name}.json"
+    doc = json.loads(path.read_text())
+    if base is None or n < 2 or "cores" not in doc:
+        raise SystemExit(f"--record-search {setting}: no fitted several-core terms to record a search for")
+    g = rt[(rt.chip == chip_name) & (rt.quantize == q) & (rt.cores == n) & (rt.judge_budget == 0)]
+    g = g[g.get("trust_search", pd.Series(False, index=g.index)).astype(str) == "True"]
+    if g.empty:
+        raise SystemExit(f"--record-search {setting}: no round trip with --trust-search of that setting")
+    bad = g[~g.outcome.isin(["compiled", "kept opt2"]) | (g.measured > g.opt2)]
+    ratio = geomean(g.measured / g.opt2)
+    what = (f"{len(g)} models at the default margin: {int((g.outcome == 'compiled').sum())} compiled, "
+            f"{int((g.outcome == 'kept opt2').sum())} kept opt2, geomean {ratio:.3f} of opt2")
+    if bad.empty:
+        doc["cores"]["search_checked"] = f"{dt.date.today()}: {what}, none refused or slower ({command})"
+    else:
+        doc["cores"].pop("search_checked", None)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    forget_constants()
+    return (f"`{path.name}` ({base.name}): " + (f"search_checked written ({what})" if bad.empty else
+            f"no search_checked ({what}; {', '.join(f'{r.model} {r.outcome}' for r in bad.itertuples())})"))
+
+
 def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str, time_limit: float,
-                  judge_budget: int = 0) -> dict[str, Any]:
+                  judge_budget: int = 0, trust_search: bool = False) -> dict[str, Any]:
     """``solve --reference`` (cpsat, TPU-MLIR's space, the default margin) of one model and setting against its own
     opt2, exported and compiled by the judge: the measured cycles over opt2's, or opt2's when lgopt kept it.  With
     ``judge_budget`` compiles, ``--judge``: TPU-MLIR measures lgopt's candidates and the best measured is kept.
     Where TPU-MLIR's allocator refuses the grouping, the search runs once more with banks left empty, as ``lgopt
-    deploy`` does (``first``: what the first search got)."""
+    deploy`` does (``first``: what the first search got).  ``trust_search``: searched where lgopt keeps opt2 for
+    want of a measured check of its several-core search (what makes that check: ``search_checked`` in the fit)."""
     from dataclasses import replace
 
     from lgopt.cost.registry import default_cost_model
@@ -344,7 +380,7 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
     own = folder / "caches" / "opt2.layer_group_cache.json"
     opt2 = json.loads((folder / "scores" / "opt2.json").read_text()).get("total_cycles")
     row: dict[str, Any] = {"model": model, "chip": chip_name, "quantize": q, "cores": n, "judge_budget": judge_budget,
-                           "opt2": opt2}
+                           "trust_search": trust_search, "opt2": opt2}
     net = load_model(str(cal / "onnx" / f"{model}.weightless.onnx"), dtype=dtype)
     chip = get_chip(chip_name, {"used_cores": n})
     chip = replace(chip, cost_model=default_cost_model(chip, dtype))
@@ -352,7 +388,7 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
     judged = {"judge": judge, "judge_settings": JudgedSettings(budget=judge_budget, time_limit=time_limit)} \
         if judge_budget else {}
     space = ReferenceSpace(str(own), margin=REFERENCE_MARGIN, base_groups=str(judge.base_groups() or "") or None,
-                           **judged)
+                           trust_search=trust_search, **judged)
     got = _search_and_compile(net, chip, space, judge, folder, time_limit, {**row, "cost_model": chip.cost_model})
     if got.get("outcome") != "compile:lg_failed":
         return got
@@ -369,7 +405,7 @@ def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Pat
     from lgopt.report.verdict import verify
     from lgopt.strategies.cpsat.common import CpsatSettings
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
-    from lgopt.tpumlir.export import export_tpumlir
+    from lgopt.tpumlir.export import edge_cast_order, export_tpumlir
 
     try:
         plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
@@ -384,24 +420,32 @@ def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Pat
     if plan.solver.get("kept_reference"):
         return {**row, "outcome": "kept opt2", "why": str(plan.solver["kept_reference"])[:200], "measured": row["opt2"]}
     row["judge_compiles"] = (plan.solver.get("judge") or {}).get("compiles")
-    try:  # with the base groups the search's space was built on: ops TPU-MLIR can run in LMEM
-        cache = export_tpumlir(plan, planned, space.reference, base_groups=space.base_groups)
-    except LgoptError as e:
-        return {**row, "outcome": "export refused", "why": str(e)[:200]}
-    m = judge.measure(cache, keep=folder / "scores" / "lgopt.json")
+    if plan.solver.get("judge"):  # every trial the judge compiled, what it predicted and measured
+        (folder / "judge.json").write_text(json.dumps(plan.solver["judge"], indent=1, default=str))
+    rules = edge_cast_order(plan)
+    for rule in rules:  # the other rule after an allocation refusal, as lgopt deploy does
+        try:  # with the base groups the search's space was built on: ops TPU-MLIR can run in LMEM
+            cache = export_tpumlir(plan, planned, space.reference, base_groups=space.base_groups, edge_casts=rule)
+        except LgoptError as e:
+            return {**row, "outcome": "export refused", "why": str(e)[:200]}
+        m = judge.measure(cache, keep=folder / "scores" / "lgopt.json")
+        if m.ok or "local memory allocate failed" not in (m.error or ""):
+            break
+    row["edge_casts"] = rule if rule == rules[0] else f"{rule} (after a refusal)"
     (folder / "caches" / "lgopt.layer_group_cache.json").write_text(json.dumps(cache, indent=1))
     return {**row, "outcome": "compiled" if m.ok else f"compile:{m.status}", "why": m.error,
             "measured": m.total_cycles if m.ok else None}
 
 
-RT_KEY = ["model", "chip", "quantize", "cores", "judge_budget"]
+RT_KEY = ["model", "chip", "quantize", "cores", "judge_budget", "trust_search"]
 
 
 def keep_row(path: Path, row: dict[str, Any]) -> None:
     """Add ``row`` to the round trips' CSV, replacing the one of the same model, setting and judge budget."""
     old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RT_KEY)
-    if "judge_budget" not in old.columns:
-        old["judge_budget"] = 0
+    for key, default in (("judge_budget", 0), ("trust_search", False)):
+        if key not in old.columns:
+            old[key] = default
     same = (old[RT_KEY].astype(str) == pd.Series({k: str(row[k]) for k in RT_KEY})).all(axis=1)
     pd.concat([old[~same], pd.DataFrame([row])], ignore_index=True).sort_values(RT_KEY).to_csv(path, index=False)
 
@@ -411,13 +455,16 @@ def roundtrip_summary(rt: pd.DataFrame) -> str:
     grouping (``lgopt deploy`` then searches again with banks left empty; ``refused twice``: it delivers opt2)."""
     lines = ["| setting | models | kept opt2 | compiled | refused first | refused twice | geomean measured / opt2 | "
              "worst | best |", "|---|---:|---:|---:|---:|---:|---:|---|---|"]
-    for (chip, q, n, jb), g in rt.groupby(["chip", "quantize", "cores", "judge_budget"], sort=True):
+    if "trust_search" not in rt:
+        rt = rt.assign(trust_search=False)
+    for (chip, q, n, jb, trusted), g in rt.groupby(["chip", "quantize", "cores", "judge_budget", "trust_search"],
+                                                   sort=True):
         ok = g[g.measured.notna() & g.opt2.notna()]
         r = ok.measured / ok.opt2
         geo = geomean(r) if len(r) else float("nan")
         worst = ok.loc[r.idxmax()] if len(r) else None
         best = ok.loc[r.idxmin()] if len(r) else None
-        how = f"judge, {jb} compiles" if jb else "default margin"
+        how = f"judge, {jb} compiles" if jb else "default margin" + (", searched (--trust-search)" if trusted else "")
         first = g["first"].astype("string").fillna("").str.startswith("compile:") if "first" in g \
             else pd.Series(False, index=g.index)
         refused = g.outcome.str.startswith("compile:")
@@ -515,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--roundtrip", action="store_true",
                     help="also solve --reference against each own opt2 of --settings and --models, compile, measure")
     ap.add_argument("--time-limit", type=float, default=30.0, help="the round trips' search (default 30 s)")
+    ap.add_argument("--trust-search", action="store_true",
+                    help="round trips: search at the margin on several cores whose fit carries no measured check of "
+                         "it (search_checked), to make that check")
+    ap.add_argument("--record-search", metavar="CHIP:QUANTIZE:N",
+                    help="after --trust-search round trips of that setting: write whether the search at the margin is "
+                         "trusted there (search_checked in the fitted model's CHIP.json)")
     ap.add_argument("--judge-budget", type=int, default=0,
                     help="round trips with --judge: TPU-MLIR compiles this many of lgopt's candidates (default 0)")
     ap.add_argument("--fit-cores", metavar="CHIP:QUANTIZE:N",
@@ -544,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
         for folder in sorted(p for p in a.out.iterdir() if (p / "scores" / "opt2.json").exists()):
             model, setting = setting_of(folder)
             if setting in a.settings.split(",") and model in a.models.split(","):
-                row = roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit, a.judge_budget)
+                row = roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit, a.judge_budget,
+                                    a.trust_search)
                 keep_row(a.out / "roundtrip.csv", row)  # at once: a round trip may have taken minutes of compiles
                 print(f"  round trip {model} {setting}: {row.get('outcome')} {row.get('measured')}", file=sys.stderr)
     if (a.out / "roundtrip.csv").exists():
@@ -553,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
                  "opt2 in that setting, exported and compiled (`--roundtrip`): at the default margin, or with "
                  "`--judge` (`--judge-budget K`: TPU-MLIR measures K of lgopt's candidates and the best measured "
                  "is kept, never one slower than opt2). A kept opt2 is the same bmodel.\n\n" + roundtrip_summary(rt))
+    if a.record_search:
+        text += "\n\n" + record_search(pd.read_csv(a.out / "roundtrip.csv"), a.record_search,
+                                        "python benchmarks/settings.py --roundtrip --trust-search --settings "
+                                        f"{a.record_search} --record-search {a.record_search}")
     if not a.no_read:
         read = read_rows(df, a.out, a.calibration)
         read.to_csv(a.out / "read.csv", index=False)
@@ -564,8 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     missing = missing_cases(a.out)
     if missing and not a.partial:
-        print(f"{a.results} left as it is: {a.out} holds no opt2 of {len(missing)} of the {len(SETTINGS) * len(MODELS)} "
-              f"models and settings it tabulates (first: {missing[0]}); --partial writes these tables anyway",
+        print(f"{a.results} left as it is: {a.out} holds no opt2 of {len(missing)} of the "
+              f"{len(SETTINGS) * len(MODELS)} models and settings it tabulates (first: {missing[0]}); "
+              "--partial writes these tables anyway",
               file=sys.stderr)
         return 0
     write_section(a.results, "settings", "# INT8 and several cores: TPU-MLIR's groupings measured\n\n"

@@ -150,3 +150,45 @@ def test_ctrl_c_before_tpu_mlirs_compile_leaves_dir_without_outputs(tmp_path, mo
     code, r = _deploy(tmp_path, _stand_in(tmp_path))
     assert code == 130 and r == {}
     assert not [p for p in (tmp_path / "out").iterdir() if p.is_file()]
+
+
+def _compile_with(monkeypatch, tmp_path, refuse: set[str], same: bool = False):
+    """deploy's ``_compile`` with a stand-in export (each edge-cast rule its own cache, or ``same``: one cache)
+    and a stand-in compiler refusing the rules in ``refuse`` as TPU-MLIR's allocator does."""
+    import lgopt.tpumlir.deploy as d
+    from lgopt.model.plan import Plan
+    from lgopt.tpumlir.compiler import Compiled
+
+    compiled: list[str] = []
+
+    def export(plan, net, ref, edge_casts=None):
+        return {"subfunc_0": {"rule": "one" if same else edge_casts}}
+
+    def compile_(tc, mlir, chip, q, cores, table, folder, cache):
+        rule = cache["subfunc_0"]["rule"]
+        compiled.append(rule)
+        if rule in refuse:
+            return Compiled(False, folder, None, None, None, 1.0, "local memory allocate failed for group 4")
+        return Compiled(True, folder, folder / "m.bmodel", None, 268_217, 1.0)
+
+    monkeypatch.setattr(d, "export_tpumlir", export)
+    monkeypatch.setattr(d, "deploy", compile_)
+    req = d.DeployRequest(model=tmp_path / "m.onnx", chip="bm1690", out=tmp_path, quantize="INT8", cores=8)
+    ref = Compiled(True, tmp_path, None, tmp_path / "ref.json", 382_148, 1.0)
+    plan = Plan(model="m", model_digest="", chip={}, strategy="cpsat", steps=(), groups=())
+    got, mine, _ = d._compile(req, None, tmp_path, None, ref, plan, None, d._Clock(lambda s: None), "")
+    return got, mine, compiled
+
+
+def test_a_grouping_refused_with_the_references_edge_casts_is_compiled_with_them_global(monkeypatch, tmp_path):
+    """lgopt's unet_small on BM1690 INT8, 8 cores: refused with the reference's edge casts in its groups
+    ("local memory allocate failed for group 4"), 0.70 of opt2 with them run as global layers.  Deploy compiles
+    the other rule only after such a refusal, and the plan records the rule that compiled."""
+    plan, mine, compiled = _compile_with(monkeypatch, tmp_path, refuse={"reference"})
+    assert compiled == ["reference", "global"] and mine.ok and plan.solver["edge_casts"] == "global"
+    plan, mine, compiled = _compile_with(monkeypatch, tmp_path, refuse=set())
+    assert compiled == ["reference"] and mine.ok and plan.solver["edge_casts"] == "reference"
+    plan, mine, compiled = _compile_with(monkeypatch, tmp_path, refuse={"reference", "global"})
+    assert compiled == ["reference", "global"] and not mine.ok
+    plan, mine, compiled = _compile_with(monkeypatch, tmp_path, refuse={"one"}, same=True)
+    assert compiled == ["one"] and not mine.ok  # no edge cast to move: not compiled twice

@@ -363,13 +363,17 @@ class CoreTerms:
     global_speedup: dict[str, float] = field(default_factory=dict)  # core_family -> speed-up
     channel_exponent: dict[str, float] = field(default_factory=dict)  # conv / matmul: channel_cores ** e
     held_out_error: float | None = None
+    # what lgopt's search at the default margin measured when priced by these terms ("" where never measured):
+    # the several-core search is trusted without a judge only where this is set (lgopt.tpumlir.space)
+    search_checked: str = ""
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> CoreTerms:
         return CoreTerms(None if "slowdown" not in d else float(d["slowdown"]), int(d.get("sync", 0)),
                          int(d.get("measured_cores", 0)),
                          {k: float(v) for k, v in d.get("global_speedup", {}).items()},
-                         {k: float(v) for k, v in d.get("channel_exponent", {}).items()}, d.get("held_out_error"))
+                         {k: float(v) for k, v in d.get("channel_exponent", {}).items()}, d.get("held_out_error"),
+                         str(d.get("search_checked", "")))
 
 
 @dataclass(frozen=True)

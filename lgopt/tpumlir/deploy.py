@@ -36,7 +36,7 @@ from lgopt.model.plan import Plan
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.tpumlir.compiler import ALLOC_FAILED, Compiled, Toolchain, calibrate, deploy, front_end
-from lgopt.tpumlir.export import export_tpumlir
+from lgopt.tpumlir.export import edge_cast_order, export_tpumlir
 from lgopt.tpumlir.judge import Measurement, cache_body, cache_digest
 from lgopt.tpumlir.judged import JudgeSettings
 from lgopt.tpumlir.space import REFERENCE_MARGIN, ReferenceSpace
@@ -169,14 +169,14 @@ def _lgopt_side(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | Non
                 clock: _Clock, report: dict[str, Any]) -> tuple[Plan, Compiled | None, dict[str, Any]] | None:
     """lgopt's search against the reference, its export and compile; None where lgopt cannot read the model or
     the reference (the report says why; TPU-MLIR's own model is delivered).  When TPU-MLIR's allocator refuses
-    lgopt's grouping (its packing is less tight than lgopt's, by more than the banks the search leaves empty),
-    the search runs once more with :data:`RETRY_RESERVE_BANKS` banks empty, and that grouping is compiled:
-    one more compile, only after a refusal."""
+    lgopt's grouping, the same grouping is compiled with the other edge-cast rule
+    (:func:`lgopt.tpumlir.export.edge_cast_order`); refused again (its packing is less tight than lgopt's, by
+    more than the banks the search leaves empty), the search runs once more with :data:`RETRY_RESERVE_BANKS`
+    banks empty, and that grouping is compiled: compiles beyond the first only after a refusal."""
     assert ref.cache is not None
     try:
         plan, mine, cache = _attempt(req, tc, mlir, table, ref, verify, clock, report, None)
-        if mine is not None and not mine.ok and any(m in (mine.error or "") for m in ALLOC_FAILED) \
-                and req.judge_budget == 0:
+        if mine is not None and _alloc_refused(mine) and req.judge_budget == 0:
             report["lgopt_refused_first"] = mine.error
             plan, mine, cache = _attempt(req, tc, mlir, table, ref, verify, clock, report, RETRY_RESERVE_BANKS)
     except LgoptError as e:
@@ -198,14 +198,38 @@ def _attempt(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | None, 
     violations = verify(net, plan)
     if violations:  # a plan that breaks a rule is an lgopt bug: never deployed
         raise RuntimeError(f"lgopt's plan fails verification: {violations[0]}")
-    cache = export_tpumlir(plan, net, ref.cache)
     if plan.solver.get("kept_reference"):
         report["lgopt_kept_reference"] = plan.solver["kept_reference"]
-        return plan, None, cache
-    mine = clock.run(f"4. compile with lgopt's grouping (LOAD_TPU_GROUP=1 model_deploy){again}",
-                     lambda: deploy(tc, mlir, req.chip, req.quantize, req.cores, table, req.out / "work" / "lgopt",
-                                    cache_body(cache)))
+        return plan, None, export_tpumlir(plan, net, ref.cache)
+    return _compile(req, tc, mlir, table, ref, plan, net, clock, again)
+
+
+def _compile(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | None, ref: Compiled, plan: Plan,
+             net: Network, clock: _Clock, again: str) -> tuple[Plan, Compiled | None, dict[str, Any]]:
+    """``plan`` exported and compiled under its edge-cast rule, and under the other one only after TPU-MLIR's
+    allocator refused the first (:func:`lgopt.tpumlir.export.edge_cast_order`); the plan records the rule of
+    the last compile, which ``lgopt export`` then writes again."""
+    mine: Compiled | None = None
+    cache: dict[str, Any] = {}
+    for k, rule in enumerate(edge_cast_order(plan)):
+        if mine is not None and not _alloc_refused(mine):
+            break
+        other = export_tpumlir(plan, net, ref.cache, edge_casts=rule)
+        if k and cache_digest(other) == cache_digest(cache):
+            break  # no edge cast to move: the same grouping
+        cache = other
+        step = f"4. compile with lgopt's grouping (LOAD_TPU_GROUP=1 model_deploy){again}"
+        body = cache_body(cache)
+        mine = clock.run(step + (f", edge casts {rule}" if k else ""),
+                         lambda: deploy(tc, mlir, req.chip, req.quantize, req.cores, table, req.out / "work" / "lgopt",
+                                        body))  # noqa: B023 (run at once)
+        plan = replace(plan, solver={**plan.solver, "edge_casts": rule})
     return plan, mine, cache
+
+
+def _alloc_refused(c: Compiled) -> bool:
+    """TPU-MLIR's LMEM allocator refused the grouping (not a crash, not a missing file)."""
+    return not c.ok and any(m in (c.error or "") for m in ALLOC_FAILED)
 
 
 def _search(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | None, ref: Compiled,

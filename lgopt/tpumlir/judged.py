@@ -40,12 +40,11 @@ from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import Incumbent, Progress, SearchSettings, group_runs
-from lgopt.tpumlir.export import export_tpumlir
+from lgopt.tpumlir.export import edge_cast_order, export_tpumlir
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.judge import SOURCE, Judge, Measurement
 
 REPAIRS = 3  # start points TPU-MLIR refuses are retried with one H slice more per group, this many times
-EDGE_CAST_RULES = ("reference", "global")  # tried in this order: the reference's edge casts join a group, or not
 
 
 @dataclass(frozen=True)
@@ -249,8 +248,9 @@ class _Search:
     def measure(self, plan: Plan, move: str) -> tuple[Measurement, str]:
         """TPU-MLIR's measurement of ``plan`` (under the first edge-cast rule that compiles), recorded."""
         m = Measurement("no_result", None)
-        rule = EDGE_CAST_RULES[0]
-        for rule in EDGE_CAST_RULES:
+        rules = edge_cast_order(plan)
+        rule = rules[0]
+        for rule in rules:
             try:
                 cache = export_tpumlir(plan, self.net, self.reference, base_groups=self.base_groups, edge_casts=rule)
             except LgoptError as e:  # a grouping the cache cannot say (an op TPU-MLIR fuses across the cut)
