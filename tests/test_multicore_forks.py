@@ -8,7 +8,7 @@ import json
 
 import onnx
 import pytest
-from conftest import FIXTURES, need
+from conftest import CAL, FIXTURES, need
 from onnx_graphs import G
 
 from lgopt.hw.chip import get_chip
@@ -126,3 +126,27 @@ def test_a_group_input_wanted_from_different_first_rows_is_refused_on_several_co
         assert why == ""
     else:
         assert why.startswith(f"group input {tensor} is wanted from different first rows")
+
+
+# TPU-MLIR 1.30.2, one group forced at a time (2026-11-29): VGG-16's conv5_2 -> conv5_3 (14 rows) and conv4_1 ->
+# conv4_2 (28) on BM1690 INT8, 8 cores; ShuffleNet-V2's stage-3.1 branch (14 rows) there and on BM1688's 2 cores
+NESTED = [
+    ("vgg16", "bm1690", 8, ("/features/features.26/Conv", "/features/features.28/Conv"), {3: True, 4: True, 5: False,
+                                                                                        6: False, 7: False}),
+    ("vgg16", "bm1690", 8, ("/features/features.17/Conv", "/features/features.19/Conv"), {7: True, 14: False}),
+    ("shufflenet_v2_x1_0", "bm1688", 2, tuple(f"/stage3/stage3.1/branch2/branch2.{k}/Conv" for k in (0, 3, 5)),
+     {7: True, 8: False}),
+]
+
+
+@pytest.mark.parametrize("model,chip,cores,ops,compiled", NESTED, ids=["vgg-conv5", "vgg-conv4", "shufflenet"])
+def test_a_slice_whose_rows_end_within_the_slice_before_is_refused_on_several_cores(model, chip, cores, ops,
+                                                                                       compiled):
+    """TPU-MLIR splits rows evenly (14 in 4: 4, 4, 3, 3, as its final.mlir shows); where the clipped bottom slice's
+    halo reaches back so far that some tensor's rows for it end within the previous slice's, it refused the group
+    on several cores, at every such count tried, and compiled the counts without one."""
+    net = load_model(str(need(CAL / "onnx" / f"{model}.weightless.onnx")), dtype="int8")
+    several = get_chip(chip, {"used_cores": cores})
+    got = {h: forced_fork(several, net, ops, h) for h in compiled}
+    assert {h: not why for h, why in got.items()} == compiled
+    assert all("end within slice" in why for why in got.values() if why)

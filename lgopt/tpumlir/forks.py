@@ -30,13 +30,17 @@ are all depthwise convs compiles there (ConvNeXt-Tiny F16 on 2 cores, 2 of 2: a 
 by the next block's 7 x 7 depthwise conv), where BM1690 refuses the same forks (7 of 7; the debugger names the
 depthwise conv).  Over ``benchmarks/settings.py``'s scorings on several cores that lgopt read and TPU-MLIR refused,
 the rule names 50 of 94, and none TPU-MLIR compiled.
+
+Also on several cores, TPU-MLIR's allocator refuses a slicing in which a tensor's rows for one H slice end within
+the previous slice's (:func:`_nested_window`): its sections are even, and at many slices the clipped bottom
+slice's halo reaches back past the slice before.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from lgopt.group.slicing import SliceError, UpsampleSliceError, slice_group
+from lgopt.group.slicing import GroupSlicing, SliceError, UpsampleSliceError, slice_group
 from lgopt.hw.chip import Chip
 from lgopt.hw.sizing import activation_bytes, group_weight_bytes, is_depthwise
 from lgopt.model import ops as opsem
@@ -159,4 +163,33 @@ def _fork(net: Network, ops: tuple[str, ...], h_slices: int, multicore_chip: str
                 return (f"{'group input ' if loaded else ''}{t} is wanted from different first rows by its uses "
                         f"({', '.join(users)}{' and its store' if t in sl.stores else ''}): on several cores "
                         f"TPU-MLIR's time-step pass does not merge such slicings and fails at {h_slices} H slices")
+    nested = _nested_window(sl) if multicore_chip else ""
+    if nested:
+        return f"{nested}: on several cores TPU-MLIR's allocator refuses such slices ({h_slices} H slices)"
+    return ""
+
+
+def _nested_window(sl: GroupSlicing) -> str:
+    """A tensor whose rows for one H slice end where (or before) the previous slice's end, the halo of a
+    clipped bottom slice reaching back past the slice before (``""``: none).  TPU-MLIR 1.30.2 refused every
+    such slicing forced on several cores (session 26, one group at a time: ShuffleNet-V2's stage-3 branch, 14
+    rows, at 8 H slices on BM1690 INT8 and BM1688 INT8 and F16, where 7 compile; VGG-16's conv5 pair at 5-7, where
+    3 and 4 compile, its conv4 pair at 14, where 7 compiles) and compiled every slicing of those groups without one.
+
+    >>> from lgopt.io.problem import load_problem
+    >>> net = load_problem("problems/resnet18.json")
+    >>> ops = tuple(op.name for op in net.ops[1:3])
+    >>> _nested_window(slice_group(net, ops, 1, 2, h_ratio=None))
+    ''
+    """
+    h, w = sl.h_slices, sl.w_slices
+    for t, ws in sl.windows.items():
+        if len(ws) != sl.num_slices:
+            continue
+        for base in range(sl.n_slices * sl.c_slices):
+            for wi in range(w):
+                run = [ws[(base * h + hi) * w + wi].h for hi in range(h)]
+                bad = next((i for i in range(1, h) if run[i] != run[i - 1] and run[i][1] <= run[i - 1][1]), None)
+                if bad is not None:
+                    return f"{t}'s rows {run[bad]} in H slice {bad} end within slice {bad - 1}'s {run[bad - 1]}"
     return ""
