@@ -155,7 +155,7 @@ def test_several_cores_are_searched_at_the_margin_only_where_that_search_was_mea
     """The held-out error of the core terms is measured on TPU-MLIR's own groupings and did not carry to lgopt's
     (session 16: plans at 1.12-1.20x of opt2), so a search on several cores is trusted at the margin only where the
     fit carries a measured check of it (``search_checked``, written by ``benchmarks/settings.py --record-search``:
-    BM1688 on 2 cores), not merely terms fitted on that many cores (BM1690 INT8: 3 of 11 plans refused twice),
+    BM1688 on 2 cores), not merely terms fitted on that many cores (BM1690 INT8: ConvNeXt refused twice),
     nor with the analytic model's terms or another core count's; ``trust_search`` searches to make the check."""
     from lgopt.cost.fit import fitted_model
     from lgopt.tpumlir.space import _unmeasured_setting

@@ -239,8 +239,9 @@ def _unmeasured_setting(chip: Chip, net: Network, trust_search: bool = False) ->
     could trust.  On several cores the held-out error on TPU-MLIR's groupings did not carry to lgopt's (session
     16: plans at 1.12-1.20x of opt2), so the search is trusted at the margin only where the fitted terms carry a
     measured check of it (``search_checked``: every model's plan at the margin compiled at or below opt2, BM1688
-    F16 and INT8 on 2 cores; ``trust_search`` measures one); elsewhere, as on BM1690 INT8 (3 of 11 plans refused
-    by TPU-MLIR twice), only a judged search replaces the reference (``docs/cost-model.md``, "Several cores")."""
+    F16 and INT8 on 2 cores, BM1690 F16 on 8; ``trust_search`` measures one); elsewhere, as on BM1690 INT8
+    (ConvNeXt's plan refused by TPU-MLIR twice), only a judged search replaces the reference
+    (``docs/cost-model.md``, "Several cores")."""
     model = cost_model(chip)
     dtypes = {net.tensor(t).dtype for t in net.outputs if t in net.tensors}
     def fitted(d: str) -> bool:  # F16 as ever: the analytic model stands where none was fitted
