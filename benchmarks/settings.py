@@ -222,6 +222,28 @@ def core_zero_of(out: Path, setting: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["model", "name", "type", "parallel", "cycles"])
 
 
+def fit_file(setting: str, flag: str) -> tuple[Any, Path]:
+    """The fitted model whose one-core constants cover ``setting``'s chip and dtype (F16's or INT8's) and its
+    ``CHIP.json``, where the several-core terms and their search's check are written; exits naming ``flag`` when
+    the setting is on one core or no such model was fitted."""
+    from lgopt.cost.fitted import CALIBRATION_DIR
+    from lgopt.cost.registry import FITTED, FITTED_INT8
+
+    chip_name, q, n = setting_key(setting)
+    base = next((m for m in (FITTED, FITTED_INT8) if m.covers(chip_name, q.lower())), None)
+    if base is None or n < 2:
+        raise SystemExit(f"{flag} {setting}: a setting on several cores whose one-core constants were fitted")
+    return base, (Path(base.directory) if base.directory else CALIBRATION_DIR) / f"{chip_name}.json"
+
+
+def write_fit(path: Path, doc: dict[str, Any]) -> None:
+    """Write a fitted model's file; the cost models read it again (their constants are cached)."""
+    from lgopt.cost.fitted import forget_constants
+
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    forget_constants()
+
+
 def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: str) -> str:
     """The several-core terms of the fitted model of ``setting``'s chip and dtype (its one-core constants: F16's,
     or INT8's), written into that model's ``CHIP.json``: each global layer kind's measured speed-up
@@ -232,8 +254,6 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     import datetime as dt
     from dataclasses import replace
 
-    from lgopt.cost.fitted import CALIBRATION_DIR, forget_constants
-    from lgopt.cost.registry import FITTED, FITTED_INT8
     from lgopt.hw.chip import get_chip
     from lgopt.io.problem import load_model
     from lgopt.tpumlir.corefit import Measured, fit_cores, fit_exponents, global_speedups, price, row_run_bytes
@@ -241,18 +261,12 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     from lgopt.tpumlir.lowering import network_of
 
     chip_name, q, n = setting_key(setting)
-    dtype = q.lower()
-    base = next((m for m in (FITTED, FITTED_INT8) if m.covers(chip_name, dtype)), None)
-    if base is None or n < 2:
-        raise SystemExit(f"--fit-cores {setting}: a setting on several cores whose one-core constants were fitted")
-    models_dir = Path(base.directory) if base.directory else CALIBRATION_DIR
+    base, path = fit_file(setting, "--fit-cores")
     chip = replace(get_chip(chip_name, {"used_cores": n}), cost_model=base.name)
-    path = models_dir / f"{chip_name}.json"
     doc = json.loads(path.read_text())
 
     def write() -> None:  # each step is priced through the file, so the model reads it again
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-        forget_constants()
+        write_fit(path, doc)
 
     before = doc.pop("cores", None)  # the one-core constants alone: what the terms are fitted beside
     write()
@@ -260,7 +274,7 @@ def fit_cores_of(df: pd.DataFrame, out: Path, cal: Path, setting: str, command: 
     sel = df[(df.chip == chip_name) & (df.quantize == q) & (df.cores == n) & (df.status == "ok") & df.honoured]
     for r in sel.itertuples():
         if r.model not in nets:
-            nets[r.model] = load_model(str(cal / "onnx" / f"{r.model}.weightless.onnx"), dtype=dtype)
+            nets[r.model] = load_model(str(cal / "onnx" / f"{r.model}.weightless.onnx"), dtype=q.lower())
         try:
             plan, _ = score(nets[r.model], chip, str(out / r.cache_file))
         except LgoptError:
@@ -331,14 +345,10 @@ def record_search(rt: pd.DataFrame, setting: str, command: str) -> str:
     otherwise (:func:`lgopt.tpumlir.space._unmeasured_setting` reads it).  Returns what it did, in a line."""
     import datetime as dt
 
-    from lgopt.cost.fitted import CALIBRATION_DIR, forget_constants
-    from lgopt.cost.registry import FITTED, FITTED_INT8
-
     chip_name, q, n = setting_key(setting)
-    base = next((m for m in (FITTED, FITTED_INT8) if m.covers(chip_name, q.lower())), None)
-    path = (Path(base.directory) if base and base.directory else CALIBRATION_DIR) / f"{chip_name}.json"
+    base, path = fit_file(setting, "--record-search")
     doc = json.loads(path.read_text())
-    if base is None or n < 2 or "cores" not in doc:
+    if "cores" not in doc:
         raise SystemExit(f"--record-search {setting}: no fitted several-core terms to record a search for")
     g = rt[(rt.chip == chip_name) & (rt.quantize == q) & (rt.cores == n) & (rt.judge_budget == 0)]
     g = g[g.get("trust_search", pd.Series(False, index=g.index)).astype(str) == "True"]
@@ -352,8 +362,7 @@ def record_search(rt: pd.DataFrame, setting: str, command: str) -> str:
         doc["cores"]["search_checked"] = f"{dt.date.today()}: {what}, none refused or slower ({command})"
     else:
         doc["cores"].pop("search_checked", None)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    forget_constants()
+    write_fit(path, doc)
     return (f"`{path.name}` ({base.name}): " + (f"search_checked written ({what})" if bad.empty else
             f"no search_checked ({what}; {', '.join(f'{r.model} {r.outcome}' for r in bad.itertuples())})"))
 
@@ -405,7 +414,8 @@ def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Pat
     from lgopt.report.verdict import verify
     from lgopt.strategies.cpsat.common import CpsatSettings
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
-    from lgopt.tpumlir.export import edge_cast_order, export_tpumlir
+    from lgopt.tpumlir.compiler import ALLOC_FAILED
+    from lgopt.tpumlir.export import compile_edge_casts, edge_cast_order, export_tpumlir
 
     try:
         plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
@@ -422,16 +432,15 @@ def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Pat
     row["judge_compiles"] = (plan.solver.get("judge") or {}).get("compiles")
     if plan.solver.get("judge"):  # every trial the judge compiled, what it predicted and measured
         (folder / "judge.json").write_text(json.dumps(plan.solver["judge"], indent=1, default=str))
-    rules = edge_cast_order(plan)
-    for rule in rules:  # the other rule after an allocation refusal, as lgopt deploy does
-        try:  # with the base groups the search's space was built on: ops TPU-MLIR can run in LMEM
-            cache = export_tpumlir(plan, planned, space.reference, base_groups=space.base_groups, edge_casts=rule)
-        except LgoptError as e:
-            return {**row, "outcome": "export refused", "why": str(e)[:200]}
-        m = judge.measure(cache, keep=folder / "scores" / "lgopt.json")
-        if m.ok or "local memory allocate failed" not in (m.error or ""):
-            break
-    row["edge_casts"] = rule if rule == rules[0] else f"{rule} (after a refusal)"
+    try:  # with the base groups the search's space was built on: ops TPU-MLIR can run in LMEM; the other edge-cast
+        # rule after an allocation refusal, as lgopt deploy does
+        rule, cache, m = compile_edge_casts(
+            plan, lambda r: export_tpumlir(plan, planned, space.reference, base_groups=space.base_groups, edge_casts=r),
+            lambda c, _: judge.measure(c, keep=folder / "scores" / "lgopt.json"),
+            lambda got: any(s in (got.error or "") for s in ALLOC_FAILED))
+    except LgoptError as e:
+        return {**row, "outcome": "export refused", "why": str(e)[:200]}
+    row["edge_casts"] = rule if rule == edge_cast_order(plan)[0] else f"{rule} (after a refusal)"
     (folder / "caches" / "lgopt.layer_group_cache.json").write_text(json.dumps(cache, indent=1))
     return {**row, "outcome": "compiled" if m.ok else f"compile:{m.status}", "why": m.error,
             "measured": m.total_cycles if m.ok else None}

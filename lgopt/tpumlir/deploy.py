@@ -36,7 +36,7 @@ from lgopt.model.plan import Plan
 from lgopt.strategies.cpsat.common import CpsatSettings
 from lgopt.strategies.registry import StrategyOptions, parse_strategy
 from lgopt.tpumlir.compiler import ALLOC_FAILED, Compiled, Toolchain, calibrate, deploy, front_end
-from lgopt.tpumlir.export import edge_cast_order, export_tpumlir
+from lgopt.tpumlir.export import compile_edge_casts, edge_cast_order, export_tpumlir
 from lgopt.tpumlir.judge import Measurement, cache_body, cache_digest
 from lgopt.tpumlir.judged import JudgeSettings
 from lgopt.tpumlir.space import REFERENCE_MARGIN, ReferenceSpace
@@ -209,22 +209,17 @@ def _compile(req: DeployRequest, tc: Toolchain, mlir: Path, table: Path | None, 
     """``plan`` exported and compiled under its edge-cast rule, and under the other one only after TPU-MLIR's
     allocator refused the first (:func:`lgopt.tpumlir.export.edge_cast_order`); the plan records the rule of
     the last compile, which ``lgopt export`` then writes again."""
-    mine: Compiled | None = None
-    cache: dict[str, Any] = {}
-    for k, rule in enumerate(edge_cast_order(plan)):
-        if mine is not None and not _alloc_refused(mine):
-            break
-        other = export_tpumlir(plan, net, ref.cache, edge_casts=rule)
-        if k and cache_digest(other) == cache_digest(cache):
-            break  # no edge cast to move: the same grouping
-        cache = other
+    first = edge_cast_order(plan)[0]
+
+    def compile_(cache: dict[str, Any], rule: str) -> Compiled:
         step = f"4. compile with lgopt's grouping (LOAD_TPU_GROUP=1 model_deploy){again}"
-        body = cache_body(cache)
-        mine = clock.run(step + (f", edge casts {rule}" if k else ""),
+        return clock.run(step + (f", edge casts {rule}" if rule != first else ""),
                          lambda: deploy(tc, mlir, req.chip, req.quantize, req.cores, table, req.out / "work" / "lgopt",
-                                        body))  # noqa: B023 (run at once)
-        plan = replace(plan, solver={**plan.solver, "edge_casts": rule})
-    return plan, mine, cache
+                                        cache_body(cache)))
+
+    rule, cache, mine = compile_edge_casts(plan, lambda r: export_tpumlir(plan, net, ref.cache, edge_casts=r),
+                                           compile_, _alloc_refused)
+    return replace(plan, solver={**plan.solver, "edge_casts": rule}), mine, cache
 
 
 def _alloc_refused(c: Compiled) -> bool:

@@ -49,7 +49,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from lgopt.errors import LgoptError
 from lgopt.io.jsonio import read_json
@@ -556,6 +556,7 @@ def _without_reference(plan: Plan, net: Network, onnx_model: str | Path | None
 
 # --- the entry point -----------------------------------------------------------------------------------
 
+R = TypeVar("R")
 EDGE_CAST_RULES = ("reference", "global")  # the reference's edge casts join a group, or run as global layers
 
 
@@ -573,6 +574,34 @@ def edge_cast_order(plan: Plan) -> tuple[str, ...]:
     """
     first = str(plan.solver.get("edge_casts") or EDGE_CAST_RULES[0])
     return (first,) + tuple(r for r in EDGE_CAST_RULES if r != first)
+
+
+def compile_edge_casts(plan: Plan, export: Callable[[str], dict[str, Any]],
+                       compile_: Callable[[dict[str, Any], str], R],
+                       refused: Callable[[R], bool]) -> tuple[str, dict[str, Any], R]:
+    """``plan`` exported (``export(rule)``) and compiled (``compile_(cache, rule)``) under its own edge-cast rule,
+    then under the other only where ``refused`` says TPU-MLIR refused it and the other rule writes another cache
+    (:func:`edge_cast_order`): (the rule of the last compile, its cache, what that compile gave).  The one loop of
+    ``lgopt deploy``, the judge and the benchmarks' round trips; an export's LgoptError reaches the caller.
+
+    >>> from lgopt.model.plan import Plan
+    >>> plan = Plan(model="m", model_digest="", chip={}, strategy="s", steps=(), groups=())
+    >>> compile_edge_casts(plan, lambda r: {"casts": r}, lambda c, r: r == "global", lambda ok: not ok)
+    ('global', {'casts': 'global'}, True)
+    """
+    from lgopt.tpumlir.judge import cache_digest
+
+    rules = edge_cast_order(plan)
+    rule, cache = rules[0], export(rules[0])
+    got = compile_(cache, rule)
+    for other in rules[1:]:
+        if not refused(got):
+            break
+        again = export(other)
+        if cache_digest(again) == cache_digest(cache):
+            break  # no edge cast to move: the same grouping
+        rule, cache, got = other, again, compile_(again, other)
+    return rule, cache, got
 
 
 def export_tpumlir(plan: Plan, net: Network, reference: str | Path | None = None, *,

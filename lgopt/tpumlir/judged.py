@@ -40,7 +40,7 @@ from lgopt.hw.layout import cdiv
 from lgopt.model.network import Network, network_digest
 from lgopt.model.plan import GroupPlan, Plan
 from lgopt.strategies.settings import Incumbent, Progress, SearchSettings, group_runs
-from lgopt.tpumlir.export import edge_cast_order, export_tpumlir
+from lgopt.tpumlir.export import compile_edge_casts, edge_cast_order, export_tpumlir
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.judge import SOURCE, Judge, Measurement
 
@@ -78,13 +78,14 @@ class _Builder:
     def group(self, c: Cut) -> GroupPlan | None:
         key = (c.ops, c.n, c.h)
         if key not in self._groups:
-            try:  # the compiler's slicing rule; the greedy orders for LMEM (tight groups need more than one)
-                if forced_fork(self.chip, self.onet, c.ops, c.h):  # refused at the slices a cache forces
-                    raise SliceError("a fork TPU-MLIR does not slice")
-                s = schedule(self.onet, self.chip, list(c.ops), c.n, c.h, None)
-                alloc = multi_start_allocate(self.onet, self.chip, s, self.st.bank_rule)
+            alloc = None
+            try:  # the compiler's slicing rule; the greedy orders for LMEM (tight groups need more than one); no
+                # fork TPU-MLIR refuses at the slices a cache forces
+                if not forced_fork(self.chip, self.onet, c.ops, c.h):
+                    s = schedule(self.onet, self.chip, list(c.ops), c.n, c.h, None)
+                    alloc = multi_start_allocate(self.onet, self.chip, s, self.st.bank_rule)
             except SliceError:
-                alloc = None
+                pass
             self._groups[key] = None if alloc is None else with_cost(self.chip, self.onet,
                                                                       place(self.onet, self.chip, s, alloc))
         return self._groups[key]
@@ -247,18 +248,13 @@ class _Search:
 
     def measure(self, plan: Plan, move: str) -> tuple[Measurement, str]:
         """TPU-MLIR's measurement of ``plan`` (under the first edge-cast rule that compiles), recorded."""
-        m = Measurement("no_result", None)
-        rules = edge_cast_order(plan)
-        rule = rules[0]
-        for rule in rules:
-            try:
-                cache = export_tpumlir(plan, self.net, self.reference, base_groups=self.base_groups, edge_casts=rule)
-            except LgoptError as e:  # a grouping the cache cannot say (an op TPU-MLIR fuses across the cut)
-                m = Measurement("export_refused", None, error=str(e))
-                break
-            m = self.judge.measure(cache)
-            if m.ok:
-                break
+        try:
+            rule, _, m = compile_edge_casts(
+                plan, lambda r: export_tpumlir(plan, self.net, self.reference, base_groups=self.base_groups,
+                                               edge_casts=r),
+                lambda cache, _: self.judge.measure(cache), lambda got: not got.ok)
+        except LgoptError as e:  # a grouping the cache cannot say (an op TPU-MLIR fuses across the cut)
+            rule, m = edge_cast_order(plan)[0], Measurement("export_refused", None, error=str(e))
         self.history.append(_Trial(move, float(plan.cost["cycles"]), m.total_cycles if m.ok else None,
                                    m.status if m.ok or not m.error else f"{m.status}: {m.error[:120]}", rule))
         if self.progress:
