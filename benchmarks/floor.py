@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 READER = SHARED / "tpu-mlir" / "lg_roundtrip.py"
 RUNS = ROOT / "benchmarks" / "roundtrip"
 SOURCE = "TPU-MLIR 1.30.2 codegen timeline (compiler_profile_0.txt)"
+ROOM = ROOT / "benchmarks" / "calibration" / "room_settings.csv"  # room.py --settings: the model's bound per setting
 
 
 def compile_kept(onnx: Path, chip: str, cache: Path) -> pd.DataFrame | None:
@@ -166,7 +167,10 @@ def settings_floors(timelines: Path, out: Path) -> str:
     (:mod:`lgopt.tpumlir.floor`), each op at the least core 0 spent on it in any grouping measured, a global
     layer by each engine's own commands (``segments=False``: neither its segment nor its span bounds it there).
     The floor is the joint one (both engines at once) and ``exceeding`` counts the groupings its assumptions fail
-    on."""
+    on.  Beside it, where ``benchmarks/room.py --settings`` wrote ``ROOM``, the calibrated model's bound over the
+    space TPU-MLIR compiles: op by op, the measured floor knows none of its refusals (a sliced residual block on
+    several cores, a one-slice group on core 0 alone), the model's bound knows those lgopt knows and is only as
+    good as the model."""
     read = [p for p in sorted(timelines.glob("*_*core")) if (p / "ops.csv.gz").exists()]
     folders = [("f16_1core", CAL), *((p.name, p) for p in read)]
     frames = []
@@ -188,14 +192,18 @@ def settings_floors(timelines: Path, out: Path) -> str:
     write_table(df[["chip", "quantize", "cores", "model", "groupings", "opt2_measured", *floor.FLOORS, "exceeding",
                     "floor_over_opt2", "best_measured", "best_over_opt2"]], out,
                 f"cycles measured by {SOURCE} (several cores: core 0's timeline, whose end is the total)")
+    space = pd.read_csv(ROOM) if ROOM.exists() else pd.DataFrame(columns=["chip", "quantize", "cores"])
     lines = ["| chip | quantize | cores | models | floor / opt2, geometric mean (lowest) | best measured / opt2 | "
-             "groupings a floor's rows overrule |", "|---|---|---:|---:|---|---|---:|"]
+             "groupings a floor's rows overrule | the model's bound over the compiler's space / opt2 (room.py) |",
+             "|---|---|---:|---:|---|---|---:|---|"]
     for (chip, q, n), g in df.groupby(["chip", "quantize", "cores"], sort=False):
         low = g.loc[g.floor_over_opt2.idxmin()]
+        b = space[(space.chip == chip) & (space.quantize == q) & (space.cores == n)]
         lines.append(f"| {chip} | {q} | {n} | {len(g)} | {floor.geomean(g.floor_over_opt2):.3f} "
                      f"({low.model} {low.floor_over_opt2:.3f}) | {floor.geomean(g.best_over_opt2):.3f} | "
                      + (f"{int(g.exceeding.sum())} of {int(g.groupings.sum())} |" if g.exceeding.notna().all()
-                        else "not read again |"))
+                        else "not read again |")
+                     + (f" {floor.geomean(b.bound_over_opt2):.3f} ({len(b)} models) |" if len(b) else " - |"))
     return "\n".join(lines)
 
 

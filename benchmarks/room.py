@@ -17,11 +17,25 @@ networks on BM1684X are bounded too (about 9-16 % room).
 
 Writes ``benchmarks/calibration/room.csv`` and prints the table and the geometric mean of the bound over the
 cases where opt2 makes more than one group (the issue-13 target's set).
+
+    PEER_RUN=/path/to/tpu-mlir-run python benchmarks/room.py --settings bm1688:INT8:2,bm1690:INT8:8   # ~15 min
+
+INT8 and several cores (issue 34), where ``lower_bound`` knows neither the cores' refusals nor their weight loads:
+the calibrated model's optimum over the compiler's space instead (:func:`space_row`).  For each model whose
+scorings ``benchmarks/settings.py`` left in ``benchmarks/out/settings``, cpsat searches TPU-MLIR's space from its
+opt2 cache and base groups (PEER_RUN's scoring cache holds them) at margin 0, no bank kept empty and no gate on
+lgopt's trust in its model, for a fixed deterministic budget: its proven ``bound`` over ``opt2_predicted`` is
+the most any grouping of that space saves *under that model*, each refusal lgopt knows of included (a group's
+fork or input fork on several cores, a nested bottom slice, a transformer group's row sections).  Beside it,
+the best lgopt's round trips measured (``benchmarks/out/settings/roundtrip.csv``) and the share of the model's
+room it captured.  Writes ``benchmarks/calibration/room_settings.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,13 +77,102 @@ def _geo(df: pd.DataFrame) -> float:
     return geomean(df.lower_bound / df.opt2_predicted)
 
 
+def space_row(peer: Path, folder: Path, model: str, setting: str, units: float) -> dict:
+    """The calibrated model's optimum and proven bound over TPU-MLIR's space for one model in one setting, from
+    the opt2 cache ``benchmarks/settings.py`` wrote in ``folder``: cpsat at margin 0, no bank reserved, ungated
+    (:class:`lgopt.tpumlir.space.ReferenceSpace`), ``units`` of deterministic time (the same numbers on any
+    machine)."""
+    from dataclasses import replace
+
+    from settings import SCORE, setting_key
+
+    from lgopt.cost.registry import default_cost_model
+    from lgopt.strategies.cpsat.common import CpsatSettings
+    from lgopt.strategies.registry import StrategyOptions, parse_strategy
+    from lgopt.tpumlir.judge import find_judge
+    from lgopt.tpumlir.space import ReferenceSpace
+
+    chip_name, q, n = setting_key(setting)
+    dtype = "int8" if q == "INT8" else "f16"
+    net = load_model(str(CAL / "onnx" / f"{model}.weightless.onnx"), dtype=dtype)
+    chip = get_chip(chip_name, {"used_cores": n})
+    chip = replace(chip, cost_model=default_cost_model(chip, dtype))
+    judge = find_judge(peer / "models" / f"{model}.onnx", chip_name, script=SCORE, peer_run=peer, quantize=q, cores=n)
+    space = ReferenceSpace(str(folder / "caches" / "opt2.layer_group_cache.json"), margin=0.0, reserve_banks=0,
+                           base_groups=str(judge.base_groups() or "") or None, ungated=True)
+    plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
+        cpsat=CpsatSettings(time_limit=units, deterministic=True, workers=2), space=space))
+    s = plan.solver
+    pred = float(s["reference_cycles"])
+    return {"chip": chip_name, "quantize": q, "cores": n, "model": model, "cost_model": chip.cost_model,
+            "opt2_measured": json.loads((folder / "scores" / "opt2.json").read_text())["total_cycles"],
+            "opt2_predicted": pred, "best_predicted": min(pred, float(plan.cost["cycles"])),
+            "bound": min(pred, float(s.get("bound", pred))), "status": s.get("solver_status", "kept")}
+
+
+def settings_rooms(settings: list[str], units: float, models: list[str] | None, out: Path) -> str:
+    """:func:`space_row` for every model of ``settings`` with scorings, beside the best the round trips measured;
+    the table to ``out`` and a markdown summary per setting."""
+    from settings import OUT, name_of, setting_of
+
+    peer = Path(os.environ.get("PEER_RUN", ""))
+    rt_path = OUT / "settings" / "roundtrip.csv"
+    rt = pd.read_csv(rt_path) if rt_path.exists() else pd.DataFrame(columns=["model", "chip", "quantize", "cores"])
+    rows = []
+    for setting in settings:
+        for folder in sorted((OUT / "settings").glob(f"*_{name_of(setting)}")):
+            model = setting_of(folder)[0]
+            if (models and model not in models) or not (folder / "caches" / "opt2.layer_group_cache.json").exists():
+                continue
+            row = space_row(peer, folder, model, setting, units)
+            mine = rt[(rt.model == model) & (rt.chip == row["chip"]) & (rt.quantize == row["quantize"])
+                      & (rt.cores == row["cores"])].measured.dropna()
+            row["lgopt_measured"] = float(min(mine.min(), row["opt2_measured"])) if len(mine) else None
+            print(f"  {model} {setting}: {row['status']}, bound {row['bound'] / row['opt2_predicted']:.3f} of opt2 "
+                  f"predicted", file=sys.stderr)
+            rows.append(row)
+    df = pd.DataFrame(rows).assign(units=units)
+    if out.exists():  # the rows of models and settings not searched again now are kept (a larger budget for one)
+        old = pd.read_csv(out)
+        done = set(zip(df.chip, df.quantize, df.cores, df.model))
+        df = pd.concat([old[[k not in done for k in zip(old.chip, old.quantize, old.cores, old.model)]], df],
+                       ignore_index=True).sort_values(["chip", "quantize", "cores", "model"], kind="stable")
+    df["bound_over_opt2"] = df.bound / df.opt2_predicted
+    df["best_over_opt2"] = df.best_predicted / df.opt2_predicted
+    df["lgopt_over_opt2"] = df.lgopt_measured / df.opt2_measured
+    write_table(df, out, "cycles predicted by each row's cost model over TPU-MLIR's space, opt2 and lgopt's plans "
+                "measured by TPU-MLIR 1.30.2's codegen timeline")
+    lines = ["| setting | models | bound / opt2, geometric mean (room) | lgopt measured / opt2 | share of the room "
+             "captured |", "|---|---:|---|---:|---:|"]
+    for (chip, q, n), g in df.groupby(["chip", "quantize", "cores"], sort=False):
+        b, m = geomean(g.bound_over_opt2), geomean(g.lgopt_over_opt2.dropna())
+        share = f"{(1 - m) / (1 - b):.0%}" if b < 1 else "-"
+        lines.append(f"| {chip} {q} {n} core(s) | {len(g)} | {b:.3f} ({100 * (1 - b):.1f} %) | {m:.3f} | {share} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--b4", type=Path, default=None,
                     help="a batch-4 round trip's output (its roundtrip.csv and caches/; default: judged-b4 of "
                          "benchmarks/roundtrip/runs.tar.xz, unpacked beside it)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "calibration" / "room.csv")
+    ap.add_argument("--settings", default=None,
+                    help="CHIP:QUANTIZE:CORES,...: instead, the calibrated model's bound over TPU-MLIR's space in "
+                         "those settings (needs PEER_RUN and benchmarks/settings.py's scorings)")
+    ap.add_argument("--models", default=None, help="with --settings: only these models")
+    ap.add_argument("--units", type=float, default=200.0,
+                    help="with --settings: cpsat's deterministic budget per model (default 200)")
+    ap.add_argument("--settings-out", type=Path, default=ROOT / "benchmarks" / "calibration" / "room_settings.csv")
     a = ap.parse_args(argv)
+    if a.settings:
+        if not (Path(os.environ.get("PEER_RUN", "")) / "venv" / "bin" / "model_deploy").exists():
+            print("--settings needs PEER_RUN set to a TPU-MLIR 1.30.2 install (../shared/tpu-mlir/install.sh)",
+                  file=sys.stderr)
+            return 2
+        print(settings_rooms(a.settings.split(","), a.units, a.models.split(",") if a.models else None,
+                             a.settings_out))
+        return 0
     a.b4 = a.b4 or unpack(ROOT / "benchmarks" / "roundtrip") / "judged-b4"
     if not (CAL / "totals.csv").exists():
         print(f"no calibration data at {CAL}", file=sys.stderr)

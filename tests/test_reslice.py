@@ -44,3 +44,22 @@ def test_a_group_resliced_for_the_cores_keeps_the_groups_and_prices_lower(model,
 def test_on_one_core_the_reference_is_returned_as_it_is():
     net, c, path, own = _case("resnet18", "resnet18_bm1688_f16", "bm1688", "f16", 1)
     assert resliced(net, c, Path(path), SearchSettings(), own) == (own, 0)
+
+
+def test_a_resliced_plan_below_the_searchs_bound_lowers_the_bound_it_reports():
+    """Its slice counts need not be ones the search offers, so a search's bound above the resliced plan no longer
+    bounds what the plan came from: the bound reported is the plan's own cycles, the gap 0, never a negative gap
+    made 0 under a bound the plan beats."""
+    from dataclasses import replace
+
+    from lgopt.tpumlir.space import ReferenceSpace, _or_resliced
+
+    net, c, path, own = _case("yolov5s_like", "yolov5s_like_bm1688_int8_2core", "bm1688", "int8", 2)
+    best, _ = resliced(net, c, Path(path), SearchSettings(), own)
+    cycles = int(best.cost["cycles"])
+    searched = replace(own, solver={"objective": "cycles", "value": int(own.cost["cycles"]), "bound": cycles + 1000})
+    got = _or_resliced(net, c, SearchSettings(), ReferenceSpace(str(path)), own, searched)
+    assert got.cost["cycles"] == cycles and got.solver["bound"] == cycles and got.solver["gap"] == 0.0
+    low = replace(searched, solver={**searched.solver, "bound": cycles - 1000})
+    kept = _or_resliced(net, c, SearchSettings(), ReferenceSpace(str(path)), own, low).solver
+    assert kept["bound"] == cycles - 1000 and kept["gap"] == pytest.approx(1000 / cycles)

@@ -37,6 +37,18 @@ def test_ops_the_fit_never_saw_keep_the_reference_whatever_the_prediction():
     assert [(g["locs"], g["shape_secs"]) for g in out] == [(g["locs"], g["shape_secs"]) for g in theirs]
 
 
+def test_an_ungated_space_searches_where_lgopt_would_keep_the_reference():
+    """``benchmarks/room.py --settings`` asks what the model sees in the space whatever lgopt's trust in it: the
+    gate is lifted, the search runs and its plan, still checked against the reference, is lgopt's own."""
+    net, chip, ref = _case("mobilenet_v3_small", "bm1688")
+    gated, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(space=ReferenceSpace(ref, margin=0.0)))
+    plan, _ = parse_strategy("greedy").run(net, chip, StrategyOptions(space=ReferenceSpace(ref, margin=0.0,
+                                                                                            ungated=True)))
+    assert "fitted on no HardSigmoid" in gated.solver["kept_reference"]
+    assert "fitted on no" not in plan.solver.get("kept_reference", "") and verify(net, plan) == []
+    assert plan.cost["cycles"] <= gated.cost["cycles"]  # margin 0: kept only when the search is no faster
+
+
 def test_a_model_the_fit_covers_is_not_held_back():
     net, chip, _ = _case("resnet18", "bm1688")
     assert _untrusted(chip, net, replace(_dummy_plan(net, chip)), "") == ""
