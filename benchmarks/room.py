@@ -82,22 +82,14 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float) 
     the opt2 cache ``benchmarks/settings.py`` wrote in ``folder``: cpsat at margin 0, no bank reserved, ungated
     (:class:`lgopt.tpumlir.space.ReferenceSpace`), ``units`` of deterministic time (the same numbers on any
     machine)."""
-    from dataclasses import replace
+    from settings import setting_case, setting_key
 
-    from settings import SCORE, setting_key
-
-    from lgopt.cost.registry import default_cost_model
     from lgopt.strategies.cpsat.common import CpsatSettings
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
-    from lgopt.tpumlir.judge import find_judge
     from lgopt.tpumlir.space import ReferenceSpace
 
     chip_name, q, n = setting_key(setting)
-    dtype = "int8" if q == "INT8" else "f16"
-    net = load_model(str(CAL / "onnx" / f"{model}.weightless.onnx"), dtype=dtype)
-    chip = get_chip(chip_name, {"used_cores": n})
-    chip = replace(chip, cost_model=default_cost_model(chip, dtype))
-    judge = find_judge(peer / "models" / f"{model}.onnx", chip_name, script=SCORE, peer_run=peer, quantize=q, cores=n)
+    net, chip, judge = setting_case(peer, CAL, model, setting)
     space = ReferenceSpace(str(folder / "caches" / "opt2.layer_group_cache.json"), margin=0.0, reserve_banks=0,
                            base_groups=str(judge.base_groups() or "") or None, ungated=True)
     plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(

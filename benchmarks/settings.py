@@ -367,6 +367,25 @@ def record_search(rt: pd.DataFrame, setting: str, command: str) -> str:
             f"no search_checked ({what}; {', '.join(f'{r.model} {r.outcome}' for r in bad.itertuples())})"))
 
 
+def setting_case(peer: Path, cal: Path, model: str, setting: str) -> tuple[Any, Any, Any]:
+    """One model in one setting as lgopt and the judge see it: the weightless network (``cal``'s) in the setting's
+    dtype, the chip on its cores priced by the default cost model of that dtype, and TPU-MLIR's judge of the model
+    with weights (``peer``'s), which holds its base groups."""
+    from dataclasses import replace
+
+    from lgopt.cost.registry import default_cost_model
+    from lgopt.hw.chip import get_chip
+    from lgopt.io.problem import load_model
+
+    chip_name, q, n = setting_key(setting)
+    dtype = "int8" if q == "INT8" else "f16"
+    net = load_model(str(cal / "onnx" / f"{model}.weightless.onnx"), dtype=dtype)
+    chip = get_chip(chip_name, {"used_cores": n})
+    chip = replace(chip, cost_model=default_cost_model(chip, dtype))
+    judge = find_judge(peer / "models" / f"{model}.onnx", chip_name, script=SCORE, peer_run=peer, quantize=q, cores=n)
+    return net, chip, judge
+
+
 def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str, time_limit: float,
                   judge_budget: int = 0, trust_search: bool = False) -> dict[str, Any]:
     """``solve --reference`` (cpsat, TPU-MLIR's space, the default margin) of one model and setting against its own
@@ -377,23 +396,16 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
     want of a measured check of its several-core search (what makes that check: ``search_checked`` in the fit)."""
     from dataclasses import replace
 
-    from lgopt.cost.registry import default_cost_model
-    from lgopt.hw.chip import get_chip
-    from lgopt.io.problem import load_model
     from lgopt.tpumlir.deploy import RETRY_RESERVE_BANKS
     from lgopt.tpumlir.judged import JudgeSettings as JudgedSettings
     from lgopt.tpumlir.space import REFERENCE_MARGIN, ReferenceSpace
 
     chip_name, q, n = setting_key(setting)
-    dtype = "int8" if q == "INT8" else "f16"
     own = folder / "caches" / "opt2.layer_group_cache.json"
     opt2 = json.loads((folder / "scores" / "opt2.json").read_text()).get("total_cycles")
     row: dict[str, Any] = {"model": model, "chip": chip_name, "quantize": q, "cores": n, "judge_budget": judge_budget,
                            "trust_search": trust_search, "opt2": opt2}
-    net = load_model(str(cal / "onnx" / f"{model}.weightless.onnx"), dtype=dtype)
-    chip = get_chip(chip_name, {"used_cores": n})
-    chip = replace(chip, cost_model=default_cost_model(chip, dtype))
-    judge = find_judge(peer / "models" / f"{model}.onnx", chip_name, script=SCORE, peer_run=peer, quantize=q, cores=n)
+    net, chip, judge = setting_case(peer, cal, model, setting)
     judged = {"judge": judge, "judge_settings": JudgedSettings(budget=judge_budget, time_limit=time_limit)} \
         if judge_budget else {}
     space = ReferenceSpace(str(own), margin=REFERENCE_MARGIN, base_groups=str(judge.base_groups() or "") or None,
