@@ -81,9 +81,10 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float) 
     """The calibrated model's optimum and proven bound over TPU-MLIR's space for one model in one setting, from
     the opt2 cache ``benchmarks/settings.py`` wrote in ``folder``: cpsat at margin 0, no bank reserved, ungated
     (:class:`lgopt.tpumlir.space.ReferenceSpace`), ``units`` of deterministic time (the same numbers on any
-    machine)."""
+    machine); ``verified`` is what lgopt's verifier says of the best plan found."""
     from settings import setting_case, setting_key
 
+    from lgopt.report.verdict import verify
     from lgopt.strategies.cpsat.common import CpsatSettings
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
     from lgopt.tpumlir.space import ReferenceSpace
@@ -94,35 +95,42 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float) 
                            base_groups=str(judge.base_groups() or "") or None, ungated=True)
     plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
         cpsat=CpsatSettings(time_limit=units, deterministic=True, workers=2), space=space))
+    bad = verify(space.lowered(net, chip)[0], plan)  # the best found is priced only once the verifier passes it
     s = plan.solver
     pred = float(s["reference_cycles"])
     return {"chip": chip_name, "quantize": q, "cores": n, "model": model, "cost_model": chip.cost_model,
+            "verified": "ok" if not bad else str(bad[0])[:200],
             "opt2_measured": json.loads((folder / "scores" / "opt2.json").read_text())["total_cycles"],
             "opt2_predicted": pred, "best_predicted": min(pred, float(plan.cost["cycles"])),
             "bound": min(pred, float(s.get("bound", pred))), "status": s.get("solver_status", "kept")}
 
 
+def scored(settings: list[str], models: list[str] | None) -> list[tuple[Path, str, str]]:
+    """(folder, model, setting) of every model of ``settings`` (of ``models`` only, if given) whose opt2 scoring
+    ``benchmarks/settings.py`` left in ``benchmarks/out/settings``."""
+    from settings import OUT, name_of, setting_of
+
+    return [(f, setting_of(f)[0], st) for st in settings for f in sorted((OUT / "settings").glob(f"*_{name_of(st)}"))
+            if (f / "caches" / "opt2.layer_group_cache.json").exists() and (not models or setting_of(f)[0] in models)]
+
+
 def settings_rooms(settings: list[str], units: float, models: list[str] | None, out: Path) -> str:
     """:func:`space_row` for every model of ``settings`` with scorings, beside the best the round trips measured;
     the table to ``out`` and a markdown summary per setting."""
-    from settings import OUT, name_of, setting_of
+    from settings import OUT
 
     peer = Path(os.environ.get("PEER_RUN", ""))
     rt_path = OUT / "settings" / "roundtrip.csv"
     rt = pd.read_csv(rt_path) if rt_path.exists() else pd.DataFrame(columns=["model", "chip", "quantize", "cores"])
     rows = []
-    for setting in settings:
-        for folder in sorted((OUT / "settings").glob(f"*_{name_of(setting)}")):
-            model = setting_of(folder)[0]
-            if (models and model not in models) or not (folder / "caches" / "opt2.layer_group_cache.json").exists():
-                continue
-            row = space_row(peer, folder, model, setting, units)
-            mine = rt[(rt.model == model) & (rt.chip == row["chip"]) & (rt.quantize == row["quantize"])
-                      & (rt.cores == row["cores"])].measured.dropna()
-            row["lgopt_measured"] = float(min(mine.min(), row["opt2_measured"])) if len(mine) else None
-            print(f"  {model} {setting}: {row['status']}, bound {row['bound'] / row['opt2_predicted']:.3f} of opt2 "
-                  f"predicted", file=sys.stderr)
-            rows.append(row)
+    for folder, model, setting in scored(settings, models):
+        row = space_row(peer, folder, model, setting, units)
+        mine = rt[(rt.model == model) & (rt.chip == row["chip"]) & (rt.quantize == row["quantize"])
+                  & (rt.cores == row["cores"])].measured.dropna()
+        row["lgopt_measured"] = float(min(mine.min(), row["opt2_measured"])) if len(mine) else None
+        print(f"  {model} {setting}: {row['status']}, bound {row['bound'] / row['opt2_predicted']:.3f} of opt2 "
+              f"predicted", file=sys.stderr)
+        rows.append(row)
     df = pd.DataFrame(rows).assign(units=units)
     if out.exists():  # the rows of models and settings not searched again now are kept (a larger budget for one)
         old = pd.read_csv(out)
@@ -160,6 +168,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.settings:
         if not (Path(os.environ.get("PEER_RUN", "")) / "venv" / "bin" / "model_deploy").exists():
             print("--settings needs PEER_RUN set to a TPU-MLIR 1.30.2 install (../shared/tpu-mlir/install.sh)",
+                  file=sys.stderr)
+            return 2
+        from settings import OUT, SETTINGS
+
+        unknown = [st for st in a.settings.split(",") if st not in SETTINGS]
+        if unknown:
+            print(f"--settings: {unknown[0]} is not one of benchmarks/settings.py's ({', '.join(SETTINGS)})",
+                  file=sys.stderr)
+            return 2
+        if not scored(a.settings.split(","), a.models.split(",") if a.models else None):
+            print(f"--settings: no scorings of {a.settings}{' for ' + a.models if a.models else ''} in "
+                  f"{OUT / 'settings'} (python benchmarks/settings.py --settings ... --no-read makes them)",
                   file=sys.stderr)
             return 2
         print(settings_rooms(a.settings.split(","), a.units, a.models.split(",") if a.models else None,
