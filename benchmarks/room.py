@@ -142,12 +142,13 @@ def settings_rooms(settings: list[str], units: float, models: list[str] | None, 
     df["lgopt_over_opt2"] = df.lgopt_measured / df.opt2_measured
     write_table(df, out, "cycles predicted by each row's cost model over TPU-MLIR's space, opt2 and lgopt's plans "
                 "measured by TPU-MLIR 1.30.2's codegen timeline")
-    lines = ["| setting | models | bound / opt2, geometric mean (room) | lgopt measured / opt2 | share of the room "
-             "captured |", "|---|---:|---|---:|---:|"]
+    lines = ["| setting | cost model | models | its bound / opt2 predicted, geometric mean (room) | lgopt measured / "
+             "opt2 measured | share of the room captured |", "|---|---|---:|---|---:|---:|"]
     for (chip, q, n), g in df.groupby(["chip", "quantize", "cores"], sort=False):
         b, m = geomean(g.bound_over_opt2), geomean(g.lgopt_over_opt2.dropna())
         share = f"{(1 - m) / (1 - b):.0%}" if b < 1 else "-"
-        lines.append(f"| {chip} {q} {n} core(s) | {len(g)} | {b:.3f} ({100 * (1 - b):.1f} %) | {m:.3f} | {share} |")
+        lines.append(f"| {chip} {q} {n} core(s) | {', '.join(sorted(set(g.cost_model)))} | {len(g)} | {b:.3f} "
+                     f"({100 * (1 - b):.1f} %) | {m:.3f} | {share} |")
     return "\n".join(lines)
 
 
