@@ -28,7 +28,8 @@ lgopt's trust in its model, for a fixed deterministic budget: its proven ``bound
 the most any grouping of that space saves *under that model*, each refusal lgopt knows of included (a group's
 fork or input fork on several cores, a nested bottom slice, a transformer group's row sections).  Beside it,
 the best lgopt's round trips measured (``benchmarks/out/settings/roundtrip.csv``) and the share of the model's
-room it captured.  Writes ``benchmarks/calibration/room_settings.csv``.
+room it captured.  Writes ``benchmarks/calibration/room_settings.csv``.  ``--compile`` exports the best plan each
+search found and TPU-MLIR measures it (``best_measured``): whether the room the model sees is there when compiled.
 """
 
 from __future__ import annotations
@@ -77,12 +78,14 @@ def _geo(df: pd.DataFrame) -> float:
     return geomean(df.lower_bound / df.opt2_predicted)
 
 
-def space_row(peer: Path, folder: Path, model: str, setting: str, units: float) -> dict:
+def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, compile: bool = False) -> dict:
     """The calibrated model's optimum and proven bound over TPU-MLIR's space for one model in one setting, from
     the opt2 cache ``benchmarks/settings.py`` wrote in ``folder``: cpsat at margin 0, no bank reserved, ungated
     (:class:`lgopt.tpumlir.space.ReferenceSpace`), ``units`` of deterministic time (the same numbers on any
-    machine); ``verified`` is what lgopt's verifier says of the best plan found."""
-    from settings import setting_case, setting_key
+    machine); ``verified`` is what lgopt's verifier says of the best plan found.  With ``compile``, that plan is
+    exported and TPU-MLIR measures it (``best_measured``; its cache and scoring ``room_best`` in ``folder``): how
+    much of the model's room a compile shows, where the model prices plans no round trip has tried."""
+    from settings import compile_plan, setting_case, setting_key
 
     from lgopt.report.verdict import verify
     from lgopt.strategies.cpsat.common import CpsatSettings
@@ -95,14 +98,22 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float) 
                            base_groups=str(judge.base_groups() or "") or None, ungated=True)
     plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
         cpsat=CpsatSettings(time_limit=units, deterministic=True, workers=2), space=space))
-    bad = verify(space.lowered(net, chip)[0], plan)  # the best found is priced only once the verifier passes it
+    planned = space.lowered(net, chip)[0]
+    bad = verify(planned, plan)  # the best found is priced only once the verifier passes it
     s = plan.solver
     pred = float(s["reference_cycles"])
-    return {"chip": chip_name, "quantize": q, "cores": n, "model": model, "cost_model": chip.cost_model,
-            "verified": "ok" if not bad else str(bad[0])[:200],
-            "opt2_measured": json.loads((folder / "scores" / "opt2.json").read_text())["total_cycles"],
-            "opt2_predicted": pred, "best_predicted": min(pred, float(plan.cost["cycles"])),
-            "bound": min(pred, float(s.get("bound", pred))), "status": s.get("solver_status", "kept")}
+    row = {"chip": chip_name, "quantize": q, "cores": n, "model": model, "cost_model": chip.cost_model,
+           "verified": "ok" if not bad else str(bad[0])[:200],
+           "opt2_measured": json.loads((folder / "scores" / "opt2.json").read_text())["total_cycles"],
+           "opt2_predicted": pred, "best_predicted": min(pred, float(plan.cost["cycles"])),
+           "bound": min(pred, float(s.get("bound", pred))), "status": s.get("solver_status", "kept")}
+    if compile and not bad and not s.get("kept_reference"):
+        got = compile_plan(plan, planned, space, judge, folder, {}, name="room_best")
+        row.update(best_measured=got.get("measured"), best_outcome=got["outcome"])
+    elif compile:  # the best found is opt2's own grouping (or failed the verifier: reported, never compiled)
+        row.update(best_measured=row["opt2_measured"] if not bad else None,
+                   best_outcome="opt2's own" if not bad else "lgopt:verify")
+    return row
 
 
 def scored(settings: list[str], models: list[str] | None) -> list[tuple[Path, str, str]]:
@@ -114,7 +125,8 @@ def scored(settings: list[str], models: list[str] | None) -> list[tuple[Path, st
             if (f / "caches" / "opt2.layer_group_cache.json").exists() and (not models or setting_of(f)[0] in models)]
 
 
-def settings_rooms(settings: list[str], units: float, models: list[str] | None, out: Path) -> str:
+def settings_rooms(settings: list[str], units: float, models: list[str] | None, out: Path,
+                   compile: bool = False) -> str:
     """:func:`space_row` for every model of ``settings`` with scorings, beside the best the round trips measured;
     the table to ``out`` and a markdown summary per setting."""
     from settings import OUT
@@ -124,7 +136,7 @@ def settings_rooms(settings: list[str], units: float, models: list[str] | None, 
     rt = pd.read_csv(rt_path) if rt_path.exists() else pd.DataFrame(columns=["model", "chip", "quantize", "cores"])
     rows = []
     for folder, model, setting in scored(settings, models):
-        row = space_row(peer, folder, model, setting, units)
+        row = space_row(peer, folder, model, setting, units, compile)
         mine = rt[(rt.model == model) & (rt.chip == row["chip"]) & (rt.quantize == row["quantize"])
                   & (rt.cores == row["cores"])].measured.dropna()
         row["lgopt_measured"] = float(min(mine.min(), row["opt2_measured"])) if len(mine) else None
@@ -140,6 +152,8 @@ def settings_rooms(settings: list[str], units: float, models: list[str] | None, 
     df["bound_over_opt2"] = df.bound / df.opt2_predicted
     df["best_over_opt2"] = df.best_predicted / df.opt2_predicted
     df["lgopt_over_opt2"] = df.lgopt_measured / df.opt2_measured
+    if "best_measured" in df:
+        df["best_measured_over_opt2"] = df.best_measured / df.opt2_measured
     write_table(df, out, "cycles predicted by each row's cost model over TPU-MLIR's space, opt2 and lgopt's plans "
                 "measured by TPU-MLIR 1.30.2's codegen timeline")
     lines = ["| setting | cost model | models | its bound / opt2 predicted, geometric mean (room) | lgopt measured / "
@@ -149,6 +163,15 @@ def settings_rooms(settings: list[str], units: float, models: list[str] | None, 
         share = f"{(1 - m) / (1 - b):.0%}" if b < 1 else "-"
         lines.append(f"| {chip} {q} {n} core(s) | {', '.join(sorted(set(g.cost_model)))} | {len(g)} | {b:.3f} "
                      f"({100 * (1 - b):.1f} %) | {m:.3f} | {share} |")
+    if "best_measured" in df and df.best_measured.notna().any():
+        lines += ["", "The best plan the model found, compiled (`--compile`), geometric means over the models "
+                  "TPU-MLIR compiled it for (a plan it refused is counted apart, not as opt2).", "",
+                  "| setting | compiled | refused | best found, predicted / opt2 predicted | the same plans measured "
+                  "/ opt2 measured |", "|---|---:|---:|---:|---:|"]
+        for (chip, q, n), g in df[df.best_outcome.notna()].groupby(["chip", "quantize", "cores"], sort=False):
+            ok = g[g.best_measured.notna()]
+            lines.append(f"| {chip} {q} {n} core(s) | {len(ok)} | {len(g) - len(ok)} | "
+                         f"{geomean(ok.best_over_opt2):.3f} | {geomean(ok.best_measured_over_opt2):.3f} |")
     return "\n".join(lines)
 
 
@@ -164,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None, help="with --settings: only these models")
     ap.add_argument("--units", type=float, default=200.0,
                     help="with --settings: cpsat's deterministic budget per model (default 200)")
+    ap.add_argument("--compile", action="store_true",
+                    help="with --settings: export the best plan found and have TPU-MLIR measure it (best_measured)")
     ap.add_argument("--settings-out", type=Path, default=ROOT / "benchmarks" / "calibration" / "room_settings.csv")
     a = ap.parse_args(argv)
     if a.settings:
@@ -184,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         print(settings_rooms(a.settings.split(","), a.units, a.models.split(",") if a.models else None,
-                             a.settings_out))
+                             a.settings_out, a.compile))
         return 0
     a.b4 = a.b4 or unpack(ROOT / "benchmarks" / "roundtrip") / "judged-b4"
     if not (CAL / "totals.csv").exists():

@@ -426,8 +426,6 @@ def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Pat
     from lgopt.report.verdict import verify
     from lgopt.strategies.cpsat.common import CpsatSettings
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
-    from lgopt.tpumlir.compiler import ALLOC_FAILED
-    from lgopt.tpumlir.export import compile_edge_casts, edge_cast_order, export_tpumlir
 
     try:
         plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
@@ -444,16 +442,27 @@ def _search_and_compile(net: Any, chip: Any, space: Any, judge: Any, folder: Pat
     row["judge_compiles"] = (plan.solver.get("judge") or {}).get("compiles")
     if plan.solver.get("judge"):  # every trial the judge compiled, what it predicted and measured
         (folder / "judge.json").write_text(json.dumps(plan.solver["judge"], indent=1, default=str))
+    return compile_plan(plan, planned, space, judge, folder, row)
+
+
+def compile_plan(plan: Any, planned: Any, space: Any, judge: Any, folder: Path, row: dict[str, Any],
+                 name: str = "lgopt") -> dict[str, Any]:
+    """``plan`` (on ``planned``, the network as ``space`` lowered it) exported with the space's base groups and
+    compiled by ``judge``: ``row`` with the outcome and the measured cycles; the cache and the scoring kept in
+    ``folder`` as ``name``."""
+    from lgopt.tpumlir.compiler import ALLOC_FAILED
+    from lgopt.tpumlir.export import compile_edge_casts, edge_cast_order, export_tpumlir
+
     try:  # with the base groups the search's space was built on: ops TPU-MLIR can run in LMEM; the other edge-cast
         # rule after an allocation refusal, as lgopt deploy does
         rule, cache, m = compile_edge_casts(
             plan, lambda r: export_tpumlir(plan, planned, space.reference, base_groups=space.base_groups, edge_casts=r),
-            lambda c, _: judge.measure(c, keep=folder / "scores" / "lgopt.json"),
+            lambda c, _: judge.measure(c, keep=folder / "scores" / f"{name}.json"),
             lambda got: any(s in (got.error or "") for s in ALLOC_FAILED))
     except LgoptError as e:
         return {**row, "outcome": "export refused", "why": str(e)[:200]}
-    row["edge_casts"] = rule if rule == edge_cast_order(plan)[0] else f"{rule} (after a refusal)"
-    (folder / "caches" / "lgopt.layer_group_cache.json").write_text(json.dumps(cache, indent=1))
+    row = {**row, "edge_casts": rule if rule == edge_cast_order(plan)[0] else f"{rule} (after a refusal)"}
+    (folder / "caches" / f"{name}.layer_group_cache.json").write_text(json.dumps(cache, indent=1))
     return {**row, "outcome": "compiled" if m.ok else f"compile:{m.status}", "why": m.error,
             "measured": m.total_cycles if m.ok else None}
 
