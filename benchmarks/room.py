@@ -39,6 +39,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from common import CAL, write_table
@@ -125,30 +126,37 @@ def scored(settings: list[str], models: list[str] | None) -> list[tuple[Path, st
             if (f / "caches" / "opt2.layer_group_cache.json").exists() and (not models or setting_of(f)[0] in models)]
 
 
+def _best_round_trip(rt: pd.DataFrame, r: Any) -> float | None:
+    """The fastest of lgopt's round trips TPU-MLIR measured for ``r``'s model and setting (opt2's where lgopt kept
+    it), None without one."""
+    mine = rt[(rt.model == r.model) & (rt.chip == r.chip) & (rt.quantize == r.quantize)
+              & (rt.cores == r.cores)].measured.dropna()
+    return float(min(mine.min(), r.opt2_measured)) if len(mine) else None
+
+
 def settings_rooms(settings: list[str], units: float, models: list[str] | None, out: Path,
-                   compile: bool = False) -> str:
-    """:func:`space_row` for every model of ``settings`` with scorings, beside the best the round trips measured;
-    the table to ``out`` and a markdown summary per setting."""
+                   compile: bool = False, search: bool = True) -> str:
+    """:func:`space_row` for every model of ``settings`` with scorings (none without ``search``: the rows ``out``
+    holds), beside the best the round trips measured; the table to ``out`` and a markdown summary per setting."""
     from settings import OUT
 
     peer = Path(os.environ.get("PEER_RUN", ""))
     rt_path = OUT / "settings" / "roundtrip.csv"
     rt = pd.read_csv(rt_path) if rt_path.exists() else pd.DataFrame(columns=["model", "chip", "quantize", "cores"])
     rows = []
-    for folder, model, setting in scored(settings, models):
+    for folder, model, setting in scored(settings, models) if search else ():
         row = space_row(peer, folder, model, setting, units, compile)
-        mine = rt[(rt.model == model) & (rt.chip == row["chip"]) & (rt.quantize == row["quantize"])
-                  & (rt.cores == row["cores"])].measured.dropna()
-        row["lgopt_measured"] = float(min(mine.min(), row["opt2_measured"])) if len(mine) else None
         print(f"  {model} {setting}: {row['status']}, bound {row['bound'] / row['opt2_predicted']:.3f} of opt2 "
               f"predicted", file=sys.stderr)
         rows.append(row)
-    df = pd.DataFrame(rows).assign(units=units)
+    df = pd.DataFrame(rows, columns=["chip", "quantize", "cores", "model"] if not rows else None).assign(units=units)
     if out.exists():  # the rows of models and settings not searched again now are kept (a larger budget for one)
         old = pd.read_csv(out)
         done = set(zip(df.chip, df.quantize, df.cores, df.model))
         df = pd.concat([old[[k not in done for k in zip(old.chip, old.quantize, old.cores, old.model)]], df],
                        ignore_index=True).sort_values(["chip", "quantize", "cores", "model"], kind="stable")
+    # every row's best round trip as measured now (rows kept from an earlier run too: round trips since count)
+    df["lgopt_measured"] = [_best_round_trip(rt, r) for r in df.itertuples(index=False)]
     df["bound_over_opt2"] = df.bound / df.opt2_predicted
     df["best_over_opt2"] = df.best_predicted / df.opt2_predicted
     df["lgopt_over_opt2"] = df.lgopt_measured / df.opt2_measured
@@ -187,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None, help="with --settings: only these models")
     ap.add_argument("--units", type=float, default=200.0,
                     help="with --settings: cpsat's deterministic budget per model (default 200)")
+    ap.add_argument("--refresh", action="store_true",
+                    help="with --settings: no search; the table's round-trip columns and summary again from the round "
+                         "trips measured since")
     ap.add_argument("--compile", action="store_true",
                     help="with --settings: export the best plan found and have TPU-MLIR measure it (best_measured)")
     ap.add_argument("--settings-out", type=Path, default=ROOT / "benchmarks" / "calibration" / "room_settings.csv")
@@ -209,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         print(settings_rooms(a.settings.split(","), a.units, a.models.split(",") if a.models else None,
-                             a.settings_out, a.compile))
+                             a.settings_out, a.compile, not a.refresh))
         return 0
     a.b4 = a.b4 or unpack(ROOT / "benchmarks" / "roundtrip") / "judged-b4"
     if not (CAL / "totals.csv").exists():

@@ -387,10 +387,11 @@ def setting_case(peer: Path, cal: Path, model: str, setting: str) -> tuple[Any, 
 
 
 def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str, time_limit: float,
-                  judge_budget: int = 0, trust_search: bool = False) -> dict[str, Any]:
+                  judge_budget: int = 0, trust_search: bool = False, judge_time: float | None = None) -> dict[str, Any]:
     """``solve --reference`` (cpsat, TPU-MLIR's space, the default margin) of one model and setting against its own
     opt2, exported and compiled by the judge: the measured cycles over opt2's, or opt2's when lgopt kept it.  With
-    ``judge_budget`` compiles, ``--judge``: TPU-MLIR measures lgopt's candidates and the best measured is kept.
+    ``judge_budget`` compiles, ``--judge``: TPU-MLIR measures lgopt's candidates and the best measured is kept (for
+    ``judge_time`` wall seconds, default ``time_limit``, the search's own).
     Where TPU-MLIR's allocator refuses the grouping, the search runs once more with banks left empty, as ``lgopt
     deploy`` does (``first``: what the first search got).  ``trust_search``: searched where lgopt keeps opt2 for
     want of a measured check of its several-core search (what makes that check: ``search_checked`` in the fit)."""
@@ -404,9 +405,11 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
     own = folder / "caches" / "opt2.layer_group_cache.json"
     opt2 = json.loads((folder / "scores" / "opt2.json").read_text()).get("total_cycles")
     row: dict[str, Any] = {"model": model, "chip": chip_name, "quantize": q, "cores": n, "judge_budget": judge_budget,
-                           "trust_search": trust_search, "opt2": opt2}
+                           "trust_search": trust_search, "opt2": opt2, "time_limit": time_limit,
+                           "judge_time": (time_limit if judge_time is None else judge_time) if judge_budget else None}
     net, chip, judge = setting_case(peer, cal, model, setting)
-    judged = {"judge": judge, "judge_settings": JudgedSettings(budget=judge_budget, time_limit=time_limit)} \
+    judged = {"judge": judge, "judge_settings": JudgedSettings(
+        budget=judge_budget, time_limit=time_limit if judge_time is None else judge_time)} \
         if judge_budget else {}
     space = ReferenceSpace(str(own), margin=REFERENCE_MARGIN, base_groups=str(judge.base_groups() or "") or None,
                            trust_search=trust_search, **judged)
@@ -592,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--roundtrip", action="store_true",
                     help="also solve --reference against each own opt2 of --settings and --models, compile, measure")
     ap.add_argument("--time-limit", type=float, default=30.0, help="the round trips' search (default 30 s)")
+    ap.add_argument("--judge-time", type=float, default=None,
+                    help="round trips with --judge-budget: the judge's wall seconds (default: --time-limit)")
     ap.add_argument("--trust-search", action="store_true",
                     help="round trips: search at the margin on several cores whose fit carries no measured check of "
                          "it (search_checked), to make that check")
@@ -628,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
             model, setting = setting_of(folder)
             if setting in a.settings.split(",") and model in a.models.split(","):
                 row = roundtrip_one(peer, a.calibration, folder, model, setting, a.time_limit, a.judge_budget,
-                                    a.trust_search)
+                                    a.trust_search, a.judge_time)
                 keep_row(a.out / "roundtrip.csv", row)  # at once: a round trip may have taken minutes of compiles
                 print(f"  round trip {model} {setting}: {row.get('outcome')} {row.get('measured')}", file=sys.stderr)
     if (a.out / "roundtrip.csv").exists():
