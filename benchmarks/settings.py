@@ -408,8 +408,7 @@ def roundtrip_one(peer: Path, cal: Path, folder: Path, model: str, setting: str,
                            "trust_search": trust_search, "opt2": opt2, "time_limit": time_limit,
                            "judge_time": (time_limit if judge_time is None else judge_time) if judge_budget else None}
     net, chip, judge = setting_case(peer, cal, model, setting)
-    judged = {"judge": judge, "judge_settings": JudgedSettings(
-        budget=judge_budget, time_limit=time_limit if judge_time is None else judge_time)} \
+    judged = {"judge": judge, "judge_settings": JudgedSettings(budget=judge_budget, time_limit=row["judge_time"])} \
         if judge_budget else {}
     space = ReferenceSpace(str(own), margin=REFERENCE_MARGIN, base_groups=str(judge.base_groups() or "") or None,
                            trust_search=trust_search, **judged)
