@@ -174,11 +174,12 @@ def settings_rooms(settings: list[str], units: float, models: list[str] | None, 
     if "best_measured" in df and df.best_measured.notna().any():
         lines += ["", "The best plan the model found, compiled (`--compile`), geometric means over the models "
                   "TPU-MLIR compiled it for (a plan it refused is counted apart, not as opt2).", "",
-                  "| setting | compiled | refused | best found, predicted / opt2 predicted | the same plans measured "
-                  "/ opt2 measured |", "|---|---:|---:|---:|---:|"]
+                  "| setting | cost model | compiled | refused | best found, predicted / opt2 predicted | the same "
+                  "plans measured / opt2 measured |", "|---|---|---:|---:|---:|---:|"]
         for (chip, q, n), g in df[df.best_outcome.notna()].groupby(["chip", "quantize", "cores"], sort=False):
             ok = g[g.best_measured.notna()]
-            lines.append(f"| {chip} {q} {n} core(s) | {len(ok)} | {len(g) - len(ok)} | "
+            lines.append(f"| {chip} {q} {n} core(s) | {', '.join(sorted(set(g.cost_model)))} | {len(ok)} | "
+                         f"{len(g) - len(ok)} | "
                          f"{geomean(ok.best_over_opt2):.3f} | {geomean(ok.best_measured_over_opt2):.3f} |")
     return "\n".join(lines)
 
