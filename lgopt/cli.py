@@ -484,8 +484,9 @@ def _print_solve(args: argparse.Namespace, net: Any, plan: Any, extra: dict[str,
         print(f"cpsat: {sv.get('status', plan.status)} ({sv.get('formulation')}), {sv['objective']} {sv['value']:,}, "
               f"best bound {sv['bound']:,} (by the {s['cost_model']} cost model), gap {100 * sv['gap']:.2f}% over "
               f"{sv.get('space', 'the candidate space')}")
-        if sv.get("outside_space"):
-            print(f"cpsat: {sv['outside_space']}")
+        for note in ("outside_space", "bound_exceeded"):
+            if sv.get(note):
+                print(f"cpsat: {sv[note]}")
         if sv.get("resliced"):
             print(f"cpsat: kept {sv['resliced']}")
     if sv.get("stopped"):

@@ -25,6 +25,7 @@ from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network
 from lgopt.model.plan import GroupPlan, Plan
+from lgopt.strategies.cpsat.result import with_value
 from lgopt.strategies.settings import SearchSettings, packing
 
 H_FACTORS = (1, 2, 3, 4)  # H slices tried for the group with the f32 slices, as multiples of its own
@@ -69,5 +70,6 @@ def convert_io_in_groups(net: Network, chip: Chip, plan: Plan, search: SearchSet
     if not changed:
         return plan
     converted = [t for g in groups for t in g.f32_in + g.f32_out]
-    solver = {**plan.solver, "io_converted_in_groups": converted}
-    return finish(chip, net, replace(plan, groups=tuple(groups), solver=solver))
+    out = finish(chip, net, replace(plan, groups=tuple(groups)))
+    solver = {**with_value(plan.solver, int(out.cost["cycles"])), "io_converted_in_groups": converted}
+    return replace(out, solver=solver)

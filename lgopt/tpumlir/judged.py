@@ -11,7 +11,8 @@ read from codegen's simulated timeline (:mod:`lgopt.tpumlir.judge`).
 2. Rounds of local search from the incumbent.  Its neighbours are the groupings one edit away (a group's
    N or H slice count one up or down, halved or doubled, a group split at a point where one tensor crosses,
    two neighbouring groups merged, a boundary moved by one to three ops, a group grown by a global op beside
-   it or shrunk by one, a group dissolved); each is built by lgopt's own rules (slices, timestep table, LMEM
+   it or shrunk by one, a group dissolved, the Cast of a network input or output the group loads or stores
+   taken into it or left global); each is built by lgopt's own rules (slices, timestep table, LMEM
    allocation; no fork TPU-MLIR refuses at the slices the cache forces, :func:`lgopt.tpumlir.forks.forced_fork`)
    and ranked by the cost model.  The best-ranked ones are compiled in turn; the first that is
    measured faster becomes the incumbent, and the round's other measured gains that touch other groups are
@@ -30,9 +31,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
+from lgopt.cost.registry import cost_model
 from lgopt.errors import LgoptError
 from lgopt.group.alloc import multi_start_allocate
-from lgopt.group.build import assemble, n_unit, place, schedule
+from lgopt.group.build import allocate_thorough, assemble, n_unit, place, schedule
 from lgopt.group.slicing import SliceError, group_io
 from lgopt.group.totals import finish, with_cost
 from lgopt.hw.chip import Chip
@@ -49,11 +51,14 @@ REPAIRS = 3  # start points TPU-MLIR refuses are retried with one H slice more p
 
 @dataclass(frozen=True)
 class Cut:
-    """One group of a grouping: its ops (contiguous in the compiler's op order) and slice counts."""
+    """One group of a grouping: its ops (contiguous in the compiler's op order), slice counts, and the network
+    inputs and outputs it converts from or to f32 itself (``GroupPlan.f32_in`` / ``f32_out``, its Casts in the
+    group; else they run as global layers)."""
 
     ops: tuple[str, ...]
     n: int
     h: int
+    f32: tuple[str, ...] = ()
 
 
 Grouping = tuple[Cut, ...]
@@ -72,30 +77,39 @@ class _Builder:
 
     def __init__(self, onet: Network, net: Network, chip: Chip, st: SearchSettings, strategy: str):
         self.onet, self.net, self.chip, self.st, self.strategy = onet, net, chip, st, strategy
-        self._groups: dict[tuple[tuple[str, ...], int, int], GroupPlan | None] = {}
+        self._groups: dict[Cut, GroupPlan | None] = {}
         self.index = onet.op_index
 
     def group(self, c: Cut) -> GroupPlan | None:
-        key = (c.ops, c.n, c.h)
-        if key not in self._groups:
+        if c not in self._groups:
             alloc = None
             try:  # the compiler's slicing rule; the greedy orders for LMEM (tight groups need more than one); no
                 # fork TPU-MLIR refuses at the slices a cache forces
                 if not forced_fork(self.chip, self.onet, c.ops, c.h):
-                    s = schedule(self.onet, self.chip, list(c.ops), c.n, c.h, None)
+                    s = schedule(self.onet, self.chip, list(c.ops), c.n, c.h, None, f32_copies=c.f32)
                     alloc = multi_start_allocate(self.onet, self.chip, s, self.st.bank_rule)
+                    if alloc is None and c.f32:  # the f32 slices are large: the exact packer decides
+                        alloc = allocate_thorough(self.onet, self.chip, s, self.st.bank_rule)[0]
             except SliceError:
                 pass
-            self._groups[key] = None if alloc is None else with_cost(self.chip, self.onet,
-                                                                      place(self.onet, self.chip, s, alloc))
-        return self._groups[key]
+            self._groups[c] = None if alloc is None or set(s.f32_in + s.f32_out) != set(c.f32) else \
+                with_cost(self.chip, self.onet, place(self.onet, self.chip, s, alloc))
+        return self._groups[c]
 
     def seed(self, plan: Plan) -> None:
         """Take a start point's groups as built (a compiler's grouping is judged thoroughly when read:
         :func:`lgopt.group.build.try_group`; the search's quick allocator may not place all of them)."""
         for g in plan.groups:
-            ops = tuple(sorted(g.ops, key=self.index.__getitem__))
-            self._groups.setdefault((ops, g.n_slices, g.h_slices), g)
+            self._groups.setdefault(cut_of(g, self.index), g)
+
+    def io(self, ops: Sequence[str]) -> tuple[str, ...]:
+        """The network inputs ``ops`` load and the outputs they store that the deployment keeps f32 and a group
+        may convert itself (none where the cost model's deployment has no such Casts: ``f32_io``)."""
+        if not cost_model(self.chip).f32_io:
+            return ()
+        io = group_io(self.onet, ops)
+        ends = [t for t in io.inputs if t in self.onet.inputs] + [t for t in io.outputs if t in self.onet.outputs]
+        return tuple(sorted(t for t in ends if self.onet.tensor(t).dtype != "f32"))
 
     def fit(self, ops: Sequence[str], h_from: int = 1) -> Cut | None:
         """The first slicing lgopt can place, N first to its limit then H (TPU-MLIR's quick search order)."""
@@ -122,11 +136,15 @@ class _Builder:
         return replace(plan, model_digest=network_digest(self.net))
 
 
+def cut_of(g: GroupPlan, index: Mapping[str, int]) -> Cut:
+    """``g`` as a cut: its ops in ``index``'s order (the compiler's), slice counts, the ends it converts."""
+    return Cut(tuple(sorted(g.ops, key=index.__getitem__)), g.n_slices, g.h_slices, tuple(sorted(g.f32_in + g.f32_out)))
+
+
 def grouping_of(plan: Plan, index: Mapping[str, int]) -> Grouping:
     """``plan``'s groups, each with its ops in ``index``'s order (the compiler's).  A one-op group stays: with
     the cast TPU-MLIR grouped it with it is a group there (mobilenet_v3_small's stem)."""
-    cuts = [Cut(tuple(sorted(g.ops, key=index.__getitem__)), g.n_slices, g.h_slices) for g in plan.groups]
-    return tuple(sorted(cuts, key=lambda c: index[c.ops[0]]))
+    return tuple(sorted((cut_of(g, index) for g in plan.groups), key=lambda c: index[c.ops[0]]))
 
 
 def _one_tensor_cuts(onet: Network, ops: tuple[str, ...]) -> list[int]:
@@ -165,10 +183,16 @@ def neighbours(b: _Builder, grouping: Grouping, runs: Sequence[tuple[int, int]])
         max_n = cdiv(batch, unit)
         for h in sorted({c.h - 1, c.h // 2, c.h + 1, 2 * c.h} - {c.h}):
             if h >= 1:
-                put(f"{span(c)} h {c.h}->{h}", i, i + 1, [Cut(c.ops, c.n, h)])
+                put(f"{span(c)} h {c.h}->{h}", i, i + 1, [Cut(c.ops, c.n, h, c.f32)])
         for n in sorted({c.n - 1, c.n // 2, c.n + 1, 2 * c.n} - {c.n}):
             if 1 <= n <= max_n:
-                put(f"{span(c)} n {c.n}->{n}", i, i + 1, [Cut(c.ops, n, c.h)])
+                put(f"{span(c)} n {c.n}->{n}", i, i + 1, [Cut(c.ops, n, c.h, c.f32)])
+        ends = b.io(c.ops)
+        if c.f32:
+            put(f"cast global {span(c)} {','.join(c.f32)}", i, i + 1, [Cut(c.ops, c.n, c.h)])
+        elif ends:  # at its own H slices or more: the f32 slice is four times an INT8 one
+            for h in sorted({c.h, c.h + 1, 2 * c.h}):
+                put(f"convert {span(c)} {','.join(ends)} h {c.h}->{h}", i, i + 1, [Cut(c.ops, c.n, h, ends)])
         for k in _one_tensor_cuts(onet, c.ops):
             put(f"split {span(c)} at {idx[c.ops[k]]}", i, i + 1, [b.fit(c.ops[:k]), b.fit(c.ops[k:])])
         if len(c.ops) <= 4:

@@ -21,6 +21,7 @@ from lgopt.errors import LgoptError
 from lgopt.hw.chip import Chip
 from lgopt.model.network import Network, network_digest, reorder
 from lgopt.model.plan import Plan
+from lgopt.strategies.cpsat.result import with_value
 from lgopt.strategies.registry import StrategyOptions, StrategySpec
 from lgopt.strategies.settings import SearchSettings, shape_of
 from lgopt.tpumlir.cache import Cache, cast_operands, load_cache
@@ -134,10 +135,7 @@ def _or_resliced(net: Network, chip: Chip, st: SearchSettings, r: ReferenceSpace
         return plan
     solver = {**plan.solver, "resliced": f"TPU-MLIR's own groups, {n} of them sliced anew for the {chip.used_cores} "
               f"cores (lgopt.tpumlir.reslice): {cycles:,} cycles against the search's {int(plan.cost['cycles']):,}"}
-    if solver.get("objective") == "cycles" and "bound" in solver:
-        bound = min(solver["bound"], cycles)
-        solver.update(value=cycles, bound=bound, gap=(cycles - bound) / cycles)
-    return replace(better, strategy=plan.strategy, status=plan.status, solver=solver)
+    return replace(better, strategy=plan.strategy, status=plan.status, solver=with_value(solver, cycles))
 
 
 def _unsearched(strategy: str, net: Network, ref: Plan, r: ReferenceSpace, untrusted: str, described: str,
