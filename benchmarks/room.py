@@ -30,7 +30,7 @@ fork or input fork on several cores, a nested bottom slice, a transformer group'
 the best lgopt's round trips measured (``benchmarks/out/settings/roundtrip.csv``) and the share of the model's
 room it captured.  The search's space runs the Casts of the graph's f32 inputs and outputs as global layers
 (``bound_casts_global``: on every model here the search proved its best plan optimal there); TPU-MLIR's own
-groups convert them, which saves at most their cost (``edge_casts``), so ``bound`` is that much lower: the
+groups convert them, which saves at most their cost (``io_casts``), so ``bound`` is that much lower: the
 room over the whole space.  Writes ``benchmarks/calibration/room_settings.csv``.  ``--compile`` exports the best
 plan each search found and TPU-MLIR measures it (``best_measured``): whether the room the model sees is there when
 compiled.
@@ -107,7 +107,7 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, 
     bad = verify(planned, plan)  # the best found is priced only once the verifier passes it
     s = plan.solver
     pred = float(s["reference_cycles"])
-    edge = float(s.get("edge_casts", edge_casts(net, chip, space)))
+    edge = float(s.get("io_casts", io_casts(net, chip, space)))
     best = min(pred, float(plan.cost["cycles"]))
     # the search's bound counts the edge Casts as global layers; a group converting one itself saves at most its
     # cost, so over TPU-MLIR's whole space (its own groups convert them) the bound is that much lower
@@ -116,7 +116,7 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, 
            "verified": "ok" if not bad else str(bad[0])[:200],
            "opt2_measured": json.loads((folder / "scores" / "opt2.json").read_text())["total_cycles"],
            "opt2_predicted": pred, "best_predicted": best, "bound": min(pred, within - edge),
-           "edge_casts": edge, "bound_casts_global": within, "status": s.get("solver_status", "kept")}
+           "io_casts": edge, "bound_casts_global": within, "status": s.get("solver_status", "kept")}
     if compile and not bad and not s.get("kept_reference"):
         got = compile_plan(plan, planned, space, judge, folder, {}, name="room_best")
         row.update(best_measured=got.get("measured"), best_outcome=got["outcome"])
@@ -126,7 +126,7 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, 
     return row
 
 
-def edge_casts(net: Any, chip: Any, space: Any) -> float:
+def io_casts(net: Any, chip: Any, space: Any) -> float:
     """The cycles of the Casts of the graph's f32 inputs and outputs run as global layers, on the network as
     TPU-MLIR's space lowers it (:func:`lgopt.cost.cycles.io_cast_cost`): what the search's bound counts for them."""
     from lgopt.cost.cycles import io_cast_cost
@@ -137,8 +137,8 @@ def edge_casts(net: Any, chip: Any, space: Any) -> float:
     return float(io_cast_cost(chip, planned, empty)["cycles"])
 
 
-def _edge_casts_of(peer: Path, r: Any) -> float:
-    """:func:`edge_casts` for a row written before the search reported them."""
+def _io_casts_of(peer: Path, r: Any) -> float:
+    """:func:`io_casts` for a row written before the search reported them."""
     from settings import OUT, name_of, setting_case
 
     from lgopt.tpumlir.space import ReferenceSpace
@@ -146,7 +146,7 @@ def _edge_casts_of(peer: Path, r: Any) -> float:
     setting = f"{r.chip}:{r.quantize}:{r.cores}"
     net, chip, _ = setting_case(peer, CAL, r.model, setting)
     cache = OUT / "settings" / f"{r.model}_{name_of(setting)}" / "caches" / "opt2.layer_group_cache.json"
-    return edge_casts(net, chip, ReferenceSpace(str(cache), margin=0.0, reserve_banks=0, ungated=True))
+    return io_casts(net, chip, ReferenceSpace(str(cache), margin=0.0, reserve_banks=0, ungated=True))
 
 
 def scored(settings: list[str], models: list[str] | None) -> list[tuple[Path, str, str]]:
@@ -187,12 +187,12 @@ def settings_rooms(settings: list[str], units: float, models: list[str] | None, 
         done = set(zip(df.chip, df.quantize, df.cores, df.model))
         df = pd.concat([old[[k not in done for k in zip(old.chip, old.quantize, old.cores, old.model)]], df],
                        ignore_index=True).sort_values(["chip", "quantize", "cores", "model"], kind="stable")
-    if "edge_casts" not in df:
-        df["edge_casts"] = float("nan")
-    if df.edge_casts.isna().any():  # rows searched before the search counted the edge Casts in its bound
-        old_rows = df.edge_casts.isna()
-        df.loc[old_rows, "edge_casts"] = [_edge_casts_of(peer, r) for r in df[old_rows].itertuples(index=False)]
-        df.loc[old_rows, "bound_casts_global"] = (df.bound + df.edge_casts).clip(upper=df.best_predicted)[old_rows]
+    if "io_casts" not in df:
+        df["io_casts"] = float("nan")
+    if df.io_casts.isna().any():  # rows searched before the search counted the edge Casts in its bound
+        old_rows = df.io_casts.isna()
+        df.loc[old_rows, "io_casts"] = [_io_casts_of(peer, r) for r in df[old_rows].itertuples(index=False)]
+        df.loc[old_rows, "bound_casts_global"] = (df.bound + df.io_casts).clip(upper=df.best_predicted)[old_rows]
     # every row's best round trip as measured now (rows kept from an earlier run too: round trips since count)
     df["lgopt_measured"] = [_best_round_trip(rt, r) for r in df.itertuples(index=False)]
     df["bound_over_opt2"] = df.bound / df.opt2_predicted

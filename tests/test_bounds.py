@@ -95,7 +95,7 @@ def test_the_graphs_edge_casts_are_in_the_bound_so_a_proven_plan_reports_no_gap(
         cpsat=CpsatSettings(time_limit=20, deterministic=True, workers=2, handover=False)))
     s = plan.solver
     casts = io_cast_cost(chip, net, replace(plan, groups=()))["cycles"]
-    assert casts > 0 and s["edge_casts"] == casts and io_cast_cost(chip, net, plan)["cycles"] == casts
+    assert casts > 0 and s["io_casts"] == casts and io_cast_cost(chip, net, plan)["cycles"] == casts
     assert s["solver_status"] == "optimal" and s["bound"] == s["value"] == plan.cost["cycles"] and s["gap"] == 0.0
 
 

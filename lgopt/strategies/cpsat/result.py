@@ -6,7 +6,7 @@ The formulations minimise over groups and global layers; the Casts of the graph'
 plan they search, the same in each, so their cost is added to the bound here: without it a search that had
 proved its plan optimal reported a gap of exactly those Casts (ResNet-18 on BM1688, F16: 1.14 %).  A group that
 converts an input or output itself (``GroupPlan.f32_in`` / ``f32_out``, :mod:`lgopt.tpumlir.casts`, after the
-search) is outside that space; ``solver["edge_casts"]`` says how much such groups could save at most.  A search's
+search) is outside that space; ``solver["io_casts"]`` says how much such groups could save at most.  A search's
 plan below its own bound shows the bound is no proof for that cost model (:func:`unproven`): the plan is kept,
 its value given as the bound, and it is not called optimal."""
 
@@ -50,7 +50,7 @@ def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, 
         extra = {**extra, "work_units": round(budget.charged, 3), "wall_capped_solves": budget.capped}
     solver = {"seconds": round(budget.seconds(), 3), "objective": st.objective, "value": value,
               "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "workers": st.workers,
-              "seed": st.seed, "edge_casts": edge, **extra,
+              "seed": st.seed, "io_casts": edge, **extra,
               "beyond_compiler": beyond_compiler(net, chip, plan, search)}
     return replace(plan, strategy="cpsat", status=status, solver=solver)
 
