@@ -15,15 +15,19 @@ from lgopt.strategies.cpsat.loadtable import chosen_weights, load_options, with_
 from lgopt.strategies.cpsat.space import CandidateSpace
 
 
-@pytest.mark.parametrize("name,chip", [("yolov5s", "bm1688"), ("resnet18", "cv181x"), ("unet", "bm1684x")])
-def test_interval_lower_bound_is_below_every_table(name, chip):
+@pytest.mark.parametrize("name,chip,model", [("yolov5s", "bm1688", None), ("resnet18", "cv181x", None),
+                                              ("unet", "bm1684x", None), ("yolov5s", "bm1688", "tpu-mlir-1.30"),
+                                              ("mobilenet_v2", "bm1688", "tpu-mlir-1.30")])
+def test_interval_lower_bound_is_below_every_table(name, chip, model):
     """The master starts every unevaluated interval at interval_lower_bound: it must not exceed the
-    value of any slicing and load choice of the interval (packing only adds), or an optimum is missed."""
+    value of any slicing and load choice of the interval (packing only adds), or an optimum is missed.  Under a
+    fitted TPU-MLIR model too, which stores at its own rate and loads held weights beside the first slice's
+    compute (YOLOv5s / BM1688: 45 of 529 sampled intervals were above their best table before session 29)."""
     net = load_problem(PROBLEMS / f"{name}.json")
-    space = CandidateSpace(net, get_chip(chip))
+    space = CandidateSpace(net, get_chip(chip, {"cost_model": model} if model else None))
     checked = 0
     for i, j, v in space.intervals():
-        if j - i > 2 or i % 5:
+        if j - i > (3 if model else 2) or i % (3 if model else 5):
             continue
         kin, kout = space.kept(i, j, v)
         best = None
@@ -99,17 +103,21 @@ def test_the_graphs_edge_casts_are_in_the_bound_so_a_proven_plan_reports_no_gap(
     assert s["solver_status"] == "optimal" and s["bound"] == s["value"] == plan.cost["cycles"] and s["gap"] == 0.0
 
 
-def test_a_bound_above_a_plan_of_its_space_is_reported_as_no_proof():
-    """With hand-overs the fitted model prices a receiving group a little below the bounds' figures, so the
-    search's bound can pass its own plan's value (ResNet-18 on BM1688: 2,411,398 against 2,402,933).  The plan is
-    kept, the bound given is its value, it is not called optimal, and the solver says why."""
+def test_under_a_fitted_model_the_search_neither_chooses_load_rows_nor_passes_its_own_plan():
+    """A fitted TPU-MLIR model moves weight loads where the compiler's timestep pass moves them, so the load
+    rows are the compiler's: the search leaves them to the table (their bounds assume each weight loads where it
+    is put; with them chosen, ResNet-18 / BM1688's bound, 2,411,398 with the edge Casts, was above its own plan,
+    2,402,933, whose rows TPU-MLIR could not have been told).  With hand-overs the plan is now proven optimal."""
     from lgopt.strategies.cpsat.common import CpsatSettings
+    from lgopt.strategies.cpsat.result import beyond_compiler
     from lgopt.strategies.registry import StrategyOptions, parse_strategy
+    from lgopt.strategies.settings import SearchSettings
 
     net = load_problem(PROBLEMS / "resnet18.json")
     chip = get_chip("bm1688", {"cost_model": "tpu-mlir-1.30"})
+    assert not CandidateSpace(net, chip).free_loads and CandidateSpace(net, get_chip("bm1688")).free_loads
     plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
         cpsat=CpsatSettings(time_limit=20, deterministic=True, workers=2)))
     s = plan.solver
-    assert s["bound"] <= s["value"] == plan.cost["cycles"]
-    assert "bound_exceeded" in s and s["solver_status"] != "optimal" and s["bound"] == s["value"]
+    assert "bound_exceeded" not in s and s["solver_status"] == "optimal" and s["bound"] == s["value"]
+    assert not [b for b in beyond_compiler(net, chip, plan, SearchSettings()) if "load rows" in b]

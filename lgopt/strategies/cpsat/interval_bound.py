@@ -29,8 +29,11 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
         MatMul (weight runs reloaded in the table), the larger of the TIU work and the weights' DMA; where the
         weights reach LMEM's size and each slice reloads them (:meth:`CandidateSpace.reloads_weights`), the
         larger of the TIU work and the weights' DMA twice (two slices at least, each loading all of them);
+        where the cost model moves held weights' loads into the first slice's rows (``rebalance_loads``, the
+        fitted TPU-MLIR models), the larger of the TIU work and the weights' DMA (YOLOv5s / BM1688's [132-135]
+        at 5 H slices: 455,737 cycles, 462,643 by the sum);
     plus, in both modes, the pipeline's fill (the first op's inputs, loaded before
-    any compute) and drain (the last op's stored outputs, after all of it): one
+    any compute) and drain (the last op's stored outputs, after all of it, at the store rate): one
     transfer's latency each, and unsliced, the stored outputs whole (a strided
     op may read fewer rows than its input has, so the fill's size is not known
     without slicing the group);
@@ -62,7 +65,7 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
     last_out = [t for t in net.ops[j].outputs
                 if t not in skipped and (space.last_use[t] > j or t in space.net_outputs)]
     edges = len(first_in) + len(last_out)
-    drain = sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h) for t in last_out)
+    drain = sum(activation_dma_cycles(chip, net, t, net.tensor(t).n, net.tensor(t).h, "store") for t in last_out)
     unsliced = max(fluid_bound(sum(tiu), tiu, weights), whole_load_bound(tiu, weights)) + drain + \
         chip.gdma_latency_cycles * len(first_in)
     can_whole, can_slice = space.fits(i, j)
@@ -73,6 +76,8 @@ def interval_lower_bound(space: CandidateSpace, i: int, j: int, v: str = "") -> 
         sliced = INF
     elif space.reloads_weights(i, j):  # no weight is held: each slice loads all of them beside its compute
         sliced = max(work, 2 * wdma)
+    elif cost_model(chip).rebalance_loads:  # held weights load beside the first slice's compute (TPU-MLIR's moves)
+        sliced = max(work, wdma)
     else:
         sliced = work + wdma + chip.gdma_latency_cycles * edges
     if can_slice and space.has_columns(i, j):

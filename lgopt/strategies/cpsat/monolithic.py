@@ -64,7 +64,7 @@ def monolithic(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettin
                 for name, opts in gv.loads.items():
                     for lit, ld in opts:
                         m.add_hint(lit, mine.get(name) == ld)
-            if not st.free_loads:  # every weight loads where the table's own rule puts it
+            if not space.free_loads:  # every weight loads where the table's own rule puts it
                 mine = current_loads(c.table)
                 for name, opts in gv.loads.items():
                     for lit, ld in opts:

@@ -56,18 +56,18 @@ def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, 
 
 
 def unproven(bound: int, value: int) -> str:
-    """Why a search's bound was above a plan of its own space.  Its bounds are facts about the analytic cost
-    model (:mod:`lgopt.strategies.cpsat.bounds`); a fitted one moves weight loads where TPU-MLIR's timestep pass
-    moves them, which the load-row bounds do not model, and prices some ops of a group that receives a tensor in
-    LMEM a few cycles below the per-op figures of the interval bound (ResNet-18 on BM1688, F16, with hand-overs:
-    0.36 %).  The plan stands; its value is reported as the bound and nothing is called optimal.
+    """Why a search's bound was above a plan of its own space: a bound that does not hold for the cost model in
+    use (:mod:`lgopt.strategies.cpsat.bounds` states them for the analytic one; ``tests/test_bounds.py`` holds them
+    against sampled tables of a fitted one too).  Session 29's case: ResNet-18 on BM1688, F16, whose fitted model
+    moves weight loads as TPU-MLIR does, and whose interval bound then stored at the load rate and charged held
+    weights before the first slice (its bound 2,411,398, its plan 2,402,933; both fixed).  The plan stands; its
+    value is reported as the bound and nothing is called optimal.
 
     >>> unproven(2411398, 2402933)[:60]
     "the search's bound (2,411,398) was above this plan (2,402,93"
     """
     return (f"the search's bound ({bound:,}) was above this plan ({value:,}): the cost model prices some plans "
-            "below what the bounds assume (a fitted model's load moves, a received tensor's group), so the bound "
-            "given is the plan's own value and optimality is not claimed")
+            "below what the bounds assume, so the bound given is the plan's own value and optimality is not claimed")
 
 
 def with_value(solver: Mapping[str, Any], cycles: int) -> dict[str, Any]:
