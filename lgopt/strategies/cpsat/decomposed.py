@@ -300,8 +300,10 @@ class _Search:
                  f"{search.max_group_ops} ops; N slices 1..batch/unit; H slices up to the first that breaks a "
                  f"slicing rule (<= {search.max_h_slices}); column (W) slices of row-op groups (<= "
                  f"{search.max_w_slices}); channel (heads) slices of channel-local groups (<= {search.max_c_slices})"
-                 "; lgopt's pipelined timestep table, any weight load "
-                 "row in unsliced groups; exact packing" + (HANDOVER_SPACE if space.handover else "")}
+                 "; lgopt's pipelined timestep table, "
+                 + ("any weight load row in unsliced groups" if space.free_loads else
+                    "its own weight load rows (the cost model moves them as the compiler does)")
+                 + "; exact packing" + (HANDOVER_SPACE if space.handover else "")}
         if self.budget.halted:
             extra["stopped"] = (f"its bound {bound:,} reached {st.stop_bound:,}: no plan in the space beats the "
                                 "caller's goal")
