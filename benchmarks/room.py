@@ -29,7 +29,7 @@ the most any grouping of that space saves *under that model*, each refusal lgopt
 fork or input fork on several cores, a nested bottom slice, a transformer group's row sections).  Beside it,
 the best lgopt's round trips measured (``benchmarks/out/settings/roundtrip.csv``) and the share of the model's
 room it captured.  The search's space runs the Casts of the graph's f32 inputs and outputs as global layers
-(``bound_casts_global``: on every model here the search proved its best plan optimal there); TPU-MLIR's own
+(``bound_casts_global``: on every model here the best plan found meets it); TPU-MLIR's own
 groups convert them, which saves at most their cost (``io_casts``), so ``bound`` is that much lower: the
 room over the whole space.  Writes ``benchmarks/calibration/room_settings.csv``.  ``--compile`` exports the best
 plan each search found and TPU-MLIR measures it (``best_measured``): whether the room the model sees is there when
@@ -49,6 +49,7 @@ import pandas as pd
 from common import CAL, write_table
 
 from lgopt.cost.bound import lower_bound
+from lgopt.cost.cycles import edge_cast_cost
 from lgopt.errors import LgoptError
 from lgopt.hw.chip import get_chip
 from lgopt.io.problem import load_model
@@ -107,7 +108,8 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, 
     bad = verify(planned, plan)  # the best found is priced only once the verifier passes it
     s = plan.solver
     pred = float(s["reference_cycles"])
-    edge = float(s.get("io_casts", io_casts(net, chip, space)))
+    # the search reports the edge Casts it counted; a kept reference (no search) did not
+    edge = float(s["io_casts"] if "io_casts" in s else edge_cast_cost(chip, planned)["cycles"])
     best = min(pred, float(plan.cost["cycles"]))
     # the search's bound counts the edge Casts as global layers; a group converting one itself saves at most its
     # cost, so over TPU-MLIR's whole space (its own groups convert them) the bound is that much lower
@@ -124,29 +126,6 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, 
         row.update(best_measured=row["opt2_measured"] if not bad else None,
                    best_outcome="opt2's own" if not bad else "lgopt:verify")
     return row
-
-
-def io_casts(net: Any, chip: Any, space: Any) -> float:
-    """The cycles of the Casts of the graph's f32 inputs and outputs run as global layers, on the network as
-    TPU-MLIR's space lowers it (:func:`lgopt.cost.cycles.io_cast_cost`): what the search's bound counts for them."""
-    from lgopt.cost.cycles import io_cast_cost
-    from lgopt.model.plan import Plan
-
-    planned = space.lowered(net, chip)[0]
-    empty = Plan(model=planned.name, model_digest="", chip={}, strategy="-", steps=(), groups=())
-    return float(io_cast_cost(chip, planned, empty)["cycles"])
-
-
-def _io_casts_of(peer: Path, r: Any) -> float:
-    """:func:`io_casts` for a row written before the search reported them."""
-    from settings import OUT, name_of, setting_case
-
-    from lgopt.tpumlir.space import ReferenceSpace
-
-    setting = f"{r.chip}:{r.quantize}:{r.cores}"
-    net, chip, _ = setting_case(peer, CAL, r.model, setting)
-    cache = OUT / "settings" / f"{r.model}_{name_of(setting)}" / "caches" / "opt2.layer_group_cache.json"
-    return io_casts(net, chip, ReferenceSpace(str(cache), margin=0.0, reserve_banks=0, ungated=True))
 
 
 def scored(settings: list[str], models: list[str] | None) -> list[tuple[Path, str, str]]:
@@ -187,12 +166,6 @@ def settings_rooms(settings: list[str], units: float, models: list[str] | None, 
         done = set(zip(df.chip, df.quantize, df.cores, df.model))
         df = pd.concat([old[[k not in done for k in zip(old.chip, old.quantize, old.cores, old.model)]], df],
                        ignore_index=True).sort_values(["chip", "quantize", "cores", "model"], kind="stable")
-    if "io_casts" not in df:
-        df["io_casts"] = float("nan")
-    if df.io_casts.isna().any():  # rows searched before the search counted the edge Casts in its bound
-        old_rows = df.io_casts.isna()
-        df.loc[old_rows, "io_casts"] = [_io_casts_of(peer, r) for r in df[old_rows].itertuples(index=False)]
-        df.loc[old_rows, "bound_casts_global"] = (df.bound + df.io_casts).clip(upper=df.best_predicted)[old_rows]
     # every row's best round trip as measured now (rows kept from an earlier run too: round trips since count)
     df["lgopt_measured"] = [_best_round_trip(rt, r) for r in df.itertuples(index=False)]
     df["bound_over_opt2"] = df.bound / df.opt2_predicted

@@ -4,6 +4,7 @@ CP-SAT bounds and the reports call (each dispatches to :func:`lgopt.cost.registr
 from __future__ import annotations
 
 import math
+from collections.abc import Set
 from functools import lru_cache
 from typing import cast
 
@@ -141,12 +142,18 @@ def io_cast_cost(chip: Chip, net: Network, plan: Plan) -> GroupCost:
     unet_small's output: 16,432 cycles as a global Cast.  TPU-MLIR's own groupings take both casts in.  On several
     cores a Cast is cut a piece a core like any elementwise global layer (:func:`on_cores`; MnasNet's input on
     BM1690's 8: 12,340 cycles on one core, about 3,100 on core 0)."""
+    return edge_cast_cost(chip, net, {t for g in plan.groups for t in g.f32_in},
+                          {t for g in plan.groups for t in g.f32_out})
+
+
+def edge_cast_cost(chip: Chip, net: Network, ins: Set[str] = frozenset(), outs: Set[str] = frozenset()
+                   ) -> GroupCost:
+    """:func:`io_cast_cost` where the groups convert network inputs ``ins`` and outputs ``outs`` themselves; by
+    default none: what every plan of a search that leaves the conversions global pays, the same in each."""
     zero: GroupCost = {"cycles": 0, "tiu_cycles": 0, "gdma_cycles": 0, "traffic_bytes": 0}
     model = cost_model(chip)
     if not model.f32_io:
         return zero
-    ins = {t for g in plan.groups for t in g.f32_in}
-    outs = {t for g in plan.groups for t in g.f32_out}
     total: dict[str, int] = dict.fromkeys(zero, 0)
     todo = [(t, True) for t in net.inputs if t not in ins] + [(t, False) for t in net.outputs if t not in outs]
     for t, is_input in todo:

@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from lgopt.cost.cycles import io_cast_cost
+from lgopt.cost.cycles import edge_cast_cost
 from lgopt.cost.fitted import CalibratedModel
 from lgopt.cost.registry import cost_model, min_slice_rows
 from lgopt.errors import LgoptError
@@ -167,7 +167,7 @@ def _goal(chip: Chip, net: Network, o: StrategyOptions, r: ReferenceSpace, ref: 
     None with a judge (it measures what the model cannot rule out) or another objective."""
     if ref is None or r.judge is not None or o.cpsat.objective != "cycles":
         return None
-    casts = io_cast_cost(chip, net, replace(ref, groups=()))["cycles"]
+    casts = edge_cast_cost(chip, net)["cycles"]
     return int(ref.cost["cycles"] * (1 - r.margin)) + int(casts) + 1
 
 

@@ -2,7 +2,7 @@
 baseline, with status, objective, best bound and gap.
 
 The formulations minimise over groups and global layers; the Casts of the graph's f32 inputs and outputs
-(:func:`lgopt.cost.cycles.io_cast_cost`, where the cost model's deployment has them) are global layers in every
+(:func:`lgopt.cost.cycles.edge_cast_cost`, where the cost model's deployment has them) are global layers in every
 plan they search, the same in each, so their cost is added to the bound here: without it a search that had
 proved its plan optimal reported a gap of exactly those Casts (ResNet-18 on BM1688, F16: 1.14 %).  A group that
 converts an input or output itself (``GroupPlan.f32_in`` / ``f32_out``, :mod:`lgopt.tpumlir.casts`, after the
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from lgopt.cost.cycles import io_cast_cost
+from lgopt.cost.cycles import edge_cast_cost
 from lgopt.group.build import assemble, schedule
 from lgopt.group.totals import finish
 from lgopt.hw.chip import Chip
@@ -31,8 +31,8 @@ def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, 
             base: Plan, bound: int, status: PlanStatus, budget: Budget, extra: dict) -> Plan:
     plan = assemble(net, chip, groups, "cpsat", h_ratio=search.h_ratio, bank_rule=search.bank_rule)
     plan = finish(chip, net, plan)
-    edge = objective_value(io_cast_cost(chip, net, replace(plan, groups=())), st.objective)
-    bound += edge  # the graph's edge Casts, global in every plan of the space (module doc)
+    casts = objective_value(edge_cast_cost(chip, net), st.objective)
+    bound += casts  # the graph's edge Casts, global in every plan of the space (module doc)
     value = objective_value(plan.cost, st.objective)
     if value < bound:  # a plan of the space below the space's bound: the bound is no proof (module doc)
         extra = {**extra, "bound_exceeded": unproven(bound, value)}
@@ -50,7 +50,7 @@ def result(net: Network, chip: Chip, search: SearchSettings, st: CpsatSettings, 
         extra = {**extra, "work_units": round(budget.charged, 3), "wall_capped_solves": budget.capped}
     solver = {"seconds": round(budget.seconds(), 3), "objective": st.objective, "value": value,
               "bound": int(bound), "gap": round(gap, 6), "solver_status": status, "workers": st.workers,
-              "seed": st.seed, "io_casts": edge, **extra,
+              "seed": st.seed, "io_casts": casts, **extra,
               "beyond_compiler": beyond_compiler(net, chip, plan, search)}
     return replace(plan, strategy="cpsat", status=status, solver=solver)
 
