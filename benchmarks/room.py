@@ -24,9 +24,14 @@ INT8 and several cores (issue 34), where ``lower_bound`` knows neither the cores
 the calibrated model's optimum over the compiler's space instead (:func:`space_row`).  For each model whose
 scorings ``benchmarks/settings.py`` left in ``benchmarks/out/settings``, cpsat searches TPU-MLIR's space from its
 opt2 cache and base groups (PEER_RUN's scoring cache holds them) at margin 0, no bank kept empty and no gate on
-lgopt's trust in its model, for a fixed deterministic budget: its proven ``bound`` over ``opt2_predicted`` is
-the most any grouping of that space saves *under that model*, each refusal lgopt knows of included (a group's
-fork or input fork on several cores, a nested bottom slice, a transformer group's row sections).  Beside it,
+lgopt's trust in its model and none of the cautions its own plans take (``cautions=False``,
+:func:`lgopt.tpumlir.space.free_of_cautions`: slices of any height, lgopt's exact packer), for a fixed
+deterministic budget: its proven ``bound`` over ``opt2_predicted`` is the most any grouping of that space saves
+*under that model*, each refusal lgopt knows of included (a group's fork or input fork on several cores, a nested
+bottom slice, a transformer group's row sections; none named a grouping TPU-MLIR compiled).  Until session 30 the
+space kept the cautions (no slice under the fit's ``slice_rows``, 15 rows on BM1690 INT8, 21 on BM1688): a bound
+over lgopt's cautious plans, which the judge's plans beat (UNet / BM1690 at 8 H slices, 232,488 predicted against
+that bound's 254,740).  Beside it,
 the best lgopt's round trips measured (``benchmarks/out/settings/roundtrip.csv``) and the share of the model's
 room it captured.  The search's space runs the Casts of the graph's f32 inputs and outputs as global layers
 (``bound_casts_global``: on every model here the best plan found meets it); TPU-MLIR's own
@@ -101,7 +106,7 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, 
     chip_name, q, n = setting_key(setting)
     net, chip, judge = setting_case(peer, CAL, model, setting)
     space = ReferenceSpace(str(folder / "caches" / "opt2.layer_group_cache.json"), margin=0.0, reserve_banks=0,
-                           base_groups=str(judge.base_groups() or "") or None, ungated=True)
+                           base_groups=str(judge.base_groups() or "") or None, ungated=True, cautions=False)
     plan, _ = parse_strategy("cpsat").run(net, chip, StrategyOptions(
         cpsat=CpsatSettings(time_limit=units, deterministic=True, workers=2), space=space))
     planned = space.lowered(net, chip)[0]
@@ -118,7 +123,8 @@ def space_row(peer: Path, folder: Path, model: str, setting: str, units: float, 
            "verified": "ok" if not bad else str(bad[0])[:200],
            "opt2_measured": json.loads((folder / "scores" / "opt2.json").read_text())["total_cycles"],
            "opt2_predicted": pred, "best_predicted": best, "bound": min(pred, within - edge),
-           "io_casts": edge, "bound_casts_global": within, "status": s.get("solver_status", "kept")}
+           "io_casts": edge, "bound_casts_global": within, "status": s.get("solver_status", "kept"),
+           "cautions": space.cautions}  # rows searched before session 30 (blank) kept them: not a bound of the space
     if compile and not bad and not s.get("kept_reference"):
         got = compile_plan(plan, planned, space, judge, folder, {}, name="room_best")
         row.update(best_measured=got.get("measured"), best_outcome=got["outcome"])

@@ -54,6 +54,9 @@ class SearchSettings:
     # rules refuse, one-slice groups with their weight loads where its timestep pass moves them, and by lgopt's
     # greedy allocators, not only its exact packer (TPU-MLIR's is greedy)
     compiler: CompilerRules | None = None
+    # False: with ``compiler`` set, only its refusal rules hold and the group packs as lgopt's exact packer places it
+    # on its own lifetimes (a bound over the compiler's space: lgopt.tpumlir.space.free_of_cautions)
+    compiler_allocator: bool = True
     trusted: frozenset[GroupShape] = frozenset()  # groups known to compile as planned (the reference's own)
     # tensors the compiler also holds as f32 in a group (the operands of the casts its F16 lowering puts around
     # the ops it computes in f32: yolov5s's SiLU on BM1688): such a group packs with their f32 copies beside them
@@ -64,8 +67,9 @@ class SearchSettings:
 
     @property
     def compiler_packing(self) -> bool:
-        """Whether a group outside ``trusted`` packs as the compiler's allocator would need (``compiler`` set)."""
-        return self.compiler is not None
+        """Whether a group outside ``trusted`` packs as the compiler's allocator would need (``compiler`` set,
+        ``compiler_allocator`` on)."""
+        return self.compiler is not None and self.compiler_allocator
 
     @property
     def reload_columns(self) -> bool:

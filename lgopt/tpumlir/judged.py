@@ -6,10 +6,13 @@ bm1684x: predicted 9% faster than TPU-MLIR's own, measured 2.3% slower).  Where 
 search closes the loop the way an autotuner does: every candidate it keeps has been compiled and its cycles
 read from codegen's simulated timeline (:mod:`lgopt.tpumlir.judge`).
 
-1. Start points: TPU-MLIR's own grouping (the reference) and the plan the wrapped strategy found in the
-   compiler's space; each is compiled, the fastest that compiles is the incumbent.
+1. Start points: TPU-MLIR's own grouping (the reference) and the plans the wrapped strategy found in the
+   compiler's space, with and without the cautions for new groups (:func:`lgopt.tpumlir.space.free_of_cautions`);
+   each is compiled, the fastest that compiles is the incumbent.
 2. Rounds of local search from the incumbent.  Its neighbours are the groupings one edit away (a group's
-   N or H slice count one up or down, halved or doubled, a group split at a point where one tensor crosses,
+   N or H slice count one up or down, halved or doubled, and on several cores as many H slices as cores, a group
+   split at a point where one tensor crosses (on several cores also with its head at one H slice a core, where
+   the group had fewer: a one-slice group runs on core 0 alone; MobileNet-style stems on BM1690's 8 cores),
    two neighbouring groups merged, a boundary moved by one to three ops, a group grown by a global op beside
    it or shrunk by one, a group dissolved, the Cast of a network input or output the group loads or stores
    taken into it or left global); each is built by lgopt's own rules (slices, timestep table, LMEM
@@ -181,7 +184,8 @@ def neighbours(b: _Builder, grouping: Grouping, runs: Sequence[tuple[int, int]])
         # one more or one fewer slice, and half or twice as many: ResNet-18 / BM1688 at batch 4 gains 3.5 % with
         # its big group at 2 N slices instead of TPU-MLIR's 4, and 4 -> 3 (uneven batches) is no step towards it
         max_n = cdiv(batch, unit)
-        for h in sorted({c.h - 1, c.h // 2, c.h + 1, 2 * c.h} - {c.h}):
+        cores = b.chip.used_cores  # on several cores also as many H slices as cores: one each (TPU-MLIR's chunks)
+        for h in sorted(({c.h - 1, c.h // 2, c.h + 1, 2 * c.h} | ({cores} if cores > 1 else set())) - {c.h}):
             if h >= 1:
                 put(f"{span(c)} h {c.h}->{h}", i, i + 1, [Cut(c.ops, c.n, h, c.f32)])
         for n in sorted({c.n - 1, c.n // 2, c.n + 1, 2 * c.n} - {c.n}):
@@ -195,6 +199,9 @@ def neighbours(b: _Builder, grouping: Grouping, runs: Sequence[tuple[int, int]])
                 put(f"convert {span(c)} {','.join(ends)} h {c.h}->{h}", i, i + 1, [Cut(c.ops, c.n, h, ends)])
         for k in _one_tensor_cuts(onet, c.ops):
             put(f"split {span(c)} at {idx[c.ops[k]]}", i, i + 1, [b.fit(c.ops[:k]), b.fit(c.ops[k:])])
+            if cores > 1 and c.h < cores:  # a one-slice group runs on core 0 alone: its head spread over the cores
+                put(f"spread {span(c)} head at {idx[c.ops[k]]} over {cores} cores", i, i + 1,
+                    [b.fit(c.ops[:k], cores), b.fit(c.ops[k:])])
         if len(c.ops) <= 4:
             put(f"dissolve {span(c)}", i, i + 1, [])
         first, last = idx[c.ops[0]], idx[c.ops[-1]]

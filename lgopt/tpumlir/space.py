@@ -9,6 +9,7 @@ strategy; the strategies themselves know nothing of TPU-MLIR.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -54,6 +55,9 @@ class ReferenceSpace:
     # search and keep lgopt's grouping whatever lgopt's trust in its model: the room the model sees in the space
     # (benchmarks/room.py --settings), not a plan to deploy (the reference is still kept when priced no faster)
     ungated: bool = False
+    # False: the search packs free of lgopt's cautions (:func:`free_of_cautions`), so its space holds every grouping
+    # of these runs TPU-MLIR compiles and its bound bounds them all (benchmarks/room.py)
+    cautions: bool = True
     _lowered: dict[tuple[str, Chip], tuple[Network, tuple[str, ...]]] = field(default_factory=dict, compare=False,
                                                                               repr=False)
 
@@ -96,14 +100,15 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     onet = reorder(net, list(space.order))
     outer = o.incumbent
     ref_plan, ref_error = _reference_plan(net, chip, o.search, r)
-    described = COMPILER_SPACE.format(ref=Path(str(r.reference)).name)
+    described = COMPILER_SPACE.format(ref=Path(str(r.reference)).name) + \
+        ("" if r.cautions else "; free of lgopt's cautions (no bank reserved, its exact packer, any slice height)")
     untrusted = "" if r.ungated and ref_plan is not None else _untrusted(chip, net, ref_plan, ref_error,
                                                                          r.trust_search)
     if untrusted and ref_plan is not None and r.judge is None:  # whatever the search found, the reference is kept
         return _unsearched(spec.name, net, ref_plan, r, untrusted, described, list(lowered) + list(space.notes),
                            as_lowered), {}
-    inner = replace(o, search=_compiler_settings(net, chip, o.search, cache, space.runs, ref_plan,
-                                                      r.reserve_banks),
+    search = _compiler_settings(net, chip, o.search, cache, space.runs, ref_plan, r.reserve_banks)
+    inner = replace(o, search=search if r.cautions else free_of_cautions(search),
                     cpsat=replace(o.cpsat, handover=False, free_loads=False, orders=1,
                                   stop_bound=_goal(chip, net, o, r, ref_plan)),
                     incumbent=None if outer is None else lambda p: outer(_on(net, p, as_lowered)))
@@ -113,10 +118,36 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
               "compiler_notes": list(lowered) + list(space.notes), "reserve_banks": r.reserve_banks, **as_lowered}
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
     if r.judge is not None:
-        # the judge's own moves are free of the cautions: TPU-MLIR measures every one
-        free = replace(inner.search, reserve_banks=0, compiler=None, min_slice_rows=0)
-        return _judged(net, onet, chip, o, r, free, plan, described, ref_plan, ref_error), extra
+        # TPU-MLIR measures every candidate, so the judge also starts from the space free of the cautions, and its
+        # own moves leave out what a rule says TPU-MLIR refuses too
+        free = replace(free_of_cautions(inner.search), compiler=None)
+        more = _free_start(spec, onet, chip, inner, plan) if r.cautions else []
+        return _judged(net, onet, chip, o, r, free, plan, described, ref_plan, ref_error, more), extra
     return _against_reference(plan, r, ref_plan, ref_error, untrusted), extra
+
+
+def free_of_cautions(st: SearchSettings) -> SearchSettings:
+    """``st`` without what lgopt adds to stay clear of an allocation TPU-MLIR might refuse or of rates its model
+    does not know: no banks reserved, lgopt's exact packer on the group's own lifetimes (not only the greedy orders
+    on the lifetimes TPU-MLIR's timestep pass moves), slices of any height.  The refusal rules stay
+    (:mod:`lgopt.tpumlir.rules`: none named a grouping TPU-MLIR compiled), and so do whole held weights.  A
+    superset of what TPU-MLIR compiles in these runs, so a bound over it bounds every grouping it compiles there
+    (``benchmarks/room.py``)."""
+    return replace(st, reserve_banks=0, min_slice_rows=0, compiler_allocator=False)
+
+
+def _free_start(spec: StrategySpec, onet: Network, chip: Chip, inner: StrategyOptions, plan: Plan
+                ) -> list[tuple[str, Plan]]:
+    """The best plan of the space free of the cautions (:func:`free_of_cautions`), searched as ``plan`` was, as a
+    labelled start for the judge where its groups are not ``plan``'s: the cautions keep short slices and tight
+    packings out of a plan deployed unmeasured, and on several cores they are much of the room (UNet / BM1690 INT8
+    8 cores, by ``tpu-mlir-1.30-int8``: 258,790 cycles with them at 200 units, 213,492 proven optimal without)."""
+    search = free_of_cautions(inner.search)
+    loose, _ = spec.solve(onet, chip, replace(inner, search=search))
+    loose = convert_io_in_groups(onet, chip, loose, search)
+    if [shape_of(g) for g in loose.groups] == [shape_of(g) for g in plan.groups]:
+        return []
+    return [(f"{loose.strategy}, free of the cautions", loose)]
 
 
 def _or_resliced(net: Network, chip: Chip, st: SearchSettings, r: ReferenceSpace, ref: Plan | None, plan: Plan
@@ -196,12 +227,13 @@ def _on(net: Network, plan: Plan, as_lowered: dict[str, Any]) -> Plan:
 
 
 def _judged(net: Network, onet: Network, chip: Chip, o: StrategyOptions, r: ReferenceSpace, st: SearchSettings,
-            plan: Plan, described: str, ref: Plan | None, unreadable: str) -> Plan:
+            plan: Plan, described: str, ref: Plan | None, unreadable: str, more: Sequence[tuple[str, Plan]] = ()
+            ) -> Plan:
     """TPU-MLIR measures the reference's grouping (``ref``, as lgopt's reader builds it; None when it cannot,
-    ``unreadable`` says why) and ``plan`` and judges a local search from the faster
+    ``unreadable`` says why), ``plan`` and the labelled plans ``more``, and judges a local search from the fastest
     (:mod:`lgopt.tpumlir.judged`); the plan returned is the fastest it measured."""
     starts: list[tuple[str, Plan]] = [] if ref is None else [("TPU-MLIR's own grouping", ref)]
-    starts.append((plan.strategy, plan))
+    starts += [(plan.strategy, plan), *more]
     ref_cache = json.loads(Path(str(r.reference)).read_text())  # as the judge hands it to TPU-MLIR, byte for byte
     as_lowered = {"tpu_mlir": plan.solver["tpu_mlir"]} if "tpu_mlir" in plan.solver else {}  # net is lowered so
     outer = o.incumbent
