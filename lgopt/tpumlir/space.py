@@ -115,7 +115,8 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
     plan, extra = spec.solve(onet, chip, inner)
     plan = _or_resliced(net, chip, o.search, r, ref_plan, convert_io_in_groups(onet, chip, plan, inner.search))
     solver = {**plan.solver, "space": described, "reference": str(r.reference), "beyond_compiler": [],
-              "compiler_notes": list(lowered) + list(space.notes), "reserve_banks": r.reserve_banks, **as_lowered}
+              "compiler_notes": list(lowered) + list(space.notes), "reserve_banks": inner.search.reserve_banks,
+              **as_lowered}
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
     if r.judge is not None:
         # TPU-MLIR measures every candidate, so the judge also starts from the space free of the cautions, and its
