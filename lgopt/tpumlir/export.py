@@ -461,6 +461,8 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
     else:
         raise LgoptError(f"edge_casts must be 'reference' or 'global', not {edge_casts!r}")
     byidx = rm.byidx
+    made: list[tuple[int, OrderedDict[str, Any], int]] = []
+    number = {id(g): k for k, g in enumerate(plan.groups)}
     for si, lo, hi, g in spans:
         span = [byidx[(si, i)] for i in range(lo, hi + 1)]
         base = span[0].base
@@ -468,6 +470,7 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
             base = next(i for i, (a, b) in enumerate(base_groups[subs[si]]) if a <= lo and hi <= b)
         e = _entry(lo, [r.loc for r in span], list(_secs(net, g)), base)
         groups.setdefault(si, []).append((lo, e))
+        made.append((si, e, number[id(g)]))
     globs = {si: [(r.idx, r.loc) for r in ops if (si, r.idx) not in taken] for si, ops in ref_ops.items()}
     if any(g.kept_in or g.kept_out for g in plan.groups):
         notes.append("the plan hands tensors over in LMEM between groups; TPU-MLIR stores and reloads them")
@@ -475,7 +478,14 @@ def _with_reference(plan: Plan, net: Network, reference: str, base_groups: BaseG
             "edge_pieces": pieces,
             "edge_cast_rule": edge_casts,
             "base_groups": "given" if base_groups is not None else "from the reference (its global ops refused)"}
-    return _assemble(subs, groups, globs), [*single_notes.values(), *notes], info
+    cache = _assemble(subs, groups, globs)
+    # which of the plan's groups each entry is, by its load index: the i of TPU-MLIR's "local memory allocate
+    # failed for group i" (lgopt.tpumlir.judged repairs that group)
+    entries: dict[str, dict[str, int]] = {subs[si]: {} for si, _, _ in made}
+    for si, e, k in made:
+        entries[subs[si]][str(e["index"])] = k
+    info["plan_group_of_entry"] = entries
+    return cache, [*single_notes.values(), *notes], info
 
 
 # --- without a reference -------------------------------------------------------------------------------

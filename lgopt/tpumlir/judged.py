@@ -7,8 +7,10 @@ search closes the loop the way an autotuner does: every candidate it keeps has b
 read from codegen's simulated timeline (:mod:`lgopt.tpumlir.judge`).
 
 1. Start points: TPU-MLIR's own grouping (the reference) and the plans the wrapped strategy found in the
-   compiler's space, with and without the cautions for new groups (:func:`lgopt.tpumlir.space.free_of_cautions`);
-   each is compiled, the fastest that compiles is the incumbent.
+   compiler's space, with the cautions for new groups, with the packing one alone and without them
+   (:func:`lgopt.tpumlir.space.packing_caution_only`, :func:`lgopt.tpumlir.space.free_of_cautions`);
+   each is compiled (one TPU-MLIR's allocator refuses, again with the group it names made smaller), the fastest
+   that compiles is the incumbent.
 2. Rounds of local search from the incumbent.  Its neighbours are the groupings one edit away (a group's
    N or H slice count one up or down, halved or doubled, and on several cores as many H slices as cores, a group
    split at a point where one tensor crosses (on several cores also with its head at one H slice a core, where
@@ -30,6 +32,7 @@ measurements, with their source.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -49,7 +52,8 @@ from lgopt.tpumlir.export import compile_edge_casts, edge_cast_order, export_tpu
 from lgopt.tpumlir.forks import forced_fork
 from lgopt.tpumlir.judge import SOURCE, Judge, Measurement
 
-REPAIRS = 3  # start points TPU-MLIR refuses are retried with one H slice more per group, this many times
+REPAIRS = 3  # a start point TPU-MLIR refuses is retried with the group it names (else every group) smaller, this often
+_ALLOC_FAILED = re.compile(r"allocate failed for group (\d+)")
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,23 @@ def grouping_of(plan: Plan, index: Mapping[str, int]) -> Grouping:
     """``plan``'s groups, each with its ops in ``index``'s order (the compiler's).  A one-op group stays: with
     the cast TPU-MLIR grouped it with it is a group there (mobilenet_v3_small's stem)."""
     return tuple(sorted((cut_of(g, index) for g in plan.groups), key=lambda c: index[c.ops[0]]))
+
+
+def refused_group(m: Measurement, cache: Mapping[str, Any]) -> int | None:
+    """The group of the plan TPU-MLIR's allocator named in refusing ``cache`` (its index in ``plan.groups``, from
+    the exporter's ``plan_group_of_entry``); None when it compiled, named none, or the index is ambiguous (the
+    same load index in two subfunctions).
+
+    >>> bad = Measurement("lg_failed", None, error="local memory allocate failed for group 2 Stack dump:")
+    >>> refused_group(bad, {"lgopt": {"plan_group_of_entry": {"subfunc_0": {"2": 1}}}})
+    1
+    """
+    found = None if m.ok else _ALLOC_FAILED.search(m.error or "")
+    if found is None:
+        return None
+    named = [at[found.group(1)] for at in (cache.get("lgopt", {}).get("plan_group_of_entry") or {}).values()
+             if found.group(1) in at]
+    return named[0] if len(named) == 1 else None
 
 
 def _one_tensor_cuts(onet: Network, ops: tuple[str, ...]) -> list[int]:
@@ -269,6 +290,7 @@ class _Search:
         self.net, self.judge, self.reference, self.base_groups = net, judge, reference, base_groups
         self.js, self.progress, self.strategy, self.incumbent = js, progress, strategy, incumbent
         self.start_compiles = 0  # the judge's compiles when the local search began
+        self.named: int | None = None  # the group TPU-MLIR's allocator named in refusing the last plan measured
 
     def out_of_time(self) -> bool:
         return self.js.time_limit is not None and time.perf_counter() - self.t0 > self.js.time_limit
@@ -280,12 +302,14 @@ class _Search:
     def measure(self, plan: Plan, move: str) -> tuple[Measurement, str]:
         """TPU-MLIR's measurement of ``plan`` (under the first edge-cast rule that compiles), recorded."""
         try:
-            rule, _, m = compile_edge_casts(
+            rule, cache, m = compile_edge_casts(
                 plan, lambda r: export_tpumlir(plan, self.net, self.reference, base_groups=self.base_groups,
                                                edge_casts=r),
                 lambda cache, _: self.judge.measure(cache), lambda got: not got.ok)
+            self.named = refused_group(m, cache)
         except LgoptError as e:  # a grouping the cache cannot say (an op TPU-MLIR fuses across the cut)
             rule, m = edge_cast_order(plan)[0], Measurement("export_refused", None, error=str(e))
+            self.named = None
         self.history.append(_Trial(move, float(plan.cost["cycles"]), m.total_cycles if m.ok else None,
                                    m.status if m.ok or not m.error else f"{m.status}: {m.error[:120]}", rule))
         if self.progress:
@@ -332,7 +356,8 @@ def judged_search(net: Network, onet: Network, chip: Chip, st: SearchSettings, j
 
 
 def _best_start(s: _Search, starts: Sequence[tuple[str, Plan]]) -> Best | None:
-    """The fastest start point TPU-MLIR compiles, as lgopt builds it; None when it compiles none."""
+    """The fastest start point TPU-MLIR compiles, as lgopt builds it (a refused one with the group TPU-MLIR's
+    allocator named sliced finer: :func:`_named_repair`); None when it compiles none."""
     best: Best | None = None
     for label, p in starts:
         s.b.seed(p)
@@ -341,10 +366,53 @@ def _best_start(s: _Search, starts: Sequence[tuple[str, Plan]]) -> Best | None:
         if plan is None:
             continue
         m, rule = s.measure(plan, f"start: {label}")
-        if m.ok and m.total_cycles is not None and (best is None or m.total_cycles < best[0]):
-            best = (m.total_cycles, g, plan, rule)
+        got = (m.total_cycles, g, plan, rule) if m.ok and m.total_cycles is not None else \
+            _named_repair(s, f"start: {label}", g, plan)
+        if got is not None and (best is None or got[0] < best[0]):
+            best = got
             s.tell(best)
     return best
+
+
+def _named_repair(s: _Search, label: str, grouping: Grouping, plan: Plan) -> Best | None:
+    """``grouping``, just refused by TPU-MLIR's allocator, with the group it named (:func:`refused_group`) made
+    smaller: the best predicted of it one to three H slices finer and it split where one tensor crosses; up to
+    :data:`REPAIRS` times (it may name another then).  None when none compiles.
+
+    lgopt packs tighter than TPU-MLIR's allocator, so the plans the cost model likes best are the ones it
+    refuses (BM1688 INT8 2 cores: the search free of the cautions on 4 of 11 models, each naming one group, on
+    MobileNetV2 the whole network at one slice); changing that group alone keeps the rest of the plan."""
+    for k in range(1, REPAIRS + 1):
+        if s.named is None or s.out_of_time():
+            return None
+        ops = cut_of(plan.groups[s.named], s.b.index).ops
+        at = next((i for i, c in enumerate(grouping) if c.ops == ops), None)
+        tries = [] if at is None else [(p.cost["cycles"], what, g, p) for what, g in _smaller(s.b, grouping, at)
+                                       if (p := s.b.plan(g)) is not None]
+        if not tries:
+            return None
+        _, what, grouping, plan = min(tries, key=lambda t: (t[0], t[1]))
+        m, rule = s.measure(plan, f"{label}, refused: {what} ({k})")
+        if m.ok and m.total_cycles is not None:
+            return m.total_cycles, grouping, plan, rule
+    return None
+
+
+def _smaller(b: _Builder, grouping: Grouping, at: int) -> list[tuple[str, Grouping]]:
+    """``grouping`` with its group ``at`` at one to three H slices more (the fewest lgopt places; its N slices and
+    Casts kept), or split in two where one tensor crosses."""
+    c, idx = grouping[at], b.index
+    span = f"[{idx[c.ops[0]]}-{idx[c.ops[-1]]}]"
+    out = []
+    finer = next((f for f in (Cut(c.ops, c.n, h, c.f32) for h in range(c.h + 1, c.h + 4)) if b.group(f) is not None),
+                 None)
+    if finer is not None:
+        out.append((f"{span} h {c.h}->{finer.h}", grouping[:at] + (finer,) + grouping[at + 1:]))
+    for k in _one_tensor_cuts(b.onet, c.ops):
+        left, right = b.fit(c.ops[:k]), b.fit(c.ops[k:])
+        if left is not None and right is not None:
+            out.append((f"split {span} at {idx[c.ops[k]]}", grouping[:at] + (left, right) + grouping[at + 1:]))
+    return out
 
 
 def _repaired_start(s: _Search, starts: Sequence[tuple[str, Plan]]) -> Best | None:
