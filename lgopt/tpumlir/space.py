@@ -119,7 +119,7 @@ def _in_compiler_space(spec: StrategySpec, net: Network, chip: Chip, o: Strategy
               **as_lowered}
     plan = replace(plan, model_digest=network_digest(net), solver=solver)
     if r.judge is not None:
-        # TPU-MLIR measures every candidate, so the judge also starts from the space free of the cautions, and its
+        # TPU-MLIR measures every candidate, so the judge also starts from the spaces with fewer cautions, and its
         # own moves leave out what a rule says TPU-MLIR refuses too
         free = replace(free_of_cautions(inner.search), compiler=None)
         more = _looser_starts(spec, onet, chip, inner, plan) if r.cautions else []
