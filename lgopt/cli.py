@@ -162,8 +162,8 @@ def _judge_args(p: argparse.ArgumentParser) -> None:
                    help="TPU-MLIR measures: compile candidate groupings with TPU-MLIR 1.30.2 (PEER_RUN: its install) "
                         "and keep the fastest it measures, searching from its own grouping and lgopt's, with the "
                         "cautions for new groups, with the packing one only and without them (three searches of "
-                        "--time-limit each; FULL.onnx: the "
-                        "model with weights, which TPU-MLIR needs; docs/tpu-mlir.md)")
+                        "--time-limit each; FULL.onnx: the model with weights, which TPU-MLIR needs; "
+                        "docs/tpu-mlir.md)")
     p.add_argument("--judge-script", metavar="score_grouping.sh",
                    help="with --judge: the scoring tool (default: $LGOPT_TPU_MLIR_SCORE)")
     p.add_argument("--judge-budget", type=int, default=40, metavar="N",

@@ -171,6 +171,11 @@ def refused_group(m: Measurement, cache: Mapping[str, Any]) -> int | None:
     return named[0] if len(named) == 1 else None
 
 
+def _span(c: Cut, index: Mapping[str, int]) -> str:
+    """``c``'s ops as the judge's move labels name them: ``[first-last]`` in the compiler's op order."""
+    return f"[{index[c.ops[0]]}-{index[c.ops[-1]]}]"
+
+
 def _one_tensor_cuts(onet: Network, ops: tuple[str, ...]) -> list[int]:
     """Split points k (ops[:k] | ops[k:]) where exactly one tensor crosses: block boundaries."""
     out = []
@@ -196,7 +201,7 @@ def neighbours(b: _Builder, grouping: Grouping, runs: Sequence[tuple[int, int]])
         out.append((label, grouping[:i] + tuple(c for c in new if c is not None) + grouping[j:]))
 
     def span(c: Cut) -> str:
-        return f"[{idx[c.ops[0]]}-{idx[c.ops[-1]]}]"
+        return _span(c, idx)
 
     for i, c in enumerate(grouping):
         io = group_io(onet, c.ops)
@@ -270,6 +275,7 @@ class _Trial:
     measured: int | None
     status: str
     edge_casts: str
+    named: int | None = None  # the plan group TPU-MLIR's allocator named in refusing it (:func:`refused_group`)
 
 
 Best = tuple[int, Grouping, Plan, str]
@@ -290,7 +296,6 @@ class _Search:
         self.net, self.judge, self.reference, self.base_groups = net, judge, reference, base_groups
         self.js, self.progress, self.strategy, self.incumbent = js, progress, strategy, incumbent
         self.start_compiles = 0  # the judge's compiles when the local search began
-        self.named: int | None = None  # the group TPU-MLIR's allocator named in refusing the last plan measured
 
     def out_of_time(self) -> bool:
         return self.js.time_limit is not None and time.perf_counter() - self.t0 > self.js.time_limit
@@ -306,12 +311,11 @@ class _Search:
                 plan, lambda r: export_tpumlir(plan, self.net, self.reference, base_groups=self.base_groups,
                                                edge_casts=r),
                 lambda cache, _: self.judge.measure(cache), lambda got: not got.ok)
-            self.named = refused_group(m, cache)
+            named = refused_group(m, cache)
         except LgoptError as e:  # a grouping the cache cannot say (an op TPU-MLIR fuses across the cut)
-            rule, m = edge_cast_order(plan)[0], Measurement("export_refused", None, error=str(e))
-            self.named = None
+            rule, m, named = edge_cast_order(plan)[0], Measurement("export_refused", None, error=str(e)), None
         self.history.append(_Trial(move, float(plan.cost["cycles"]), m.total_cycles if m.ok else None,
-                                   m.status if m.ok or not m.error else f"{m.status}: {m.error[:120]}", rule))
+                                   m.status if m.ok or not m.error else f"{m.status}: {m.error[:120]}", rule, named))
         if self.progress:
             self.progress(f"judge: {move}: predicted {plan.cost['cycles']:,.0f}, TPU-MLIR "
                           + (f"{m.total_cycles:,}" if m.ok else "refused"))
@@ -383,9 +387,10 @@ def _named_repair(s: _Search, label: str, grouping: Grouping, plan: Plan) -> Bes
     refuses (BM1688 INT8 2 cores: the search free of the cautions on 4 of 11 models, each naming one group, on
     MobileNetV2 the whole network at one slice); changing that group alone keeps the rest of the plan."""
     for k in range(1, REPAIRS + 1):
-        if s.named is None or s.out_of_time():
+        named = s.history[-1].named  # of the refusal just measured
+        if named is None or s.out_of_time():
             return None
-        ops = cut_of(plan.groups[s.named], s.b.index).ops
+        ops = cut_of(plan.groups[named], s.b.index).ops
         at = next((i for i, c in enumerate(grouping) if c.ops == ops), None)
         tries = [] if at is None else [(p.cost["cycles"], what, g, p) for what, g in _smaller(s.b, grouping, at)
                                        if (p := s.b.plan(g)) is not None]
@@ -402,7 +407,7 @@ def _smaller(b: _Builder, grouping: Grouping, at: int) -> list[tuple[str, Groupi
     """``grouping`` with its group ``at`` at one to three H slices more (the fewest lgopt places; its N slices and
     Casts kept), or split in two where one tensor crosses."""
     c, idx = grouping[at], b.index
-    span = f"[{idx[c.ops[0]]}-{idx[c.ops[-1]]}]"
+    span = _span(c, idx)
     out = []
     finer = next((f for f in (Cut(c.ops, c.n, h, c.f32) for h in range(c.h + 1, c.h + 4)) if b.group(f) is not None),
                  None)

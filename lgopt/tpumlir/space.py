@@ -160,8 +160,9 @@ def _looser_starts(spec: StrategySpec, onet: Network, chip: Chip, inner: Strateg
         search = loosen(inner.search)
         loose, _ = spec.solve(onet, chip, replace(inner, search=search))
         loose = convert_io_in_groups(onet, chip, loose, search)
-        if [shape_of(g) for g in loose.groups] not in seen:
-            seen.append([shape_of(g) for g in loose.groups])
+        shapes = [shape_of(g) for g in loose.groups]
+        if shapes not in seen:
+            seen.append(shapes)
             out.append((f"{loose.strategy}, {label}", loose))
     return out
 
